@@ -1,0 +1,46 @@
+"""storage: the segmented log of record batches, with recovery, retention and group commit.
+
+Imports nothing else of Flotilla. See `storage.segmented_log` for the contract.
+"""
+
+from storage.config import FsyncMode, FsyncPolicy, LogConfig
+from storage.entry import HEADER_SIZE, Entry
+from storage.errors import (
+    BatchTooLarge,
+    CorruptEntry,
+    CorruptLog,
+    IndexOutOfRange,
+    InvalidArgument,
+    LogClosed,
+    NotALogDirectory,
+    OffsetOutOfRange,
+    StorageError,
+)
+from storage.handles import DEFAULT_HANDLES, FileHandles
+from storage.hard_state import HardState, HardStateStore
+from storage.meta import RecoveryReport
+from storage.segmented_log import SegmentedLog, sync_logs
+
+__all__ = [
+    "DEFAULT_HANDLES",
+    "HEADER_SIZE",
+    "BatchTooLarge",
+    "CorruptEntry",
+    "CorruptLog",
+    "Entry",
+    "FileHandles",
+    "FsyncMode",
+    "FsyncPolicy",
+    "HardState",
+    "HardStateStore",
+    "IndexOutOfRange",
+    "InvalidArgument",
+    "LogClosed",
+    "LogConfig",
+    "NotALogDirectory",
+    "OffsetOutOfRange",
+    "RecoveryReport",
+    "SegmentedLog",
+    "StorageError",
+    "sync_logs",
+]

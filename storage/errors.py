@@ -1,0 +1,76 @@
+"""The errors of the storage package: one hierarchy rooted in `StorageError`.
+
+Every message names the bad value and what would have been valid. An operation that raises one of
+these has changed nothing on disk, except `CorruptLog`/`CorruptEntry`, which report damage that
+was already there.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BatchTooLarge",
+    "CorruptEntry",
+    "CorruptLog",
+    "IndexOutOfRange",
+    "InvalidArgument",
+    "LogClosed",
+    "NotALogDirectory",
+    "OffsetOutOfRange",
+    "StorageError",
+]
+
+
+class StorageError(Exception):
+    """Base class of every error raised by `storage`."""
+
+
+class InvalidArgument(StorageError, ValueError):
+    """An argument is outside what the operation accepts (the message says what is valid)."""
+
+
+class BatchTooLarge(InvalidArgument):
+    """An append larger than `max_batch_bytes` was refused; the log is unchanged."""
+
+
+class IndexOutOfRange(StorageError, IndexError):
+    """A Raft index outside the log's retained range was asked for."""
+
+    def __init__(self, index: int, first_index: int, last_index: int, what: str = "index") -> None:
+        if first_index > last_index:
+            valid = f"the log is empty (next index {first_index})"
+        else:
+            valid = f"valid {what}es are {first_index}..{last_index}"
+        super().__init__(f"{what} {index} is out of range: {valid}")
+        self.index = index
+        self.first_index = first_index
+        self.last_index = last_index
+
+
+class OffsetOutOfRange(StorageError, IndexError):
+    """A record offset outside `[first_offset, next_offset)` was asked for."""
+
+    def __init__(self, offset: int, first_offset: int, next_offset: int) -> None:
+        if first_offset >= next_offset:
+            valid = f"the log holds no records (next offset {next_offset})"
+        else:
+            valid = f"valid offsets are {first_offset}..{next_offset - 1}"
+        super().__init__(f"offset {offset} is out of range: {valid}")
+        self.offset = offset
+        self.first_offset = first_offset
+        self.next_offset = next_offset
+
+
+class CorruptEntry(StorageError):
+    """An entry failed its checksum or header checks; it is never served."""
+
+
+class CorruptLog(StorageError):
+    """The log directory is damaged beyond what recovery may repair silently (e.g. a gap)."""
+
+
+class NotALogDirectory(StorageError):
+    """The path is not a Flotilla log directory (and was left untouched)."""
+
+
+class LogClosed(StorageError):
+    """The log was used after `close()`."""

@@ -1,0 +1,297 @@
+"""One segment: a `.log` file of entries and its index, held in memory as typed arrays.
+
+Layout on disk, for a segment whose first entry has Raft index `base`:
+
+    <base:020d>.log    entries back to back (see `storage.entry`)
+    <base:020d>.index  the index of a *sealed* segment: a 32-byte header
+                       (magic, row count, xxh3 of the columns) and five fixed-width columns,
+                       row r describing entry `base + r`:
+                       position u64 | term u64 | base_offset u64 | timestamp_ms i64 | count u32
+
+Index → row is arithmetic (`row = index - base`); offset → row is a binary search over the
+non-decreasing `base_offset` column. Neither is ever a scan. The active segment's index lives only
+in memory: recovery rebuilds it by scanning the active `.log` (bounded by `segment_bytes`), and it
+is written once, when the segment is sealed or the log is closed.
+
+Invariants: `positions[0] == 0`; `positions[r+1] == positions[r] + HEADER_SIZE + length(r)`;
+`base_offsets[r+1] == base_offsets[r] + counts[r]`; `size == end of the last entry`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import xxhash
+
+from storage.entry import HEADER, HEADER_SIZE, Entry, verify
+from storage.errors import CorruptEntry
+from storage.handles import FileHandles
+
+__all__ = ["ScanResult", "Segment", "index_name", "log_name"]
+
+_INDEX_MAGIC = b"FLTIDX01"
+_INDEX_HEADER = struct.Struct("<8sQQQ")  # magic, rows, checksum, reserved
+
+
+def log_name(base_index: int) -> str:
+    return f"{base_index:020d}.log"
+
+
+def index_name(base_index: int) -> str:
+    return f"{base_index:020d}.index"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a scan of a `.log` file found: the valid prefix and why it stopped early, if it did."""
+
+    entries: int
+    valid_bytes: int
+    file_bytes: int
+    problem: str | None
+
+
+class Segment:
+    __slots__ = (
+        "base_index",
+        "base_offsets",
+        "counts",
+        "handles",
+        "index_path",
+        "log_path",
+        "positions",
+        "size",
+        "terms",
+        "timestamps",
+    )
+
+    def __init__(self, directory: str, base_index: int, handles: FileHandles) -> None:
+        self.base_index = base_index
+        self.log_path = os.path.join(directory, log_name(base_index))
+        self.index_path = os.path.join(directory, index_name(base_index))
+        self.handles = handles
+        self.positions = array("Q")
+        self.terms = array("Q")
+        self.base_offsets = array("Q")
+        self.timestamps = array("q")
+        self.counts = array("I")
+        self.size = 0
+
+    def _clear(self) -> None:
+        for column in (self.positions, self.terms, self.base_offsets, self.timestamps):
+            del column[:]
+        del self.counts[:]
+        self.size = 0
+
+    # -- shape ------------------------------------------------------------------------------
+    @property
+    def entry_count(self) -> int:
+        return len(self.positions)
+
+    @property
+    def last_index(self) -> int:
+        return self.base_index + len(self.positions) - 1
+
+    @property
+    def first_offset(self) -> int:
+        return self.base_offsets[0]
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offsets[-1] + self.counts[-1]
+
+    @property
+    def newest_timestamp_ms(self) -> int:
+        return max(self.timestamps) if self.timestamps else 0
+
+    def end_of(self, row: int) -> int:
+        return self.positions[row + 1] if row + 1 < len(self.positions) else self.size
+
+    def row_for_offset(self, offset: int) -> int:
+        """The row whose records include `offset` (the caller checked the range)."""
+        return bisect_right(self.base_offsets, offset) - 1
+
+    # -- writes -----------------------------------------------------------------------------
+    def append(
+        self,
+        header: bytes,
+        data: bytes | memoryview,
+        term: int,
+        base_offset: int,
+        record_count: int,
+        timestamp_ms: int,
+    ) -> None:
+        """Writes one entry with a single `pwritev`; on a short write nothing is recorded."""
+        position = self.size
+        total = HEADER_SIZE + len(data)
+        with self.handles.pin(self.log_path, write=True) as fd:
+            written = os.pwritev(fd, [header, data], position)
+            if written != total:
+                os.ftruncate(fd, position)
+                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
+        self.positions.append(position)
+        self.terms.append(term)
+        self.base_offsets.append(base_offset)
+        self.timestamps.append(timestamp_ms)
+        self.counts.append(record_count)
+        self.size = position + total
+
+    def truncate_rows(self, rows: int) -> None:
+        """Keeps the first `rows` entries, cutting the file after them."""
+        end = self.positions[rows] if rows < len(self.positions) else self.size
+        with self.handles.pin(self.log_path, write=True) as fd:
+            os.ftruncate(fd, end)
+        for column in (self.positions, self.terms, self.base_offsets, self.timestamps):
+            del column[rows:]
+        del self.counts[rows:]
+        self.size = end
+        self.remove_index_file()
+
+    def fsync(self) -> None:
+        self.handles.fsync(self.log_path)
+
+    # -- reads ------------------------------------------------------------------------------
+    def read_rows(self, first_row: int, end_row: int) -> list[Entry]:
+        """Entries of rows `first_row .. end_row-1`, with one `pread`, every checksum verified."""
+        start = self.positions[first_row]
+        stop = self.end_of(end_row - 1)
+        with self.handles.pin(self.log_path) as fd:
+            buffer = os.pread(fd, stop - start, start)
+        view = memoryview(buffer)
+        if len(view) != stop - start:
+            raise CorruptEntry(
+                f"{self.log_path}: expected {stop - start} bytes at {start}, read {len(view)}"
+            )
+        entries = []
+        for row in range(first_row, end_row):
+            at = self.positions[row] - start
+            entry = verify(view, at, f"{self.log_path} at byte {self.positions[row]}")
+            expected = self.base_index + row
+            if (
+                entry.index != expected
+                or at + HEADER_SIZE + len(entry.data) != self.end_of(row) - start
+            ):
+                raise CorruptEntry(
+                    f"{self.log_path} at byte {self.positions[row]}: holds index {entry.index}, "
+                    f"expected {expected}"
+                )
+            entries.append(entry)
+        return entries
+
+    # -- recovery ---------------------------------------------------------------------------
+    def scan(self, max_batch_bytes: int, expected_offset: int | None) -> ScanResult:
+        """Rebuilds the in-memory index from the `.log`, stopping at the first invalid entry."""
+        with self.handles.pin(self.log_path) as fd:
+            file_bytes = os.fstat(fd).st_size
+            buffer = os.pread(fd, file_bytes, 0)
+        view = memoryview(buffer)
+        self._clear()
+        position = 0
+        problem: str | None = None
+        next_offset = expected_offset
+        while position < file_bytes:
+            if file_bytes - position < HEADER_SIZE:
+                problem = f"torn header at byte {position}"
+                break
+            length = HEADER.unpack_from(view, position)[0]
+            if length > max_batch_bytes:
+                problem = f"impossible entry length {length} at byte {position}"
+                break
+            try:
+                entry = verify(view, position, f"{self.log_path} at byte {position}")
+            except CorruptEntry as error:
+                problem = str(error)
+                break
+            expected_index = self.base_index + len(self.positions)
+            if entry.index != expected_index:
+                problem = f"index {entry.index} at byte {position}, expected {expected_index}"
+                break
+            if next_offset is not None and entry.base_offset != next_offset:
+                problem = (
+                    f"base offset {entry.base_offset} at byte {position}, expected {next_offset}"
+                )
+                break
+            self.positions.append(position)
+            self.terms.append(entry.term)
+            self.base_offsets.append(entry.base_offset)
+            self.timestamps.append(entry.timestamp_ms)
+            self.counts.append(entry.record_count)
+            next_offset = entry.base_offset + entry.record_count
+            position += HEADER_SIZE + len(entry.data)
+        self.size = position
+        return ScanResult(len(self.positions), position, file_bytes, problem)
+
+    def cut_file(self, size: int) -> None:
+        """Truncates the `.log` to `size` bytes and fsyncs (recovery of a torn tail)."""
+        with self.handles.pin(self.log_path, write=True) as fd:
+            os.ftruncate(fd, size)
+        self.handles.fsync(self.log_path)
+
+    def load_index(self) -> bool:
+        """Loads a sealed segment's `.index`; False if it is missing, short or damaged."""
+        try:
+            with open(self.index_path, "rb") as file:
+                raw = file.read()
+        except FileNotFoundError:
+            return False
+        if len(raw) < _INDEX_HEADER.size:
+            return False
+        magic, rows, checksum, _ = _INDEX_HEADER.unpack_from(raw, 0)
+        body = memoryview(raw)[_INDEX_HEADER.size :]
+        if (
+            magic != _INDEX_MAGIC
+            or len(body) != rows * 36
+            or xxhash.xxh3_64_intdigest(body) != checksum
+        ):
+            return False
+        cut = 0
+        for column, width in (
+            (self.positions, 8),
+            (self.terms, 8),
+            (self.base_offsets, 8),
+            (self.timestamps, 8),
+            (self.counts, 4),
+        ):
+            del column[:]
+            column.frombytes(body[cut : cut + rows * width])
+            cut += rows * width
+        self.size = os.path.getsize(self.log_path)
+        return True
+
+    def write_index(self) -> None:
+        """Writes the index of a sealed segment in one write (not fsynced: it can be rebuilt)."""
+        body = b"".join(
+            column.tobytes()
+            for column in (
+                self.positions,
+                self.terms,
+                self.base_offsets,
+                self.timestamps,
+                self.counts,
+            )
+        )
+        header = _INDEX_HEADER.pack(
+            _INDEX_MAGIC, len(self.positions), xxhash.xxh3_64_intdigest(body), 0
+        )
+        temp = self.index_path + ".tmp"
+        with open(temp, "wb") as file:
+            file.write(header + body)
+        os.replace(temp, self.index_path)
+
+    def remove_index_file(self) -> None:
+        try:
+            os.unlink(self.index_path)
+        except FileNotFoundError:
+            pass
+
+    def delete_files(self) -> None:
+        self.handles.discard(self.log_path)
+        for path in (self.log_path, self.index_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

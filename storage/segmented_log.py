@@ -1,0 +1,432 @@
+"""The segmented log: an ordered run of segments holding Raft entries (record batches).
+
+Raft index and record offset, the two coordinates of an entry:
+
+    last_index  == first_index + (entries retained) - 1      (first_index == 1 for a fresh log)
+    base_offset(i+1) == base_offset(i) + record_count(i)      (offsets are dense; no-op and
+                                                              config entries hold 0 records)
+    next_offset == base_offset(last_index) + record_count(last_index)
+
+`first_index` is logical: `truncate_prefix(i)` makes it exactly `i` and records that in
+`log.meta` (written atomically), while files are deleted a whole segment at a time. The term of
+the entry just before the retained prefix is kept there too, so `term_at(first_index - 1)`
+answers the question Raft asks of a compacted log.
+
+Durability: `durable_index` is the last index known to be fsynced. An append with `sync=True`
+under the `always` policy is fsynced before `append` returns; with `sync=False` it is written
+with one `pwritev` and becomes durable at the next `flush()` or `sync_logs(...)` (group commit:
+one fsync per dirty file, however many logs and entries). `truncate_from` is fsynced at once.
+
+Recovery on open: the active (last) segment is scanned and every entry verified; a torn or
+corrupt tail is cut off and reported in `recovery`. Sealed segments load their `.index`; one
+that is missing or damaged is rebuilt from the `.log`, and a corrupt entry found then raises
+`CorruptEntry`. Every read verifies checksums, so corrupt bytes are never served.
+
+Every public method takes the log's lock, so a writer thread and readers may share one log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+
+from storage.atomic import fsync_directory
+from storage.config import FsyncMode, LogConfig
+from storage.entry import HEADER_SIZE, Entry, encode_header
+from storage.errors import (
+    BatchTooLarge,
+    IndexOutOfRange,
+    InvalidArgument,
+    LogClosed,
+    OffsetOutOfRange,
+)
+from storage.handles import DEFAULT_HANDLES, FileHandles
+from storage.meta import RecoveryReport, write_meta
+from storage.recovery import recover
+from storage.segment import Segment
+
+__all__ = ["SegmentedLog", "sync_logs"]
+
+log = logging.getLogger("flotilla.storage")
+
+_U32 = 2**32
+_U64 = 2**64
+
+
+class SegmentedLog:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        handles: FileHandles | None = None,
+        create: bool = True,
+    ) -> None:
+        self.directory = os.fspath(directory)
+        self.config = config or LogConfig()
+        self._handles = handles or DEFAULT_HANDLES
+        self._lock = threading.RLock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._start_index = 1
+        self._start_term = 0
+        self._start_offset = 0
+        self._unsynced: list[Segment] = []
+        self._directory_dirty = False
+        self._last_fsync_s = time.monotonic()
+        self._closed = False
+        self.recovery = RecoveryReport()
+        self._open(create)
+        self._durable_index = self.last_index
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def first_index(self) -> int:
+        return self._start_index
+
+    @property
+    def last_index(self) -> int:
+        return self._segments[-1].last_index if self._segments else self._start_index - 1
+
+    @property
+    def last_term(self) -> int:
+        return self._segments[-1].terms[-1] if self._segments else self._start_term
+
+    @property
+    def next_offset(self) -> int:
+        return self._segments[-1].next_offset if self._segments else self._start_offset
+
+    @property
+    def first_offset(self) -> int:
+        with self._lock:
+            if not self._segments:
+                return self._start_offset
+            segment, row = self._locate(self._start_index)
+            return segment.base_offsets[row]
+
+    @property
+    def durable_index(self) -> int:
+        return self._durable_index
+
+    @property
+    def needs_sync(self) -> bool:
+        """True when something written is not yet known to be durable."""
+        return self._durable_index < self.last_index or bool(self._unsynced)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def term_at(self, index: int) -> int:
+        with self._lock:
+            if index == self._start_index - 1:
+                return self._start_term
+            self._check_index(index)
+            segment, row = self._locate(index)
+            return segment.terms[row]
+
+    # -- writes -----------------------------------------------------------------------------
+    def append(
+        self,
+        batch: bytes | memoryview,
+        term: int,
+        record_count: int,
+        timestamp_ms: int,
+        *,
+        sync: bool = True,
+    ) -> int:
+        """Appends one batch as the next entry and returns its Raft index."""
+        size = len(batch)
+        if size > self.config.max_batch_bytes:
+            raise BatchTooLarge(
+                f"batch of {size} bytes exceeds max_batch_bytes={self.config.max_batch_bytes}"
+            )
+        if not 0 <= record_count < _U32:
+            raise InvalidArgument(f"record_count={record_count} must be in 0..{_U32 - 1}")
+        if not -(2**63) <= timestamp_ms < 2**63:
+            raise InvalidArgument(f"timestamp_ms={timestamp_ms} does not fit a signed 64-bit int")
+        with self._lock:
+            self._check_open()
+            if not self.last_term <= term < _U64:
+                raise InvalidArgument(
+                    f"term {term} is below the log's last term {self.last_term}: terms never "
+                    "decrease along a Raft log"
+                )
+            index = self.last_index + 1
+            base_offset = self.next_offset
+            header = encode_header(batch, index, term, base_offset, record_count, timestamp_ms)
+            segment = self._segment_for_append(HEADER_SIZE + size)
+            segment.append(header, batch, term, base_offset, record_count, timestamp_ms)
+            if not self._unsynced or self._unsynced[-1] is not segment:
+                self._unsynced.append(segment)
+            if sync:
+                self._sync_by_policy()
+            return index
+
+    def flush(self) -> None:
+        """Makes every appended entry durable: one fsync per dirty file."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def truncate_from(self, index: int) -> None:
+        """Removes entries `index..last_index` (a Raft conflict); durable on return."""
+        with self._lock:
+            self._check_open()
+            first, last = self._start_index, self.last_index
+            if not first <= index <= last + 1:
+                raise IndexOutOfRange(index, first, last + 1, "truncation point")
+            if index == last + 1:
+                return
+            while self._segments and self._segments[-1].base_index >= index:
+                self._drop_last_segment()
+            if self._segments:
+                segment = self._segments[-1]
+                if segment.base_index < self._start_index == index:
+                    # only entries below the logical start would remain: drop the file whole,
+                    # keeping the invariant that every segment reaches `first_index`.
+                    self._drop_last_segment()
+                else:
+                    segment.truncate_rows(index - segment.base_index)
+                    if segment not in self._unsynced:
+                        self._unsynced.append(segment)
+            self._durable_index = min(self._durable_index, index - 1)
+            if self.config.fsync.mode is not FsyncMode.NEVER:
+                self._flush_locked()
+
+    def truncate_prefix(self, index: int) -> None:
+        """Removes entries below `index`; afterwards `first_index == index`."""
+        with self._lock:
+            self._check_open()
+            first, last = self._start_index, self.last_index
+            if not first <= index <= last + 1:
+                raise IndexOutOfRange(index, first, last + 1, "prefix truncation point")
+            if index == first:
+                return
+            term = self.term_at(index - 1)
+            if index <= last:
+                segment, row = self._locate(index)
+                offset = segment.base_offsets[row]
+            else:
+                offset = self.next_offset
+            self._write_meta(index, term, offset)
+            while self._segments and self._segments[0].last_index < index:
+                segment = self._segments.pop(0)
+                self._bases.pop(0)
+                self._forget_unsynced(segment)
+                segment.delete_files()
+            self._directory_dirty = True
+
+    def reset(self, index: int, prev_term: int, next_offset: int) -> None:
+        """Empties the log so that the next append gets `index`, with `term_at(index - 1) ==
+        prev_term` and offsets continuing at `next_offset` (a follower reset to a leader's
+        retained suffix)."""
+        if index < 1 or prev_term < 0 or next_offset < 0:
+            raise InvalidArgument(
+                f"reset(index={index}, prev_term={prev_term}, next_offset={next_offset}): "
+                "index must be >= 1, prev_term and next_offset >= 0"
+            )
+        with self._lock:
+            self._check_open()
+            while self._segments:
+                self._drop_last_segment()
+            fsync_directory(self.directory)
+            self._write_meta(index, prev_term, next_offset)
+            self._durable_index = index - 1
+
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+        """Removes whole sealed segments beyond `retention_bytes` / older than `retention_ms`,
+        never at or above `keep_from` (e.g. Raft's commit index + 1). Returns entries removed."""
+        limit_bytes, limit_ms = self.config.retention_bytes, self.config.retention_ms
+        with self._lock:
+            self._check_open()
+            if (limit_bytes is None and limit_ms is None) or len(self._segments) < 2:
+                return 0
+            total = self.size_bytes
+            cut = self._start_index
+            for segment in self._segments[:-1]:
+                too_big = limit_bytes is not None and total - segment.size >= limit_bytes
+                too_old = limit_ms is not None and segment.newest_timestamp_ms < now_ms - limit_ms
+                if not (too_big or too_old):
+                    break
+                cut = segment.last_index + 1
+                total -= segment.size
+            if keep_from is not None:
+                cut = min(cut, keep_from)
+            if cut <= self._start_index:
+                return 0
+            removed = cut - self._start_index
+            self.truncate_prefix(cut)
+            return removed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self.config.fsync.mode is not FsyncMode.NEVER:
+                self._flush_locked()
+            for segment in self._segments:
+                self._handles.close(segment.log_path)
+            self._closed = True
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads ------------------------------------------------------------------------------
+    def read(self, index: int) -> Entry:
+        with self._lock:
+            self._check_open()
+            self._check_index(index)
+            segment, row = self._locate(index)
+            return segment.read_rows(row, row + 1)[0]
+
+    def read_from(self, index: int, max_bytes: int) -> Iterator[Entry]:
+        """Entries from `index` on, in order, across segments, up to `max_bytes` of stored
+        bytes (48-byte header + batch each); always at least one entry if `index <= last_index`.
+        `index == last_index + 1` yields nothing."""
+        with self._lock:
+            self._check_open()
+            if index != self.last_index + 1:
+                self._check_index(index)
+        return self._iterate(index, max_bytes)
+
+    def find_offset(self, offset: int) -> int:
+        """The Raft index of the entry holding record `offset`."""
+        with self._lock:
+            self._check_open()
+            first_offset, next_offset = self.first_offset, self.next_offset
+            if not first_offset <= offset < next_offset:
+                raise OffsetOutOfRange(offset, first_offset, next_offset)
+            position = bisect_right(self._segments, offset, key=_first_offset) - 1
+            segment = self._segments[position]
+            return segment.base_index + segment.row_for_offset(offset)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _iterate(self, index: int, max_bytes: int) -> Iterator[Entry]:
+        remaining = max_bytes
+        first = True
+        while True:
+            with self._lock:
+                self._check_open()
+                if index > self.last_index:
+                    return
+                if index < self._start_index:
+                    raise IndexOutOfRange(index, self._start_index, self.last_index)
+                segment, row = self._locate(index)
+                start = segment.positions[row]
+                limit = start + max(remaining, 0)
+                if segment.size <= limit:
+                    end_row = segment.entry_count
+                else:
+                    end_row = bisect_right(segment.positions, limit) - 1
+                if end_row <= row:
+                    if not first:
+                        return
+                    end_row = row + 1
+                entries = segment.read_rows(row, end_row)
+                remaining -= segment.end_of(end_row - 1) - start
+            yield from entries
+            index += len(entries)
+            first = False
+            if remaining <= 0:
+                return
+
+    def _segment_for_append(self, entry_bytes: int) -> Segment:
+        if self._segments:
+            active = self._segments[-1]
+            if active.size == 0 or active.size + entry_bytes <= self.config.segment_bytes:
+                return active
+            active.write_index()
+        segment = Segment(self.directory, self.last_index + 1, self._handles)
+        self._segments.append(segment)
+        self._bases.append(segment.base_index)
+        self._directory_dirty = True
+        return segment
+
+    def _sync_by_policy(self) -> None:
+        policy = self.config.fsync
+        if policy.mode is FsyncMode.ALWAYS:
+            self._flush_locked()
+        elif policy.mode is FsyncMode.INTERVAL:
+            due = (time.monotonic() - self._last_fsync_s) * 1000 >= policy.interval_ms
+            if due:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        for segment in self._unsynced:
+            segment.fsync()
+        self._unsynced.clear()
+        if self._directory_dirty:
+            fsync_directory(self.directory)
+            self._directory_dirty = False
+        self._durable_index = self.last_index
+        self._last_fsync_s = time.monotonic()
+
+    def _drop_last_segment(self) -> None:
+        segment = self._segments.pop()
+        self._bases.pop()
+        self._forget_unsynced(segment)
+        segment.delete_files()
+        self._directory_dirty = True
+
+    def _forget_unsynced(self, segment: Segment) -> None:
+        if segment in self._unsynced:
+            self._unsynced.remove(segment)
+
+    def _locate(self, index: int) -> tuple[Segment, int]:
+        segment = self._segments[bisect_right(self._bases, index) - 1]
+        return segment, index - segment.base_index
+
+    def _check_index(self, index: int) -> None:
+        if not self._start_index <= index <= self.last_index:
+            raise IndexOutOfRange(index, self._start_index, self.last_index)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log {self.directory} is closed")
+
+    def _write_meta(self, index: int, term: int, offset: int) -> None:
+        write_meta(self.directory, index, term, offset)
+        self._start_index, self._start_term, self._start_offset = index, term, offset
+
+    # -- opening and recovery -----------------------------------------------------------------
+    def _open(self, create: bool) -> None:
+        recover(self, create)
+
+    def _install(
+        self, segments: list[Segment], start: tuple[int, int, int], report: RecoveryReport
+    ) -> None:
+        """Called by recovery with the verified segments and the log start it settled on."""
+        self._segments = segments
+        self._bases = [segment.base_index for segment in segments]
+        self._start_index, self._start_term, self._start_offset = start
+        self.recovery = report
+        if not report.clean:
+            log.warning("recovered log %s: %s", self.directory, report)
+
+
+def _first_offset(segment: Segment) -> int:
+    return segment.first_offset
+
+
+def sync_logs(logs: Iterable[SegmentedLog]) -> int:
+    """Group commit: makes every given log durable with one fsync per dirty file.
+
+    Returns how many logs had something to sync."""
+    synced = 0
+    for each in logs:
+        if each.needs_sync:
+            each.flush()
+            synced += 1
+    return synced

@@ -1,0 +1,90 @@
+"""Bounded open files, group commit, retention, and the Raft hard state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from storage import (
+    CorruptLog,
+    FileHandles,
+    FsyncPolicy,
+    HardState,
+    HardStateStore,
+    LogConfig,
+    SegmentedLog,
+    sync_logs,
+)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_many_logs_hold_a_bounded_number_of_files(tmp_path: Path) -> None:
+    handles = FileHandles(max_open=16)
+    baseline = _open_fds()
+    logs = [SegmentedLog(tmp_path / f"p{n}", LogConfig(), handles=handles) for n in range(300)]
+    for round_ in range(3):
+        for number, log in enumerate(logs):
+            log.append(f"{number}:{round_}".encode(), 1, 1, 0, sync=False)
+    assert handles.open_count <= 16
+    assert _open_fds() - baseline <= 16 + 2
+    assert sync_logs(logs) == 300
+    assert all(log.durable_index == 3 for log in logs)
+    for number, log in enumerate(logs):
+        assert bytes(log.read(3).data) == f"{number}:2".encode()
+        log.close()
+    assert sync_logs([]) == 0
+
+
+def test_group_commit_syncs_only_dirty_logs(tmp_path: Path) -> None:
+    config = LogConfig(fsync=FsyncPolicy.parse("never"))
+    logs = [SegmentedLog(tmp_path / f"p{n}", config) for n in range(4)]
+    logs[1].append(b"a", 1, 1, 0)
+    logs[3].append(b"b", 1, 1, 0)
+    assert [log.durable_index for log in logs] == [0, 0, 0, 0]
+    assert sync_logs(logs) == 2
+    assert [log.durable_index for log in logs] == [0, 1, 0, 1]
+    for log in logs:
+        log.close()
+
+
+def test_retention_by_age_respects_the_commit_point(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=4096, retention_ms=60_000)
+    with SegmentedLog(tmp_path / "log", config) as log:
+        for n in range(100):
+            log.append(b"r" * 400, 1, 1, timestamp_ms=1_000_000 + n)
+        segments = log.segment_count
+        assert log.apply_retention(now_ms=1_000_100) == 0  # nothing is old yet
+        assert log.apply_retention(now_ms=10**9, keep_from=60) == 59  # old, but not committed
+        assert log.first_index == 60
+        assert log.segment_count < segments
+        removed = log.apply_retention(now_ms=10**9)
+        assert log.segment_count == 1  # the active segment is never removed
+        assert log.first_index == 60 + removed
+        assert bytes(log.read(log.last_index).data) == b"r" * 400
+
+
+def test_retention_by_size_keeps_at_least_the_limit(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=4096, retention_bytes=8192)
+    with SegmentedLog(tmp_path / "log", config) as log:
+        for n in range(100):
+            log.append(b"r" * 400, 1, 1, timestamp_ms=n)
+        removed = log.apply_retention(now_ms=0)
+        assert removed > 0
+        assert log.first_index == removed + 1
+        assert 8192 <= log.size_bytes < 8192 + 4096
+        assert log.apply_retention(now_ms=0) == 0
+
+
+def test_hard_state_round_trips_and_survives_reopen(tmp_path: Path) -> None:
+    store = HardStateStore(tmp_path)
+    assert store.load() == HardState()
+    store.save(HardState(term=7, vote="n2", commit=41))
+    assert HardStateStore(tmp_path).load() == HardState(7, "n2", 41)
+    (tmp_path / "raft.state").write_bytes(b"garbage")
+    with pytest.raises(CorruptLog, match="not a Raft hard state"):
+        store.load()
