@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,dev
 
-.PHONY: demo test lint format venv bench soak clean
+.PHONY: demo test lint format venv bench soak proto clean
 
 $(STAMP): pyproject.toml scripts/preflight.sh
 	@PYTHON=$(PYTHON) scripts/preflight.sh
@@ -35,6 +35,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.storage
+
+## Regenerate proto/*_pb2*.py from proto/*.proto (a test fails when they are stale).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. proto/*.proto
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,98 @@
+"""Placement: balance, weights, racks, and minimal movement on join and leave."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+import pytest
+import xxhash
+
+from cluster.placement import Candidate, moved, partition_id, place
+
+PARTITIONS = [partition_id(f"topic{t}", p) for t in range(20) for p in range(150)]
+Placer = Callable[[str, Iterable[Candidate], int], list[str]]
+
+
+def _nodes(count: int, **extra: object) -> list[Candidate]:
+    return [Candidate(f"n{number}", **extra) for number in range(1, count + 1)]  # type: ignore[arg-type]
+
+
+def _load(placer: Placer, nodes: list[Candidate], rf: int = 3) -> Counter[str]:
+    return Counter(node for p in PARTITIONS for node in placer(p, nodes, rf))
+
+
+def _movement(placer: Placer, before: list[Candidate], after: list[Candidate]) -> float:
+    changed = sum(moved(placer(p, before, 3), placer(p, after, 3)) for p in PARTITIONS)
+    return changed / (3 * len(PARTITIONS))
+
+
+def test_placement_is_deterministic_distinct_and_sized() -> None:
+    nodes = _nodes(5)
+    for p in PARTITIONS[:200]:
+        replicas = place(p, nodes, 3)
+        assert replicas == place(p, list(reversed(nodes)), 3)
+        assert len(set(replicas)) == 3
+    assert place("t/0", _nodes(2), 3) == place("t/0", _nodes(2), 2)
+    assert len(place("t/0", _nodes(2), 3)) == 2
+
+
+def test_replicas_balance_across_nodes() -> None:
+    load = _load(place, _nodes(6))
+    expected = 3 * len(PARTITIONS) / 6
+    assert all(abs(count - expected) / expected < 0.06 for count in load.values()), load
+
+
+def test_weights_attract_proportional_load() -> None:
+    nodes = [*_nodes(4), Candidate("heavy", weight=2.0)]
+    load = _load(place, nodes, rf=1)
+    light = sum(load[f"n{n}"] for n in range(1, 5)) / 4
+    assert 1.8 < load["heavy"] / light < 2.2
+
+
+def test_a_join_moves_only_about_r_over_n_of_the_replicas() -> None:
+    before, after = _nodes(5), _nodes(6)
+    fraction = _movement(place, before, after)
+    assert fraction < 1.25 * (1 / 6)
+    for p in PARTITIONS[:300]:
+        # every replica that moved, moved to the new node
+        assert set(place(p, after, 3)) - set(place(p, before, 3)) <= {"n6"}
+
+
+def test_a_leave_moves_only_the_replicas_it_held() -> None:
+    before = _nodes(6)
+    after = [c for c in before if c.node_id != "n3"]
+    for p in PARTITIONS[:300]:
+        old, new = place(p, before, 3), place(p, after, 3)
+        if "n3" not in old:
+            assert old == new
+        else:
+            assert moved(old, new) == 1
+
+
+def test_racks_spread_replicas_before_doubling_up() -> None:
+    nodes = [Candidate(f"n{n}", rack=f"r{n % 3}") for n in range(9)]
+    for p in PARTITIONS[:300]:
+        racks = {n % 3 for n in (int(node[1:]) for node in place(p, nodes, 3))}
+        assert len(racks) == 3
+    two_racks = [Candidate(f"n{n}", rack=f"r{n % 2}") for n in range(6)]
+    for p in PARTITIONS[:100]:
+        replicas = place(p, two_racks, 3)
+        assert len(replicas) == 3
+        assert len({int(node[1:]) % 2 for node in replicas}) == 2
+
+
+def test_bad_replication_factor_is_refused() -> None:
+    with pytest.raises(ValueError, match="replication_factor=0"):
+        place("t/0", _nodes(3), 0)
+
+
+def _modulo_place(partition: str, candidates: Iterable[Candidate], rf: int) -> list[str]:
+    """A deliberately poor placement: hash modulo n, which reshuffles on every membership change."""
+    ordered = sorted(candidates, key=lambda c: c.node_id)
+    start = xxhash.xxh64_intdigest(partition.encode()) % len(ordered)
+    return [ordered[(start + k) % len(ordered)].node_id for k in range(min(rf, len(ordered)))]
+
+
+def test_the_movement_check_catches_modulo_hashing() -> None:
+    assert _movement(_modulo_place, _nodes(5), _nodes(6)) > 1.25 * (1 / 6)

@@ -1,0 +1,64 @@
+"""Record batches: round trips, O(1) header validation, and malformed input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proto.records import BATCH_HEADER_SIZE, InvalidBatch, decode_batch, encode_batch, read_header
+
+records = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=20),
+        st.binary(max_size=200),
+        st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=10)), max_size=3),
+        st.integers(0, 2**40),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(records, st.integers(0, 2**63 - 1), st.integers(0, 2**40), st.integers(0, 2**50))
+def test_batches_round_trip(rows, producer_id, sequence, base_offset) -> None:  # type: ignore[no-untyped-def]
+    batch = encode_batch(rows, producer_id=producer_id, base_sequence=sequence)
+    header = read_header(batch)
+    assert (header.record_count, header.producer_id, header.base_sequence) == (
+        len(rows),
+        producer_id,
+        sequence,
+    )
+    decoded = decode_batch(batch, base_offset)
+    assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(rows)))
+    for record, (key, value, headers, timestamp) in zip(decoded, rows, strict=True):
+        assert (record.key, record.value, record.timestamp_ms) == (key, value, timestamp)
+        assert record.headers == tuple(headers)
+
+
+def test_large_batches_use_wide_array_headers() -> None:
+    for count in (15, 16, 70_000):
+        batch = encode_batch([(None, b"v", None, 0)] * count)
+        assert read_header(batch).record_count == count
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b[:10], "shorter than its 40-byte header"),
+        (lambda b: b"\x00" + b[1:], "magic byte is 0x0"),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch"),
+        (lambda b: b[:4] + (0).to_bytes(4, "little") + b[8:], "record_count=0"),
+        (lambda b: b[:4] + (3).to_bytes(4, "little") + b[8:], "does not hold the 3 records"),
+    ],
+)
+def test_malformed_batches_are_refused_with_the_reason(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    batch = encode_batch([(b"k", b"v", None, 5), (None, b"w", [("h", b"x")], 6)])
+    assert len(batch) > BATCH_HEADER_SIZE
+    with pytest.raises(InvalidBatch, match=message):
+        read_header(mutate(batch))
+
+
+def test_an_empty_batch_is_refused() -> None:
+    with pytest.raises(InvalidBatch, match="at least one record"):
+        encode_batch([])
