@@ -1,0 +1,197 @@
+"""Node configuration: one dataclass with documented defaults and units.
+
+Sources, later ones winning: the defaults below < a TOML file (`--config FILE`, keys named as the
+fields) < environment variables `FLOTILLA_<FIELD>` (upper case) < command-line flags. Every value
+is validated on load; an error names the field, the bad value and what is valid.
+
+The cluster secret (`cluster_secret`, usually from `FLOTILLA_CLUSTER_SECRET`) authenticates and
+encrypts the control plane: pysyncobj unpickles what it receives, so a controller refuses to start
+without one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from cluster.validation import check_member_id
+from storage import FsyncPolicy, InvalidArgument
+
+__all__ = ["ConfigError", "NodeConfig", "parse_address", "parse_controllers"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is valid."""
+
+
+def parse_address(value: str, name: str = "address") -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"{name}={value!r} is not HOST:PORT with a port in 1..65535")
+    return host, int(port_text)
+
+
+def parse_controllers(value: str) -> dict[str, str]:
+    """`ID=HOST:PORT,...` -> {id: host:port} (each the controller's control-plane address)."""
+    controllers: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        node_id, sep, address = item.partition("=")
+        if not sep or not node_id:
+            raise ConfigError(f"controllers entry {item!r} is not ID=HOST:PORT")
+        parse_address(address, f"controllers[{node_id}]")
+        controllers[node_id] = address
+    return controllers
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    # identity and addresses
+    node_id: str = ""  # required: unique member id, [A-Za-z0-9._-]{1,64}
+    listen: str = "127.0.0.1:7001"  # HOST:PORT of the gRPC server (client, Raft and SWIM)
+    advertise: str = ""  # HOST:PORT others dial; default: `listen`
+    data_dir: str = ""  # required: where partition logs and Raft state live
+    join: tuple[str, ...] = ()  # seed HOST:PORTs; none: this node bootstraps the cluster
+    controllers: Mapping[str, str] = field(default_factory=dict)  # id -> control-plane HOST:PORT
+    weight: float = 1.0  # placement weight (relative capacity), > 0
+    rack: str = ""  # failure domain for rack-aware placement
+    dial_map: str = ""  # JSON file {member id: HOST:PORT to dial}, re-read when it changes
+    metrics: str = ""  # HOST:PORT of the Prometheus text endpoint; empty: off
+    cluster_secret: str = ""  # control-plane password (env FLOTILLA_CLUSTER_SECRET)
+    # Raft
+    tick_ms: int = 50  # one Raft tick
+    election_ticks: int = 10  # election timeout = election_ticks * tick_ms (randomized up to 2x)
+    heartbeat_ticks: int = 2  # leader heartbeat interval in ticks
+    # SWIM
+    swim_tick_ms: int = 100  # one SWIM tick; probe interval etc. are in the membership config
+    # storage and limits
+    fsync: str = "always"  # always | never | interval:<ms>
+    segment_bytes: int = 64 * 1024 * 1024
+    max_batch_bytes: int = 4 * 1024 * 1024  # largest accepted produce batch
+    max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit, both directions
+    max_open_files: int = 4096  # bound on open segment files in this process
+    # behaviour
+    produce_timeout_ms: int = 10_000  # default wait for commit of an acks=all produce
+    replace_after_s: float = 30.0  # a dead member's replicas are replaced after this long
+    default_replication_factor: int = 3
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise or self.listen
+
+    @property
+    def is_controller(self) -> bool:
+        return self.node_id in self.controllers
+
+    @property
+    def election_timeout_ms(self) -> int:
+        return self.tick_ms * self.election_ticks
+
+    def validate(self) -> NodeConfig:
+        if not self.node_id:
+            raise ConfigError("node_id is required (--id)")
+        check_member_id(self.node_id, ConfigError)
+        if not self.data_dir:
+            raise ConfigError("data_dir is required (--data-dir)")
+        parse_address(self.listen, "listen")
+        if self.advertise:
+            parse_address(self.advertise, "advertise")
+        for seed in self.join:
+            parse_address(seed, "join")
+        if self.metrics:
+            parse_address(self.metrics, "metrics")
+        if not self.weight > 0:
+            raise ConfigError(f"weight={self.weight} must be > 0")
+        positive = (
+            "tick_ms", "election_ticks", "heartbeat_ticks", "swim_tick_ms", "segment_bytes",
+            "max_batch_bytes", "max_message_bytes", "max_open_files", "produce_timeout_ms",
+            "default_replication_factor",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if self.heartbeat_ticks >= self.election_ticks:
+            raise ConfigError(
+                f"heartbeat_ticks={self.heartbeat_ticks} must be below "
+                f"election_ticks={self.election_ticks}"
+            )
+        if self.max_batch_bytes + 4096 > self.max_message_bytes:
+            raise ConfigError(
+                f"max_batch_bytes={self.max_batch_bytes} must leave room within "
+                f"max_message_bytes={self.max_message_bytes}"
+            )
+        if self.replace_after_s < 0:
+            raise ConfigError(f"replace_after_s={self.replace_after_s} must be >= 0")
+        try:
+            FsyncPolicy.parse(self.fsync)
+        except InvalidArgument as error:
+            raise ConfigError(str(error)) from None
+        if self.is_controller and not self.cluster_secret:
+            raise ConfigError(
+                "cluster_secret is required on a controller: set FLOTILLA_CLUSTER_SECRET "
+                "(the control plane must never accept unauthenticated traffic)"
+            )
+        return self
+
+    # -- loading -------------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        *,
+        file: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> NodeConfig:
+        values: dict[str, Any] = {}
+        if file:
+            try:
+                with open(file, "rb") as handle:
+                    values.update(tomllib.load(handle))
+            except OSError as error:
+                raise ConfigError(f"config file {file!r} cannot be read: {error}") from None
+            except tomllib.TOMLDecodeError as error:
+                raise ConfigError(f"config file {file!r} is not valid TOML: {error}") from None
+        environ = os.environ if environ is None else environ
+        known = {f.name: f for f in fields(cls)}
+        for name in known:
+            text = environ.get(f"FLOTILLA_{name.upper()}")
+            if text is not None:
+                values[name] = text
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}; valid: {sorted(known)}")
+        return replace(cls(), **{k: _coerce(k, v, cls) for k, v in values.items()}).validate()
+
+
+def _coerce(name: str, value: Any, cls: type[NodeConfig]) -> Any:
+    default = getattr(cls(), name)
+    try:
+        if name == "controllers":
+            return parse_controllers(value) if isinstance(value, str) else dict(value)
+        if name == "join":
+            if isinstance(value, str):
+                return tuple(filter(None, (part.strip() for part in value.split(","))))
+            return tuple(value)
+        if isinstance(default, bool):
+            return value if isinstance(value, bool) else str(value).lower() in {"1", "true", "yes"}
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        kind = type(default).__name__
+        raise ConfigError(f"{name}={value!r} is not a valid {kind}") from None
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
