@@ -1,0 +1,206 @@
+"""The control plane: topic metadata replicated with pysyncobj on the controller nodes.
+
+Like Kafka's KRaft quorum, the control plane is apart from the data plane: it holds topic specs
+(name, partitions, replication factor, retention, the initial replica assignment) and never
+record data. Controllers run `MetadataStore` on their control-plane address (`--controllers
+ID=HOST:PORT`); the other nodes read topic metadata from a controller over gRPC.
+
+Security: pysyncobj unpickles what it receives, so the store refuses to start without the cluster
+secret; with it, pysyncobj authenticates and encrypts every message (Fernet: an HMAC is checked
+before anything is unpickled), so unauthenticated traffic is dropped unread.
+
+Threading: pysyncobj runs its own thread. `create_topic`/`delete_topic` return
+`concurrent.futures.Future`s completed from that thread; the asyncio node wraps them with
+`asyncio.wrap_future`. Reads (`topics()`) are local and may lag the leader by a heartbeat.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+__all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec"]
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not carry out a change (no quorum, not started, ...)."""
+
+
+class CreateOutcome(enum.Enum):
+    CREATED = "created"
+    EXISTS = "exists"  # the same spec exists already: create is idempotent
+    CONFLICT = "conflict"  # a topic of that name exists with another spec
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    retention_bytes: int = 0  # 0: unlimited
+    retention_ms: int = 0  # 0: unlimited
+    assignment: tuple[tuple[str, ...], ...] = ()  # initial voters per partition, best first
+    uid: str = ""  # distinguishes a re-created topic from the deleted one of the same name
+
+    def same_shape(self, other: TopicSpec) -> bool:
+        return (
+            self.partitions,
+            self.replication_factor,
+            self.retention_bytes,
+            self.retention_ms,
+        ) == (
+            other.partitions,
+            other.replication_factor,
+            other.retention_bytes,
+            other.retention_ms,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "retention_bytes": self.retention_bytes,
+            "retention_ms": self.retention_ms,
+            "assignment": [list(voters) for voters in self.assignment],
+            "uid": self.uid,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> TopicSpec:
+        return cls(
+            name=str(data["name"]),
+            partitions=int(data["partitions"]),
+            replication_factor=int(data["replication_factor"]),
+            retention_bytes=int(data.get("retention_bytes", 0)),
+            retention_ms=int(data.get("retention_ms", 0)),
+            assignment=tuple(
+                tuple(str(n) for n in voters) for voters in data.get("assignment", [])
+            ),
+            uid=str(data.get("uid", "")),
+        )
+
+
+class _Replicated(SyncObj):  # type: ignore[misc]
+    """The replicated state: plain dicts only, so pysyncobj's snapshots stay simple."""
+
+    def __init__(self, self_address: str, peers: list[str], conf: SyncObjConf) -> None:
+        super().__init__(self_address, peers, conf)
+        self.topics: dict[str, dict[str, Any]] = {}
+        self.version = 0
+
+    @replicated  # type: ignore[untyped-decorator]
+    def create_topic(self, spec: dict[str, Any]) -> str:
+        existing = self.topics.get(spec["name"])
+        if existing is not None:
+            same = TopicSpec.from_wire(existing).same_shape(TopicSpec.from_wire(spec))
+            return CreateOutcome.EXISTS.value if same else CreateOutcome.CONFLICT.value
+        self.topics[spec["name"]] = dict(spec)
+        self.version += 1
+        return CreateOutcome.CREATED.value
+
+    @replicated  # type: ignore[untyped-decorator]
+    def delete_topic(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self.version += 1
+        return True
+
+
+class MetadataStore:
+    def __init__(
+        self,
+        self_id: str,
+        controllers: Mapping[str, str],
+        secret: str,
+        data_dir: str,
+        *,
+        election_timeout_s: float = 0.4,
+    ) -> None:
+        if not secret:
+            raise ControlPlaneError(
+                "the control plane needs the cluster secret (FLOTILLA_CLUSTER_SECRET)"
+            )
+        if self_id not in controllers:
+            raise ControlPlaneError(
+                f"{self_id!r} is not among the controllers {sorted(controllers)}"
+            )
+        os.makedirs(data_dir, exist_ok=True)
+        conf = SyncObjConf(
+            password=secret,
+            journalFile=os.path.join(data_dir, "controller.journal"),
+            fullDumpFile=os.path.join(data_dir, "controller.dump"),
+            raftMinTimeout=election_timeout_s,
+            raftMaxTimeout=election_timeout_s * 3,
+            appendEntriesPeriod=election_timeout_s / 10,
+            connectionTimeout=max(3.5, election_timeout_s * 4),
+            commandsWaitLeader=True,
+            dynamicMembershipChange=False,
+        )
+        peers = [address for node, address in sorted(controllers.items()) if node != self_id]
+        self._sync = _Replicated(controllers[self_id], peers, conf)
+
+    # -- changes --------------------------------------------------------------------------------
+    def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:
+        future: concurrent.futures.Future[CreateOutcome] = concurrent.futures.Future()
+
+        def done(result: Any, error: Any) -> None:
+            if error == FAIL_REASON.SUCCESS:
+                future.set_result(CreateOutcome(result))
+            else:
+                future.set_exception(ControlPlaneError(_reason(error)))
+
+        self._sync.create_topic(spec.to_wire(), callback=done)
+        return future
+
+    def delete_topic(self, name: str) -> concurrent.futures.Future[bool]:
+        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def done(result: Any, error: Any) -> None:
+            if error == FAIL_REASON.SUCCESS:
+                future.set_result(bool(result))
+            else:
+                future.set_exception(ControlPlaneError(_reason(error)))
+
+        self._sync.delete_topic(name, callback=done)
+        return future
+
+    # -- reads -----------------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicSpec]:
+        snapshot = copy.deepcopy(self._sync.topics)
+        return {name: TopicSpec.from_wire(spec) for name, spec in snapshot.items()}
+
+    @property
+    def version(self) -> int:
+        return int(self._sync.version)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._sync.isReady())
+
+    @property
+    def has_leader(self) -> bool:
+        return self._sync._getLeader() is not None
+
+    def close(self) -> None:
+        self._sync.destroy()
+
+
+def _reason(error: Any) -> str:
+    names = {
+        FAIL_REASON.QUEUE_FULL: "the control plane's queue is full",
+        FAIL_REASON.MISSING_LEADER: "the control plane has no leader (is a quorum of "
+        "controllers up?)",
+        FAIL_REASON.DISCARDED: "the change was discarded by a new control-plane leader; retry",
+        FAIL_REASON.NOT_LEADER: "this controller lost leadership; retry",
+        FAIL_REASON.LEADER_CHANGED: "the control-plane leader changed; retry",
+        FAIL_REASON.REQUEST_DENIED: "the control plane denied the request",
+    }
+    return names.get(error, f"control-plane failure {error}")
