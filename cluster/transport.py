@@ -1,0 +1,204 @@
+"""Node-to-node transport over the one gRPC port: Raft batches on a stream per ordered node pair,
+SWIM packets as unary calls.
+
+Raft: `send_raft(to, group, payload)` queues an encoded message; one sender task per destination
+drains its queue into a single `RaftBatch` (messages of many groups, up to `max_batch_bytes`) and
+writes it to a long-lived client stream. A broken stream is re-dialled with backoff; messages
+queued meanwhile are dropped once the queue passes its bound — Raft retries by itself, so loss is
+safe and memory stays bounded. The address dialled comes from the dial map when it names the
+member (chaos runs route each directed link through its own proxy), else the advertised address;
+a changed address re-dials.
+
+Guarantees: per destination, messages are delivered in the order queued or not at all (one
+stream, one writer). Nothing is retried by the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from cluster.dialmap import DialMap
+from proto import peer_pb2, peer_pb2_grpc
+
+__all__ = ["PeerTransport", "TransportLimits"]
+
+log = logging.getLogger("flotilla.transport")
+
+RaftHandler = Callable[[str, list[tuple[str, bytes]]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    max_batch_bytes: int = 4 * 1024 * 1024  # one RaftBatch
+    max_queue_bytes: int = 64 * 1024 * 1024  # per destination, beyond which messages drop
+    max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit
+    reconnect_initial_s: float = 0.05
+    reconnect_max_s: float = 1.0
+    swim_timeout_s: float = 1.0
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", 50),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+class _Outbox:
+    """Pending messages for one destination and the task that sends them."""
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[str, bytes]] = deque()
+        self.bytes = 0
+        self.ready = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+
+class PeerTransport:
+    def __init__(
+        self,
+        self_id: str,
+        dial_map: DialMap,
+        advertised: Callable[[str], str | None],
+        limits: TransportLimits | None = None,
+    ) -> None:
+        self.self_id = self_id
+        self.dial_map = dial_map
+        self.advertised = advertised
+        self.limits = limits or TransportLimits()
+        self._outboxes: dict[str, _Outbox] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closed = False
+        self._sequence = 0
+
+    # -- addresses ---------------------------------------------------------------------------
+    def address_of(self, member_id: str) -> str | None:
+        advertised = self.advertised(member_id)
+        routed = self.dial_map.address_for(member_id, advertised or "")
+        return routed or None
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                address, options=channel_options(self.limits.max_message_bytes)
+            )
+            self._channels[address] = channel
+        return channel
+
+    # -- Raft ------------------------------------------------------------------------------------
+    def send_raft(self, to: str, group: str, payload: bytes) -> None:
+        if self._closed:
+            return
+        outbox = self._outboxes.get(to)
+        if outbox is None:
+            outbox = self._outboxes[to] = _Outbox()
+            outbox.task = asyncio.get_running_loop().create_task(self._sender(to, outbox))
+        if outbox.bytes + len(payload) > self.limits.max_queue_bytes:
+            outbox.dropped += 1
+            return
+        outbox.queue.append((group, payload))
+        outbox.bytes += len(payload)
+        outbox.ready.set()
+
+    def _take_batch(self, to: str, outbox: _Outbox) -> peer_pb2.RaftBatch:
+        messages: list[peer_pb2.GroupMessage] = []
+        size = 0
+        while outbox.queue and (not messages or size < self.limits.max_batch_bytes):
+            group, payload = outbox.queue.popleft()
+            outbox.bytes -= len(payload)
+            size += len(payload) + len(group) + 8
+            messages.append(peer_pb2.GroupMessage(group=group, payload=payload))
+        if not outbox.queue:
+            outbox.ready.clear()
+        self._sequence += 1
+        return peer_pb2.RaftBatch(
+            from_node=self.self_id, to_node=to, messages=messages, sequence=self._sequence
+        )
+
+    async def _sender(self, to: str, outbox: _Outbox) -> None:
+        backoff = self.limits.reconnect_initial_s
+        while not self._closed:
+            address = self.address_of(to)
+            if address is None:
+                await asyncio.sleep(backoff)
+                outbox.queue.clear()
+                outbox.bytes = 0
+                continue
+            call = None
+            try:
+                stub = peer_pb2_grpc.PeerStub(self.channel(address))
+                call = stub.Raft()
+                while not self._closed:
+                    await outbox.ready.wait()
+                    if self.address_of(to) != address:
+                        break  # the dial map changed: re-dial
+                    await call.write(self._take_batch(to, outbox))
+                    backoff = self.limits.reconnect_initial_s
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, ConnectionError) as error:
+                log.debug("raft stream to %s (%s) broke: %s", to, address, error)
+            except asyncio.CancelledError:
+                raise
+            finally:
+                if call is not None:
+                    call.cancel()
+            # messages queued while the stream was down are stale; Raft resends what matters
+            outbox.queue.clear()
+            outbox.bytes = 0
+            outbox.ready.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.limits.reconnect_max_s)
+
+    # -- SWIM --------------------------------------------------------------------------------------
+    async def send_swim(self, address: str, packet: peer_pb2.SwimPacket) -> bool:
+        if self._closed:
+            return False
+        try:
+            stub = peer_pb2_grpc.PeerStub(self.channel(address))
+            await stub.Swim(packet, timeout=self.limits.swim_timeout_s)
+            return True
+        except grpc.aio.AioRpcError:
+            return False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [o.task for o in self._outboxes.values() if o.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for channel in self._channels.values():
+            await channel.close(grace=None)
+        self._channels.clear()
+
+
+async def serve_raft_stream(
+    requests: AsyncIterator[peer_pb2.RaftBatch], self_id: str, handler: RaftHandler
+) -> None:
+    """The server side of `Peer.Raft`: hands each batch's messages to `handler(from, messages)`."""
+    async for batch in requests:
+        if batch.to_node != self_id:
+            log.warning(
+                "dropped a raft batch for %r from %r (this is %r)",
+                batch.to_node,
+                batch.from_node,
+                self_id,
+            )
+            continue
+        handler(batch.from_node, [(m.group, m.payload) for m in batch.messages])
