@@ -133,6 +133,21 @@ class SegmentedLog:
             segment, row = self._locate(index)
             return segment.terms[row]
 
+    def entry_meta(self, index: int) -> tuple[int, int, int]:
+        """(term, base_offset, record_count) of entry `index`, from memory: no disk read."""
+        with self._lock:
+            self._check_index(index)
+            segment, row = self._locate(index)
+            return segment.terms[row], segment.base_offsets[row], segment.counts[row]
+
+    def offset_after(self, index: int) -> int:
+        """The offset following entry `index`'s records (`first_offset` for first_index - 1)."""
+        with self._lock:
+            if index == self._start_index - 1:
+                return self.first_offset
+            _, base_offset, count = self.entry_meta(index)
+            return base_offset + count
+
     # -- writes -----------------------------------------------------------------------------
     def append(
         self,

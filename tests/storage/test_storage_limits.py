@@ -13,6 +13,7 @@ from storage import (
     FsyncPolicy,
     HardState,
     HardStateStore,
+    IndexOutOfRange,
     LogConfig,
     SegmentedLog,
     sync_logs,
@@ -88,3 +89,17 @@ def test_hard_state_round_trips_and_survives_reopen(tmp_path: Path) -> None:
     (tmp_path / "raft.state").write_bytes(b"garbage")
     with pytest.raises(CorruptLog, match="not a Raft hard state"):
         store.load()
+
+
+def test_entry_meta_and_offset_after_answer_from_memory(tmp_path: Path) -> None:
+    with SegmentedLog(tmp_path / "log") as log:
+        log.append(b"a", 1, 3, 0)
+        log.append(b"", 2, 0, 0)
+        log.append(b"b", 2, 4, 0)
+        assert log.entry_meta(1) == (1, 0, 3)
+        assert log.entry_meta(2) == (2, 3, 0)
+        assert [log.offset_after(i) for i in (0, 1, 2, 3)] == [0, 3, 3, 7]
+        log.truncate_prefix(3)
+        assert log.offset_after(2) == 3
+        with pytest.raises(IndexOutOfRange):
+            log.entry_meta(2)
