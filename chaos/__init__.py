@@ -1,0 +1,1 @@
+"""Chaos testing: a local Toxiproxy-compatible fault-injection server and its helpers."""
