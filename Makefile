@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,dev
+DEMO_COUNT ?= 100000
 
 .PHONY: demo test lint format venv bench soak proto clean
 
@@ -16,9 +17,9 @@ $(STAMP): pyproject.toml scripts/preflight.sh
 
 venv: $(STAMP)
 
-## The main job. Until the node and SDK land, it runs the storage benchmark.
+## The main job: a local 3-node cluster, 100,000 records produced and read back from followers.
 demo: $(STAMP)
-	$(PY) -m bench.storage
+	$(PY) -m flotilla demo --count $(DEMO_COUNT)
 
 ## The test suite CI runs (under 15 minutes on 2 cores).
 test: $(STAMP)
@@ -35,6 +36,13 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.storage
+	$(PY) -m bench.produce
+	$(PY) -m bench.failover
+	$(PY) -m bench.idle --partitions 1000
+
+## The long Raft simulation sweep (CI runs 300 seeds inside `make test`).
+soak: $(STAMP)
+	$(PY) -m raft.sim --seeds 10000 --steps 2000 --nodes 3,5 --jobs 2
 
 ## Regenerate proto/*_pb2*.py from proto/*.proto (a test fails when they are stale).
 proto: $(STAMP)

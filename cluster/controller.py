@@ -20,13 +20,23 @@ import concurrent.futures
 import copy
 import enum
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec"]
+
+T = TypeVar("T")
+_TRANSIENT = {
+    FAIL_REASON.MISSING_LEADER,
+    FAIL_REASON.DISCARDED,
+    FAIL_REASON.NOT_LEADER,
+    FAIL_REASON.LEADER_CHANGED,
+    FAIL_REASON.QUEUE_FULL,
+}
 
 
 class ControlPlaneError(RuntimeError):
@@ -142,6 +152,9 @@ class MetadataStore:
             appendEntriesPeriod=election_timeout_s / 10,
             connectionTimeout=max(3.5, election_timeout_s * 4),
             commandsWaitLeader=True,
+            # containers get new addresses on restart: do not cache name lookups for long
+            dnsCacheTime=5.0,
+            dnsFailCacheTime=1.0,
             dynamicMembershipChange=False,
         )
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
@@ -149,27 +162,42 @@ class MetadataStore:
 
     # -- changes --------------------------------------------------------------------------------
     def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:
-        future: concurrent.futures.Future[CreateOutcome] = concurrent.futures.Future()
-
-        def done(result: Any, error: Any) -> None:
-            if error == FAIL_REASON.SUCCESS:
-                future.set_result(CreateOutcome(result))
-            else:
-                future.set_exception(ControlPlaneError(_reason(error)))
-
-        self._sync.create_topic(spec.to_wire(), callback=done)
-        return future
+        """Idempotent: a retry after a lost answer finds the same spec and says EXISTS."""
+        return self._submit("create_topic", spec.to_wire(), CreateOutcome)
 
     def delete_topic(self, name: str) -> concurrent.futures.Future[bool]:
-        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        """True if this call deleted it. After a transient failure the change may have been
+        applied; a retry that then finds nothing also counts as deleted."""
+        return self._submit("delete_topic", name, bool, retried_means=True)
+
+    def _submit(
+        self,
+        method: str,
+        argument: Any,
+        convert: Callable[[Any], T],
+        *,
+        retried_means: Any = None,
+        attempts: int = 20,
+    ) -> concurrent.futures.Future[T]:
+        """Calls a replicated method, retrying the failures a leader change causes."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        tries = [0]
+
+        def attempt() -> None:
+            tries[0] += 1
+            getattr(self._sync, method)(argument, callback=done)
 
         def done(result: Any, error: Any) -> None:
             if error == FAIL_REASON.SUCCESS:
-                future.set_result(bool(result))
+                if tries[0] > 1 and retried_means is not None and not result:
+                    result = retried_means
+                future.set_result(convert(result))
+            elif error in _TRANSIENT and tries[0] < attempts:
+                threading.Timer(0.1 * tries[0], attempt).start()
             else:
                 future.set_exception(ControlPlaneError(_reason(error)))
 
-        self._sync.delete_topic(name, callback=done)
+        attempt()
         return future
 
     # -- reads -----------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ class _Outbox:
         self.ready = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.failures = 0  # consecutive failed streams (logged once per outage)
 
 
 class PeerTransport:
@@ -107,6 +108,7 @@ class PeerTransport:
         outbox = self._outboxes.get(to)
         if outbox is None:
             outbox = self._outboxes[to] = _Outbox()
+        if outbox.task is None or outbox.task.done():
             outbox.task = asyncio.get_running_loop().create_task(self._sender(to, outbox))
         if outbox.bytes + len(payload) > self.limits.max_queue_bytes:
             outbox.dropped += 1
@@ -149,10 +151,13 @@ class PeerTransport:
                         break  # the dial map changed: re-dial
                     await call.write(self._take_batch(to, outbox))
                     backoff = self.limits.reconnect_initial_s
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError, ConnectionError) as error:
-                log.debug("raft stream to %s (%s) broke: %s", to, address, error)
+                    outbox.failures = 0
             except asyncio.CancelledError:
                 raise
+            except Exception as error:  # any failure: drop the stream and dial again
+                outbox.failures += 1
+                level = logging.INFO if outbox.failures == 1 else logging.DEBUG
+                log.log(level, "raft stream to %s (%s) broke: %s", to, address, _brief(error))
             finally:
                 if call is not None:
                     call.cancel()
@@ -202,3 +207,9 @@ async def serve_raft_stream(
             )
             continue
         handler(batch.from_node, [(m.group, m.payload) for m in batch.messages])
+
+
+def _brief(error: Exception) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return repr(error)

@@ -35,6 +35,7 @@ __all__ = [
     "Record",
     "decode_batch",
     "encode_batch",
+    "peek_producer",
     "read_header",
 ]
 
@@ -132,6 +133,12 @@ def read_header(batch: bytes | memoryview) -> BatchHeader:
     if producer_id and sequence < 0:
         raise InvalidBatch(f"base_sequence={sequence} must be >= 0 for producer {producer_id}")
     return BatchHeader(count, producer_id, sequence, timestamp)
+
+
+def peek_producer(batch: bytes | memoryview) -> tuple[int, int]:
+    """(producer_id, base_sequence) of an already validated batch, without checksum work."""
+    _, _, _, _, producer_id, sequence, _, _ = _HEADER.unpack_from(batch, 0)
+    return producer_id, sequence
 
 
 def decode_batch(batch: bytes | memoryview, base_offset: int) -> list[Record]:

@@ -20,6 +20,7 @@ from storage.handles import DEFAULT_HANDLES, FileHandles
 from storage.hard_state import HardState, HardStateStore
 from storage.meta import RecoveryReport
 from storage.segmented_log import SegmentedLog, sync_logs
+from storage.state_journal import StateJournal
 
 __all__ = [
     "DEFAULT_HANDLES",
@@ -41,6 +42,7 @@ __all__ = [
     "OffsetOutOfRange",
     "RecoveryReport",
     "SegmentedLog",
+    "StateJournal",
     "StorageError",
     "sync_logs",
 ]

@@ -13,9 +13,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(condition: Callable[[], object], timeout_s: float = 20.0, what: str = "") -> None:
+def wait_until(
+    condition: Callable[[], object],
+    timeout_s: float = 20.0,
+    what: str = "",
+    detail: Callable[[], object] | None = None,
+) -> None:
+    """Polls `condition` until it holds; on timeout the error names `what` and shows `detail()`."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}")
+            seen = f"; last seen: {detail()}" if detail is not None else ""
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {what or condition}{seen}"
+            )
         time.sleep(0.02)

@@ -1,0 +1,176 @@
+"""Produce benchmark: the SDK against a 3-node cluster, and our transport's ceiling, in one run.
+
+    python -m bench.produce [--records 50000] [--sync-records 500]
+
+Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records.
+- synchronous produce, one record in flight: records/s, p50 and p99 latency;
+- the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
+- the ceiling: a bare grpc.aio bidirectional stream between two processes carrying the same
+  batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk).
+Prints a table and, last, one JSON line with the figures and `produce_vs_grpc_ceiling` (best
+batching-producer MB/s over the ceiling's MB/s at the same batch size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+from cluster.local import LocalCluster, free_port
+from flotilla import Client
+
+RECORD = b"r" * 1024
+CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
+SETTINGS = [(0, 64 * 1024), (5, 256 * 1024), (5, 1024 * 1024)]
+_METHOD = "/bench.Ceiling/Stream"
+
+
+# -- the ceiling: a bare bidirectional stream ---------------------------------------------------
+async def _serve_ceiling(port: int) -> None:
+    async def stream(requests, context):  # type: ignore[no-untyped-def]
+        async for _ in requests:
+            yield b"ok"
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Ceiling", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
+    )
+    options = [
+        ("grpc.max_receive_message_length", 64 << 20),
+        ("grpc.max_send_message_length", 64 << 20),
+    ]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+async def _drive_ceiling(
+    port: int, batch_bytes: int, total_bytes: int, in_flight: int = 4
+) -> float:
+    payload = os.urandom(batch_bytes)
+    count = max(20, total_bytes // batch_bytes)
+    options = [
+        ("grpc.max_receive_message_length", 64 << 20),
+        ("grpc.max_send_message_length", 64 << 20),
+    ]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+        call = channel.stream_stream(_METHOD)()
+        started = time.perf_counter()
+        sent = acked = 0
+        while acked < count:
+            while sent < count and sent - acked < in_flight:
+                await call.write(payload)
+                sent += 1
+            await call.read()
+            acked += 1
+        elapsed = time.perf_counter() - started
+        await call.done_writing()
+    return count * batch_bytes / elapsed / 1e6
+
+
+def ceiling(batch_sizes: list[int], total_bytes: int) -> dict[int, float]:
+    port = free_port("127.0.0.1")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.produce", "--ceiling-server", str(port)],
+        stdout=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
+        return {size: asyncio.run(_drive_ceiling(port, size, total_bytes)) for size in batch_sizes}
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+# -- the cluster -----------------------------------------------------------------------------------
+def sync_produce(client: Client, count: int) -> tuple[float, float, float]:
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(count):
+        t = time.perf_counter()
+        client.produce("bench", RECORD, partition=0)
+        latencies.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return (
+        count / elapsed,
+        latencies[len(latencies) // 2] * 1000,
+        latencies[int(len(latencies) * 0.99)] * 1000,
+    )
+
+
+def batching_produce(client: Client, count: int, linger_ms: int, batch_bytes: int) -> float:
+    started = time.perf_counter()
+    with client.producer(
+        linger_ms=linger_ms, batch_bytes=batch_bytes, max_in_flight=16
+    ) as producer:
+        futures = [producer.send("bench", RECORD) for _ in range(count)]
+        producer.flush()
+        for future in futures:
+            future.result()
+    return count / (time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--sync-records", type=int, default=500)
+    parser.add_argument("--ceiling-server", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.ceiling_server:
+        asyncio.run(_serve_ceiling(args.ceiling_server))
+        return 0
+    rows: list[tuple[str, float, float]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd()) as root,
+        LocalCluster(root, 3, config_text=CONFIG) as cluster,
+    ):
+        cluster.start()
+        with Client(cluster.addresses(), timeout_s=60) as client:
+            client.create_topic("bench", partitions=3, replication_factor=3)
+            client.produce("bench", RECORD, partition=0)
+            sync_rate, p50_ms, p99_ms = sync_produce(client, args.sync_records)
+            rows.append(("sync produce (1 in flight)", sync_rate, sync_rate * len(RECORD) / 1e6))
+            batching: dict[tuple[int, int], float] = {}
+            for linger_ms, batch_bytes in SETTINGS:
+                rate = batching_produce(client, args.records, linger_ms, batch_bytes)
+                batching[(linger_ms, batch_bytes)] = rate
+                rows.append(
+                    (
+                        f"producer linger={linger_ms}ms batch={batch_bytes // 1024}KiB",
+                        rate,
+                        rate * len(RECORD) / 1e6,
+                    )
+                )
+    limits = ceiling(sorted({b for _, b in SETTINGS}), total_bytes=args.records * len(RECORD))
+    for size, mb_s in limits.items():
+        rows.append((f"grpc ceiling, {size // 1024}KiB messages", mb_s * 1e6 / len(RECORD), mb_s))
+    print(f"{'case':<42}{'records/s':>12}{'MB/s':>10}")
+    for name, rate, mb_s in rows:
+        print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
+    print(f"sync produce latency: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
+    (best_linger, best_batch), best_rate = max(batching.items(), key=lambda item: item[1])
+    best_mb_s = best_rate * len(RECORD) / 1e6
+    print(json.dumps({
+        "sync_records_per_s": round(sync_rate), "sync_p50_ms": round(p50_ms, 2), "sync_p99_ms": round(p99_ms, 2),
+        "producer_records_per_s": round(best_rate), "producer_mb_per_s": round(best_mb_s, 1),
+        "producer_best_setting": {"linger_ms": best_linger, "batch_bytes": best_batch},
+        "grpc_ceiling_mb_per_s": {str(k): round(v, 1) for k, v in limits.items()},
+        "produce_vs_grpc_ceiling": round(best_mb_s / limits[best_batch], 3),
+        "sync_p50_vs_target_1ms": round(p50_ms / 1.0, 2),
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,307 @@
+"""The MultiRaft host: many Raft groups on one node, driven by one asyncio task.
+
+The driver is the only caller of every `RaftNode`. Inputs (ticks, peer messages, proposals)
+queue in an inbox; each round the driver:
+
+1. steps the queued messages, makes the queued proposals, ticks the active groups;
+2. takes the Ready of every group that has one;
+3. sends at once the messages a leader may send before its own fsync (Raft thesis §10.2.1);
+4. does the disk work of *all* those Readies in one storage-thread call, ending with one group
+   commit (`sync_logs`: one fsync per dirty file however many groups wrote);
+5. sends the remaining messages — now backed by durable state, as the contract demands;
+6. applies committed ranges (high watermarks, produce waiters) and advances every node.
+
+Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
+thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
+SWIM event about its leader) puts it back on the tick list.
+
+Outgoing messages are encoded once and queued per destination node by the transport, which puts
+the messages of many groups into one stream message (heartbeats of many groups to one node thus
+travel together).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster.replica import Replica, Waiter
+from raft.codec import decode_message, encode_message
+from raft.errors import NotLeader, ProposalDropped, RaftError
+from raft.ready import Ready
+from raft.types import Message, Role
+from storage import HardState, StateJournal, sync_logs
+
+__all__ = ["MultiRaft", "Proposal"]
+
+log = logging.getLogger("flotilla.multiraft")
+
+Send = Callable[[str, str, bytes], None]  # (to node, group, payload)
+
+
+@dataclass(slots=True)
+class Proposal:
+    replica: Replica
+    batch: bytes
+    record_count: int
+    timestamp_ms: int
+    waiter: Waiter
+
+
+class MultiRaft:
+    def __init__(
+        self,
+        node_id: str,
+        send: Send,
+        tick_s: float,
+        journal: StateJournal,
+        quiesce_after_ticks: int = 20,
+    ) -> None:
+        self.node_id = node_id
+        self.journal = journal
+        self.quiesce_after_ticks = quiesce_after_ticks
+        self.send = send
+        self.tick_s = tick_s
+        self.replicas: dict[str, Replica] = {}
+        self.unknown_group: Callable[[str, str], Replica | None] = lambda group, sender: None
+        self.on_round: Callable[[], None] = lambda: None
+        self._inbox: deque[
+            tuple[str, list[tuple[str, bytes]]] | Proposal | Callable[[], object]
+        ] = deque()
+        self._ticks_due = 0
+        self._active: set[Replica] = set()
+        self._dirty: set[Replica] = set()
+        self._wake = asyncio.Event()
+        self._storage = concurrent.futures.ThreadPoolExecutor(1, "flotilla-storage")
+        self._tasks: list[asyncio.Task[None]] = []
+        self.rounds = 0
+        self.malformed_messages = 0
+        self.last_fsync_s = 0.0
+
+    # -- registry -------------------------------------------------------------------------------
+    def add(self, replica: Replica) -> None:
+        self.replicas[replica.group] = replica
+        self._active.add(replica)
+        self._dirty.add(replica)
+        self._wake.set()
+
+    def remove(self, group: str) -> Replica | None:
+        replica = self.replicas.pop(group, None)
+        if replica is not None:
+            self._active.discard(replica)
+            self._dirty.discard(replica)
+        return replica
+
+    def wake(self, group: str) -> None:
+        replica = self.replicas.get(group)
+        if replica is not None:
+            replica.node.wake()
+            self._active.add(replica)
+            self._wake.set()
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    # -- inputs (event loop) -----------------------------------------------------------------
+    def deliver(self, sender: str, messages: list[tuple[str, bytes]]) -> None:
+        self._inbox.append((sender, messages))
+        self._wake.set()
+
+    def propose(self, proposal: Proposal) -> None:
+        self._inbox.append(proposal)
+        self._wake.set()
+
+    def call(self, action: Callable[[], object]) -> None:
+        """Runs `action` in the driver, between rounds (e.g. a leadership transfer): the only
+        safe place to touch a Raft node from outside the driver."""
+        self._inbox.append(action)
+        self._wake.set()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._ticker()), loop.create_task(self._driver())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await asyncio.get_running_loop().run_in_executor(self._storage, self._close_all)
+        self._storage.shutdown(wait=True)
+
+    def _close_all(self) -> None:
+        for replica in list(self.replicas.values()):
+            replica.close()
+        self.journal.close()
+
+    async def run_storage(self, work: Callable[[], object]) -> object:
+        """Runs `work` on the storage thread (e.g. deleting a replica's files)."""
+        return await asyncio.get_running_loop().run_in_executor(self._storage, work)
+
+    async def _ticker(self) -> None:
+        next_at = time.monotonic()
+        while True:
+            next_at += self.tick_s
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if self._active:
+                self._ticks_due += 1
+                self._wake.set()
+            if time.monotonic() - next_at > 10 * self.tick_s:
+                next_at = time.monotonic()  # we fell far behind (a pause): do not burst
+
+    async def _driver(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("multiraft round failed")
+
+    # -- one round ----------------------------------------------------------------------------
+    def _take_inputs(self) -> None:
+        inbox, self._inbox = self._inbox, deque()
+        for item in inbox:
+            if isinstance(item, Proposal):
+                self._make_proposal(item)
+            elif isinstance(item, tuple):
+                self._step_all(*item)
+            else:
+                try:
+                    item()
+                except Exception:
+                    log.exception("a driver call failed")
+                self._dirty.update(self.replicas.values())
+        ticks, self._ticks_due = self._ticks_due, 0
+        if ticks:
+            for replica in list(self._active):
+                node = replica.node
+                for _ in range(min(ticks, 3)):
+                    node.tick()
+                replica.idle_ticks += ticks
+                if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
+                    node.quiesce()  # refused unless every member holds the whole, committed log
+                if node.quiesced:
+                    self._active.discard(replica)
+                if node.has_ready():
+                    self._dirty.add(replica)
+
+    def _step_all(self, sender: str, messages: list[tuple[str, bytes]]) -> None:
+        for group, payload in messages:
+            replica = self.replicas.get(group) or self.unknown_group(group, sender)
+            if replica is None:
+                continue
+            try:
+                message = decode_message(payload)
+            except (ValueError, TypeError, RaftError) as error:
+                self.malformed_messages += 1
+                log.warning(
+                    "dropped a malformed raft message from %s for %s: %s", sender, group, error
+                )
+                continue
+            if message.sender != sender:
+                self.malformed_messages += 1
+                log.warning(
+                    "dropped a raft message claiming sender %s on %s's stream",
+                    message.sender,
+                    sender,
+                )
+                continue
+            replica.node.step(message)
+            if not replica.node.quiesced:
+                self._active.add(replica)
+            self._dirty.add(replica)
+
+    def _make_proposal(self, proposal: Proposal) -> None:
+        replica, waiter = proposal.replica, proposal.waiter
+        if waiter.future.done():
+            return
+        try:
+            index = replica.node.propose(
+                proposal.batch, proposal.record_count, proposal.timestamp_ms
+            )
+        except (NotLeader, ProposalDropped) as error:
+            waiter.future.set_exception(error)
+            return
+        waiter.index, waiter.term = index, replica.node.term
+        replica.waiters[index] = waiter
+        replica.idle_ticks = 0
+        self._active.add(replica)
+        self._dirty.add(replica)
+
+    async def _round(self) -> None:
+        self.rounds += 1
+        self._take_inputs()
+        readies: list[tuple[Replica, Ready]] = []
+        for replica in self._dirty:
+            if replica.node.has_ready():
+                readies.append((replica, replica.node.ready()))
+        self._dirty = set()
+        if not readies:
+            return
+        for replica, ready in readies:
+            if ready.send_before_persist:
+                self._send(replica.group, ready.messages)
+        if any(_has_disk_work(replica, ready) for replica, ready in readies):
+            started = time.perf_counter()
+            await asyncio.get_running_loop().run_in_executor(
+                self._storage, _write_all, readies, self.journal
+            )
+            self.last_fsync_s = time.perf_counter() - started
+        for replica, ready in readies:
+            if not ready.send_before_persist:
+                self._send(replica.group, ready.messages)
+            replica.note_appended(ready)
+            replica.node.advance(ready)
+            replica.apply(ready.committed)
+            replica.settle_durable(replica.node.durable_index)
+            if replica.node.has_ready():
+                self._dirty.add(replica)
+            if replica.node.quiesced:
+                self._active.discard(replica)
+            else:
+                self._active.add(replica)
+        if self._dirty:
+            self._wake.set()
+        self.on_round()
+
+    def _send(self, group: str, messages: tuple[Message, ...]) -> None:
+        for message in messages:
+            self.send(message.recipient, group, encode_message(message))
+
+
+def _has_disk_work(replica: Replica, ready: Ready) -> bool:
+    """A Ready whose hard state changed only in its commit index needs no disk work: the host
+    saves the hard state only when term or vote change (see `Replica.write_ready`)."""
+    state = ready.hard_state
+    return bool(
+        ready.entries
+        or ready.boundary is not None
+        or ready.truncate_from is not None
+        or (state is not None and (state.term, state.vote) != replica.saved_term_vote)
+    )
+
+
+def _write_all(readies: list[tuple[Replica, Ready]], journal: StateJournal) -> None:
+    """Storage thread: every Ready's writes, then one group commit across all groups (one
+    fsync per dirty log, one for the state journal)."""
+    states: dict[str, HardState | None] = {}
+    for replica, ready in readies:
+        state = replica.write_ready(ready)
+        if state is not None:
+            states[replica.group] = state
+    journal.save_many(states)
+    # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
+    sync_logs(replica.segmented for replica, _ in readies)

@@ -1,0 +1,654 @@
+"""The node daemon: one process, one gRPC port, asyncio throughout.
+
+It wires the pieces together: the gRPC server (client + peer services), the SWIM host, the
+MultiRaft host, the control plane (on controller nodes), the partition manager, and metrics.
+
+Partition manager: every `manage_interval_s` the node compares the topics it knows with its
+local replicas. It opens a replica for every partition whose initial assignment names it (with
+that assignment as the bootstrap configuration), re-opens replicas found on disk, and deletes the
+replicas of deleted topics. A Raft message for a partition this node does not host yet (a leader
+adding it as a learner) opens the replica on the spot.
+
+Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
+leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
+runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
+from typing import Any
+
+import grpc
+
+from cluster.config import NodeConfig, parse_address
+from cluster.controller import ControlPlaneError, CreateOutcome, MetadataStore, TopicSpec
+from cluster.dialmap import DialMap
+from cluster.gossip import GossipHost
+from cluster.metrics import Metrics
+from cluster.multiraft import MultiRaft
+from cluster.placement import Candidate, partition_id, place
+from cluster.reconcile import StepKind, next_step
+from cluster.replica import Replica
+from cluster.service import ClientService, PeerService
+from cluster.transport import PeerTransport, TransportLimits, channel_options
+from cluster.validation import (
+    Invalid,
+    check_partition_count,
+    check_replication_factor,
+    check_topic_name,
+)
+from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc, peer_pb2_grpc
+from raft.config import RaftConfig
+from raft.errors import RaftError
+from raft.types import ConfigChange, ConfigChangeOp, Configuration, Role
+from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal
+
+__all__ = ["Node"]
+
+log = logging.getLogger("flotilla.node")
+
+_STATE = {
+    MemberState.ALIVE: pb.ALIVE,
+    MemberState.SUSPECT: pb.SUSPECT,
+    MemberState.DEAD: pb.DEAD,
+    MemberState.LEFT: pb.LEFT,
+}
+VERSION = "0.1.0"
+
+
+class Node:
+    manage_interval_s = 0.2
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.unsafe_ack_before_commit = False  # test-only (chaos mutation tests); see cli
+        self.topics: dict[str, TopicSpec] = {}
+        self.topics_loaded = False  # until then, "unknown topic" means "not loaded yet"
+        self.handles = FileHandles(config.max_open_files)
+        self.dial_map = DialMap(config.dial_map)
+        self.transport = PeerTransport(
+            config.node_id,
+            self.dial_map,
+            self._advertised_address,
+            TransportLimits(max_message_bytes=config.max_message_bytes),
+        )
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
+        self.multiraft = MultiRaft(
+            config.node_id,
+            self.transport.send_raft,
+            config.tick_ms / 1000,
+            self.journal,
+            quiesce_after_ticks=2 * config.election_ticks,
+        )
+        self.multiraft.unknown_group = self._open_on_message
+        self.raft_config = RaftConfig(
+            election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks
+        )
+        self.log_config = LogConfig(
+            segment_bytes=config.segment_bytes,
+            max_batch_bytes=config.max_batch_bytes,
+            fsync=FsyncPolicy.parse(config.fsync),
+        )
+        member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
+        self.gossip = GossipHost(
+            member, SwimConfig.lan(tick_ms=config.swim_tick_ms), self.transport, self._on_members
+        )
+        self.metrics = Metrics(config.node_id, lambda: list(self.multiraft.replicas.values()))
+        self.controller: MetadataStore | None = None
+        self.server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reader = None
+        self._rng = random.Random()
+        self._leaders: set[str] = set()
+        self._opening: set[str] = set()
+        self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
+        self._topics_version: object = None  # what the topic table was built from
+        self._local_checked_at = 0.0  # when local replicas were last compared with the topics
+        self._settled: dict[str, tuple[object, int]] = {}  # group -> (placement key, config index)
+        self.started = asyncio.Event()
+
+    @property
+    def partitions_dir(self) -> str:
+        return os.path.join(self.config.data_dir, "partitions")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        config = self.config
+        os.makedirs(self.partitions_dir, exist_ok=True)
+        if config.is_controller:
+            self.controller = await asyncio.to_thread(
+                MetadataStore,
+                config.node_id,
+                config.controllers,
+                config.cluster_secret,
+                os.path.join(config.data_dir, "controller"),
+                election_timeout_s=max(0.2, config.election_timeout_ms / 1000),
+            )
+        self.server = grpc.aio.server(options=channel_options(config.max_message_bytes))
+        flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
+        peer_pb2_grpc.add_PeerServicer_to_server(PeerService(self), self.server)
+        host, port = parse_address(config.listen, "listen")
+        self.server.add_insecure_port(f"{host}:{port}")
+        await self.server.start()
+        self.multiraft.on_round = self._after_round
+        self.multiraft.start()
+        self.gossip.start([seed for seed in config.join if seed != config.advertised])
+        if config.metrics:
+            metrics_host, metrics_port = parse_address(config.metrics, "metrics")
+            self.metrics.serve(metrics_host, metrics_port)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._manage_loop()))
+        self.started.set()
+        log.info("node %s serving on %s", config.node_id, config.listen)
+
+    async def stop(self, graceful: bool = True) -> None:
+        if graceful:
+            await self._hand_off_leadership()
+            self.gossip.leave()
+            await asyncio.sleep(
+                self.gossip.swim.config.tick_ms
+                * self.gossip.swim.config.probe_interval_ticks
+                / 1000
+            )
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.server is not None:
+            await self.server.stop(grace=0.5 if graceful else 0)
+        await self.gossip.stop()
+        await self.multiraft.stop()
+        await self.transport.close()
+        if self.controller is not None:
+            self.controller.close()
+        self.metrics.close()
+
+    async def _hand_off_leadership(self) -> None:
+        deadline = time.monotonic() + 4 * self.config.election_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            leading = [r for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER]
+            if not leading:
+                return
+            for replica in leading:
+                target = self._transfer_target(replica)
+                if target is not None and replica.node.transferee is None:
+                    self.multiraft.call(partial(replica.node.transfer_leader, target))
+            await asyncio.sleep(self.config.tick_ms / 1000)
+
+    def _transfer_target(self, replica: Replica) -> str | None:
+        node = replica.node
+        live = {m.id for m in self.gossip.swim.live_members()}
+        candidates = [v for v in node.configuration.voters if v != node.id and v in live]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda v: node.match_index(v) or 0)
+
+    # -- membership ------------------------------------------------------------------------------
+    def _advertised_address(self, member_id: str) -> str | None:
+        return self.gossip.address_of(member_id)
+
+    def _on_members(self, events: list[MembershipEvent]) -> None:
+        now = time.monotonic()
+        for event in events:
+            if event.kind in (EventKind.DEAD, EventKind.LEAVE):
+                self._gone_since.setdefault(event.member.id, now)
+            else:
+                self._gone_since.pop(event.member.id, None)
+        gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
+        if not gone:
+            return
+        for replica in self.multiraft.replicas.values():
+            if replica.node.leader_id in gone:
+                self.multiraft.wake(replica.group)
+
+    def live_candidates(self) -> list[Candidate]:
+        return [Candidate(m.id, m.weight, m.rack) for m in self.gossip.swim.live_members()]
+
+    def placement_candidates(self) -> list[Candidate]:
+        """Live members, plus members dead or gone for less than `replace_after` (so that a
+        restart or a rolling upgrade moves no data)."""
+        now = time.monotonic()
+        candidates = self.live_candidates()
+        live = {c.node_id for c in candidates}
+        for record in self.gossip.swim.records():
+            member = record.member
+            since = self._gone_since.get(member.id, now)
+            if member.id not in live and now - since < self.config.replace_after_s:
+                candidates.append(Candidate(member.id, member.weight, member.rack))
+        return candidates
+
+    def leader_hint(self, leader_id: str | None) -> str:
+        if not leader_id:
+            return ""
+        address = self.gossip.address_of(leader_id)
+        return f"{leader_id}={address}" if address else ""
+
+    def preferred_hint(self, topic: str, partition: int) -> str:
+        spec = self.topics.get(topic)
+        if spec is None or partition >= len(spec.assignment):
+            return ""
+        for member in spec.assignment[partition]:
+            hint = self.leader_hint(member)
+            if hint:
+                return hint
+        return ""
+
+    # -- topics ----------------------------------------------------------------------------------
+    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
+        check_topic_name(request.name)
+        check_partition_count(request.partitions)
+        live = self.live_candidates()
+        factor = request.replication_factor or self.config.default_replication_factor
+        check_replication_factor(factor, len(live))
+        if self.controller is None:
+            return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
+        assignment = tuple(
+            tuple(place(partition_id(request.name, p), live, factor))
+            for p in range(request.partitions)
+        )
+        spec = TopicSpec(
+            request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
+            assignment, uuid.uuid4().hex,
+        )  # fmt: skip
+        try:
+            outcome = await asyncio.wait_for(
+                asyncio.wrap_future(self.controller.create_topic(spec)), 15
+            )
+        except (ControlPlaneError, TimeoutError) as error:
+            raise ConnectionError(
+                f"the control plane could not create {request.name!r}: {error or 'timed out'}"
+            ) from None
+        if outcome is CreateOutcome.CONFLICT:
+            existing = self.controller.topics().get(request.name)
+            shape = (
+                f"partitions={existing.partitions}, replication_factor={existing.replication_factor}"
+                if existing
+                else "another spec"
+            )
+            raise FileExistsError(f"topic {request.name!r} already exists with {shape}")
+        deadline = time.monotonic() + 10
+        while request.name not in self.topics and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return (await self.metadata([request.name])).topics[0]
+
+    async def delete_topic(self, name: str) -> None:
+        check_topic_name(name)
+        if self.controller is None:
+            await self._forward(
+                lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=15)
+            )
+            return
+        try:
+            deleted = await asyncio.wait_for(
+                asyncio.wrap_future(self.controller.delete_topic(name)), 15
+            )
+        except (ControlPlaneError, TimeoutError) as error:
+            raise ConnectionError(
+                f"the control plane could not delete {name!r}: {error or 'timed out'}"
+            ) from None
+        if not deleted:
+            raise KeyError(f"topic {name!r} does not exist")
+
+    async def _forward(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
+        errors = []
+        for controller_id in sorted(self.config.controllers):
+            address = self.transport.address_of(controller_id)
+            if not address:
+                continue
+            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
+            try:
+                return await call(stub)
+            except grpc.aio.AioRpcError as error:
+                if error.code() in (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.ALREADY_EXISTS,
+                ):
+                    raise (
+                        Invalid
+                        if error.code() == grpc.StatusCode.INVALID_ARGUMENT
+                        else FileExistsError
+                    )(error.details()) from None
+                if error.code() == grpc.StatusCode.NOT_FOUND:
+                    raise KeyError(error.details()) from None
+                errors.append(f"{controller_id}: {error.details()}")
+        raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
+
+    async def _refresh_topics(self) -> None:
+        if self.controller is not None:
+            if self.controller.ready and self.controller.version != self._topics_version:
+                self._topics_version = self.controller.version
+                self.topics = self.controller.topics()
+                self.topics_loaded = True
+                self._local_checked_at = 0.0
+            return
+        for controller_id in sorted(self.config.controllers):
+            address = self.transport.address_of(controller_id)
+            if not address:
+                continue
+            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
+            try:
+                response = await stub.Metadata(
+                    pb.MetadataRequest(), timeout=2, metadata=(("flotilla-topics-only", "1"),)
+                )
+            except grpc.aio.AioRpcError:
+                continue
+            signature = tuple((t.name, len(t.partitions)) for t in response.topics)
+            if signature != self._topics_version:
+                self._topics_version = signature
+                self._local_checked_at = 0.0
+            self.topics = {
+                t.name: TopicSpec(
+                    t.name,
+                    len(t.partitions),
+                    t.replication_factor,
+                    t.retention_bytes,
+                    t.retention_ms,
+                    tuple(tuple(p.replicas) for p in t.partitions),
+                )
+                for t in response.topics
+            }
+            self.topics_loaded = True
+            return
+
+    # -- metadata ----------------------------------------------------------------------------------
+    def _local_partition(self, topic: str, index: int) -> pb.PartitionInfo | None:
+        replica = self.multiraft.replicas.get(f"{topic}/{index}")
+        if replica is None:
+            return None
+        node = replica.node
+        voters = sorted(node.configuration.voters, key=lambda v: (v != node.leader_id, v))
+        return pb.PartitionInfo(
+            index=index,
+            leader=node.leader_id or "",
+            replicas=voters,
+            learners=sorted(node.configuration.learners),
+            high_watermark=replica.high_watermark,
+            log_start=replica.segmented.first_offset,
+        )
+
+    async def metadata(
+        self, topics: Iterable[str], *, local_only: bool = False
+    ) -> pb.MetadataResponse:
+        names = list(topics) or sorted(self.topics)
+        infos: dict[tuple[str, int], pb.PartitionInfo] = {}
+        for name in names:
+            for index in range(self.topics[name].partitions):
+                info = self._local_partition(name, index)
+                if info is not None:
+                    infos[(name, index)] = info
+        if not local_only:
+            await self._gather_remote(names, infos)
+        response = pb.MetadataResponse(node_id=self.config.node_id)
+        for record in self.gossip.swim.records():
+            member = record.member
+            response.members.append(
+                pb.Member(
+                    id=member.id,
+                    address=member.address,
+                    state=_STATE[record.state],
+                    weight=member.weight,
+                    rack=member.rack,
+                )
+            )
+        for name in names:
+            spec = self.topics[name]
+            topic = pb.TopicInfo(
+                name=name, replication_factor=spec.replication_factor,
+                retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms,
+            )  # fmt: skip
+            for index in range(spec.partitions):
+                info = infos.get((name, index))
+                if info is None:
+                    assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+                    info = pb.PartitionInfo(index=index, replicas=list(assigned))
+                topic.partitions.append(info)
+            response.topics.append(topic)
+        return response
+
+    async def _gather_remote(
+        self, names: list[str], infos: dict[tuple[str, int], pb.PartitionInfo]
+    ) -> None:
+        """Asks the other live members for their replicas' view; the leader's view wins."""
+        others = [m for m in self.gossip.swim.live_members() if m.id != self.config.node_id]
+
+        async def ask(member: Member) -> pb.MetadataResponse | None:
+            address = self.transport.address_of(member.id)
+            if not address:
+                return None
+            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
+            try:
+                return await stub.Metadata(
+                    pb.MetadataRequest(topics=names),
+                    timeout=1.0,
+                    metadata=(("flotilla-local-only", "1"),),
+                )
+            except grpc.aio.AioRpcError:
+                return None
+
+        for response in await asyncio.gather(*(ask(m) for m in others)):
+            if response is None:
+                continue
+            for topic in response.topics:
+                for info in topic.partitions:
+                    key = (topic.name, info.index)
+                    if (
+                        not info.high_watermark
+                        and not info.leader
+                        and not info.learners
+                        and key in infos
+                    ):
+                        continue
+                    current = infos.get(key)
+                    mine = current is not None and current.leader == self.config.node_id
+                    theirs = info.leader == response.node_id
+                    if (
+                        current is None
+                        or (theirs and not mine)
+                        or (not current.leader and info.leader)
+                    ):
+                        infos[key] = info
+
+    def health(self) -> pb.HealthResponse:
+        replicas = self.multiraft.replicas.values()
+        return pb.HealthResponse(
+            node_id=self.config.node_id,
+            serving=self.started.is_set(),
+            partitions=len(self.multiraft.replicas),
+            leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
+            members_alive=self.gossip.swim.live_count(),
+            active_groups=self.multiraft.active_count,
+        )
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def read(
+        self, replica: Replica, offset: int, max_records: int, max_bytes: int
+    ) -> list[pb.StoredBatch]:
+        return await asyncio.to_thread(_read_committed, replica, offset, max_records, max_bytes)
+
+    # -- partition manager ---------------------------------------------------------------------
+    async def _manage_loop(self) -> None:
+        while True:
+            try:
+                await self._refresh_topics()
+                if time.monotonic() - self._local_checked_at > 5.0:
+                    self._local_checked_at = time.monotonic()
+                    await self._reconcile_local()
+                self._reconcile_groups()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("partition manager round failed")
+            await asyncio.sleep(self.manage_interval_s)
+
+    async def _reconcile_local(self) -> None:
+        wanted: list[tuple[TopicSpec, int, Configuration]] = []
+        for spec in self.topics.values():
+            for index in range(spec.partitions):
+                group = f"{spec.name}/{index}"
+                if group in self.multiraft.replicas or group in self._opening:
+                    continue
+                assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+                if self.config.node_id in assigned:
+                    wanted.append((spec, index, Configuration(voters=frozenset(assigned))))
+                elif os.path.isdir(self._replica_dir(spec.name, index)):
+                    wanted.append((spec, index, Configuration()))
+        if wanted:
+            await self._open_replicas(wanted)
+        deleted_topics = [
+            g for g, r in self.multiraft.replicas.items() if r.topic not in self.topics
+        ]
+        for group in deleted_topics + self._collect_removed():
+            replica = self.multiraft.remove(group)
+            if replica is not None:
+                await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
+        if self.topics:
+            for topic in os.listdir(self.partitions_dir):
+                if topic not in self.topics:
+                    path = os.path.join(self.partitions_dir, topic)
+                    if not any(r.topic == topic for r in self.multiraft.replicas.values()):
+                        await asyncio.to_thread(shutil.rmtree, path, True)
+
+    def _reconcile_groups(self) -> None:
+        """Each local leader takes one step toward its partition's placement."""
+        candidates = self.placement_candidates()
+        for replica in list(self.multiraft.replicas.values()):
+            node = replica.node
+            spec = self.topics.get(replica.topic)
+            if node.role is not Role.LEADER or spec is None or node.transferee is not None:
+                continue
+            desired = place(
+                partition_id(replica.topic, replica.partition), candidates, spec.replication_factor
+            )
+            config = node.configuration
+            step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
+            if step is not None:
+                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id))
+
+    def _collect_removed(self) -> list[str]:
+        """Local replicas whose log says this node was removed from the group."""
+        me = self.config.node_id
+        return [
+            group
+            for group, replica in self.multiraft.replicas.items()
+            if replica.node.configuration_index > 0 and me not in replica.node.configuration.members
+        ]
+
+    def _replica_dir(self, topic: str, index: int) -> str:
+        return os.path.join(self.partitions_dir, topic, str(index))
+
+    async def _open_replicas(self, wanted: list[tuple[TopicSpec, int, Configuration]]) -> None:
+        groups = [f"{spec.name}/{index}" for spec, index, _ in wanted]
+        self._opening.update(groups)
+        try:
+            opened = await self.multiraft.run_storage(
+                lambda: [self._open_replica(*item) for item in wanted]
+            )
+        finally:
+            self._opening.difference_update(groups)
+        for replica in opened:  # type: ignore[attr-defined]
+            if replica.topic in self.topics:
+                self.multiraft.add(replica)
+
+    def _open_replica(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> Replica:
+        return Replica.open(
+            node_id=self.config.node_id,
+            topic=spec.name,
+            partition=index,
+            directory=self._replica_dir(spec.name, index),
+            bootstrap=bootstrap,
+            hard_state=self.journal.load(f"{spec.name}/{index}"),
+            raft_config=self.raft_config,
+            log_config=self.log_config,
+            handles=self.handles,
+            rng=random.Random(self._rng.getrandbits(64)),
+        )
+
+    def _open_on_message(self, group: str, sender: str) -> Replica | None:
+        """A Raft message for a partition not hosted here: a leader is adding this node."""
+        topic, _, index_text = group.rpartition("/")
+        spec = self.topics.get(topic)
+        if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
+            return None
+        index = int(index_text)
+        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+        bootstrap = (
+            Configuration(voters=frozenset(assigned))
+            if self.config.node_id in assigned
+            else Configuration()
+        )
+        if group in self._opening:
+            return None
+        replica = self._open_replica(spec, index, bootstrap)  # small and new: opening is quick
+        self.multiraft.add(replica)
+        return replica
+
+    def _after_round(self) -> None:
+        self.metrics.observe_fsync(self.multiraft.last_fsync_s)
+        leaders = {g for g, r in self.multiraft.replicas.items() if r.node.role is Role.LEADER}
+        changed = leaders ^ self._leaders
+        for _ in changed:
+            self.metrics.leader_changed()
+        self._leaders = leaders
+
+
+def _read_committed(
+    replica: Replica, offset: int, max_records: int, max_bytes: int
+) -> list[pb.StoredBatch]:
+    """Reader thread: committed batches from `offset`, never past the applied index."""
+    log = replica.segmented
+    applied = replica.node.applied_index
+    if offset >= replica.high_watermark:
+        return []
+    batches: list[pb.StoredBatch] = []
+    records = 0
+    index = log.find_offset(offset)
+    for entry in log.read_from(index, max_bytes):
+        if entry.index > applied or records >= max_records:
+            break
+        if entry.record_count:
+            batches.append(
+                pb.StoredBatch(
+                    base_offset=entry.base_offset,
+                    record_count=entry.record_count,
+                    data=bytes(entry.data),
+                )
+            )
+            records += entry.record_count
+    return batches
+
+
+def _apply_step(replica: Replica, kind: StepKind, node_id: str) -> None:
+    """In the driver: one reconciliation step (refused quietly if the core says not now)."""
+    node = replica.node
+    try:
+        if kind is StepKind.TRANSFER:
+            node.transfer_leader(node_id)
+            return
+        op = {
+            StepKind.ADD_LEARNER: ConfigChangeOp.ADD_LEARNER,
+            StepKind.PROMOTE: ConfigChangeOp.PROMOTE,
+            StepKind.REMOVE: ConfigChangeOp.REMOVE,
+        }[kind]
+        node.change_config(ConfigChange(op, node_id))
+        log.info("%s: %s %s", replica.group, kind.value, node_id)
+    except RaftError as error:
+        log.debug("%s: %s %s deferred: %s", replica.group, kind.value, node_id, error)
+
+
+def _delete_replica(replica: Replica, journal: StateJournal) -> None:
+    replica.close()
+    shutil.rmtree(replica.directory, ignore_errors=True)
+    journal.forget([replica.group])

@@ -1,0 +1,206 @@
+"""One local replica of one partition: its Raft node, its log and hard state on disk, the
+waiters of produce requests, the high watermark readers see, and the idempotent-producer table.
+
+Threading: the MultiRaft driver (one asyncio task) is the only caller of the Raft node. Disk work
+for a Ready (`write_ready`) runs in the driver's storage thread; everything else runs on the
+event loop. Reads (`read_committed`) run in a reader thread and touch only the segmented log,
+which is thread-safe, and the high watermark, which only grows.
+
+    high_watermark == offset after the last applied (committed) entry
+    a produce waiter for (index, term) succeeds iff the committed entry at `index` has `term`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass, field
+
+from cluster.producers import BatchRef, ProducerTable
+from proto.records import peek_producer
+from raft.config import RaftConfig
+from raft.core import RaftNode
+from raft.ready import Ready
+from raft.storage_log import SegmentedRaftLog
+from raft.types import Configuration, EntryKind
+from storage import FileHandles, HardState, LogConfig, SegmentedLog
+
+__all__ = ["NotCommitted", "ProduceResult", "Replica", "Waiter"]
+
+REBUILD_SCAN_ENTRIES = 4096
+
+
+class NotCommitted(Exception):
+    """The batch was not committed: `definitely_not_written` says whether a retry can only
+    help, or whether the outcome is unknown (an idempotent retry is still safe)."""
+
+    def __init__(self, message: str, *, definitely_not_written: bool) -> None:
+        super().__init__(message)
+        self.definitely_not_written = definitely_not_written
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    base_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class Waiter:
+    future: asyncio.Future[ProduceResult]
+    index: int = 0
+    term: int = 0
+    duplicate: bool = False
+    on_append: bool = False  # acks=LEADER: resolve once the leader's own write is durable
+
+
+@dataclass(slots=True, eq=False)  # identity semantics: replicas live in sets
+class Replica:
+    group: str
+    topic: str
+    partition: int
+    directory: str
+    node: RaftNode
+    segmented: SegmentedLog
+    log: SegmentedRaftLog
+    producers: ProducerTable = field(default_factory=ProducerTable)
+    waiters: dict[int, Waiter] = field(default_factory=dict)
+    high_watermark: int = 0
+    hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    saved_term_vote: tuple[int, str | None] = (0, None)
+    idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        node_id: str,
+        topic: str,
+        partition: int,
+        directory: str,
+        bootstrap: Configuration,
+        hard_state: HardState,
+        raft_config: RaftConfig,
+        log_config: LogConfig,
+        handles: FileHandles,
+        rng: random.Random,
+    ) -> Replica:
+        os.makedirs(directory, exist_ok=True)
+        segmented = SegmentedLog(os.path.join(directory, "log"), log_config, handles=handles)
+        raft_log = SegmentedRaftLog(segmented)
+        node = RaftNode(node_id, bootstrap, raft_log, hard_state, raft_config, rng)
+        replica = cls(
+            group=f"{topic}/{partition}",
+            topic=topic,
+            partition=partition,
+            directory=directory,
+            node=node,
+            segmented=segmented,
+            log=raft_log,
+            saved_term_vote=(hard_state.term, hard_state.vote),
+        )
+        replica.high_watermark = segmented.offset_after(node.applied_index)
+        replica._rebuild_producers()
+        return replica
+
+    def _rebuild_producers(self) -> None:
+        first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)
+        if first > self.segmented.last_index:
+            return
+        for entry in self.segmented.read_from(first, 1 << 62):
+            if entry.record_count > 0:
+                producer_id, sequence = peek_producer(entry.data)
+                self.producers.note(
+                    producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
+                )
+
+    # -- the storage thread -------------------------------------------------------------------
+    def write_ready(self, ready: Ready) -> HardState | None:
+        """Disk work of one Ready, in the contract's order; durability by the caller's group
+        commit. Returns the hard state to save (in the node's state journal, with one fsync for
+        every group of the round) when its term or vote changed."""
+        if ready.boundary is not None:
+            self.log.reset(ready.boundary)
+        if ready.truncate_from is not None:
+            self.log.truncate_from(ready.truncate_from)
+        if ready.entries:
+            self.log.append(ready.entries)
+        state = ready.hard_state
+        if state is not None and (state.term, state.vote) != self.saved_term_vote:
+            # term and vote must be durable before this Ready's messages go out; a change of
+            # commit alone is not saved (a restart re-learns it from the leader).
+            self.saved_term_vote = (state.term, state.vote)
+            return HardState(state.term, state.vote, state.commit)
+        return None
+
+    # -- the event loop ---------------------------------------------------------------------------
+    def note_appended(self, ready: Ready) -> None:
+        """Feeds the producer table from entries just written (and forgets truncated ones)."""
+        if ready.boundary is not None:
+            self.producers.forget_from(0)
+        if ready.truncate_from is not None:
+            self.producers.forget_from(ready.truncate_from)
+            for index in [i for i in self.waiters if i >= ready.truncate_from]:
+                future = self.waiters.pop(index).future
+                if not future.done():
+                    future.set_exception(
+                        NotCommitted(
+                            "leadership changed before the batch committed; it was not written",
+                            definitely_not_written=True,
+                        )
+                    )
+        for entry in ready.entries:
+            if entry.kind is EntryKind.NORMAL:
+                producer_id, sequence = peek_producer(entry.data)
+                self.producers.note(
+                    producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
+                )
+
+    def apply(self, committed: tuple[int, int] | None) -> None:
+        if committed is None:
+            return
+        last = committed[1]
+        self.high_watermark = self.segmented.offset_after(last)
+        while self.waiters:
+            index = next(iter(self.waiters))
+            if index > last:
+                break
+            self._settle(self.waiters.pop(index))
+        event, self.hw_changed = self.hw_changed, asyncio.Event()
+        event.set()
+
+    def settle_durable(self, durable_index: int) -> None:
+        """acks=LEADER waiters whose entry the leader holds durably."""
+        for index in [i for i, w in self.waiters.items() if w.on_append and i <= durable_index]:
+            self._settle(self.waiters.pop(index))
+
+    def _settle(self, waiter: Waiter) -> None:
+        if waiter.future.done():
+            return
+        if not self.segmented.first_index <= waiter.index <= self.segmented.last_index:
+            waiter.future.set_exception(
+                NotCommitted("the outcome is unknown; retry", definitely_not_written=False)
+            )
+            return
+        term, base_offset, count = self.segmented.entry_meta(waiter.index)
+        if term != waiter.term:
+            waiter.future.set_exception(
+                NotCommitted(
+                    "leadership changed before the batch committed; it was not written",
+                    definitely_not_written=True,
+                )
+            )
+        else:
+            waiter.future.set_result(ProduceResult(base_offset, count, waiter.duplicate))
+
+    def fail_all(self, message: str) -> None:
+        for waiter in self.waiters.values():
+            if not waiter.future.done():
+                waiter.future.set_exception(NotCommitted(message, definitely_not_written=False))
+        self.waiters.clear()
+
+    def close(self) -> None:
+        self.fail_all("the replica is closing; the outcome is unknown")
+        self.segmented.close()

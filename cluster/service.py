@@ -1,0 +1,322 @@
+"""The gRPC servicers: the client API (`Flotilla`) and the node-to-node API (`Peer`).
+
+Every request is validated here, at the edge (DESIGN §9), before anything changes: a bad request
+gets a precise status and changes nothing. Leadership errors carry the leader in trailing
+metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, NoReturn
+
+import grpc
+
+from cluster.multiraft import Proposal
+from cluster.replica import NotCommitted, ProduceResult, Replica, Waiter
+from cluster.transport import serve_raft_stream
+from cluster.validation import Invalid, check_topic_name
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc, peer_pb2, peer_pb2_grpc
+from proto.records import InvalidBatch, read_header
+from raft.errors import NotLeader, ProposalDropped
+from raft.types import Role
+
+if TYPE_CHECKING:
+    from cluster.node import Node
+
+__all__ = ["ClientService", "PeerService"]
+
+DEFAULT_MAX_RECORDS = 10_000
+DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
+MAX_WAIT_MS = 60_000
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, leader: str = ""
+) -> NoReturn:
+    if leader:
+        context.set_trailing_metadata((("flotilla-leader", leader),))
+    await context.abort(code, message)
+    raise AssertionError("unreachable")  # abort raises
+
+
+class ClientService(flotilla_pb2_grpc.FlotillaServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    # -- topics ---------------------------------------------------------------------------------
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicInfo:
+        try:
+            return await self.node.create_topic(request)
+        except Invalid as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except FileExistsError as error:
+            await _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(error))
+        except ConnectionError as error:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicResponse:
+        try:
+            await self.node.delete_topic(request.name)
+        except Invalid as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except KeyError as error:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
+        except ConnectionError as error:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        return pb.DeleteTopicResponse()
+
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(names=sorted(self.node.topics))
+
+    async def DescribeTopic(
+        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicInfo:
+        await self._topic(request.name, context)
+        response = await self.node.metadata([request.name])
+        topic: pb.TopicInfo = response.topics[0]
+        return topic
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetadataResponse:
+        for name in request.topics:
+            await self._topic(name, context)
+        local_only = any(
+            key == "flotilla-local-only" for key, _ in context.invocation_metadata() or ()
+        )
+        return await self.node.metadata(list(request.topics), local_only=local_only)
+
+    async def Health(
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthResponse:
+        return self.node.health()
+
+    # -- data -------------------------------------------------------------------------------------
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        node = self.node
+        replica = await self._leader_replica(request.topic, request.partition, context)
+        size = len(request.batch)
+        if size > node.config.max_batch_bytes:
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"batch of {size} bytes exceeds max_batch_bytes={node.config.max_batch_bytes}",
+            )
+        try:
+            header = read_header(request.batch)
+        except InvalidBatch as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
+        timeout_s = (request.timeout_ms or node.config.produce_timeout_ms) / 1000
+        earlier = replica.producers.lookup(header.producer_id, header.base_sequence)
+        loop = asyncio.get_running_loop()
+        if earlier is not None:
+            waiter = Waiter(loop.create_future(), earlier.index, earlier.term, duplicate=True)
+            result = await self._await_duplicate(replica, waiter, timeout_s, context)
+            return pb.ProduceResponse(
+                base_offset=result.base_offset, record_count=result.record_count, duplicate=True
+            )
+        waiter = Waiter(
+            loop.create_future(),
+            on_append=request.acks == pb.ACKS_LEADER or node.unsafe_ack_before_commit,
+        )
+        started = time.perf_counter()
+        node.multiraft.propose(
+            Proposal(replica, request.batch, header.record_count, int(time.time() * 1000), waiter)
+        )
+        try:
+            result = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+        except NotLeader as error:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                str(error),
+                node.leader_hint(error.leader_hint),
+            )
+        except ProposalDropped as error:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        except NotCommitted as error:
+            code = (
+                grpc.StatusCode.UNAVAILABLE
+                if error.definitely_not_written
+                else grpc.StatusCode.DEADLINE_EXCEEDED
+            )
+            await _abort(context, code, str(error))
+        except TimeoutError:
+            await _abort(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"not committed within {timeout_s:.1f} s; the outcome is unknown (an idempotent retry is safe)",
+            )
+        node.metrics.observe_produce(replica.group, time.perf_counter() - started)
+        return pb.ProduceResponse(base_offset=result.base_offset, record_count=result.record_count)
+
+    async def _await_duplicate(
+        self, replica: Replica, waiter: Waiter, timeout_s: float, context: grpc.aio.ServicerContext
+    ) -> ProduceResult:
+        deadline = time.monotonic() + timeout_s
+        while replica.node.applied_index < waiter.index:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                await _abort(
+                    context,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "the earlier copy of this batch has not committed yet; the outcome is unknown",
+                )
+            try:
+                await asyncio.wait_for(replica.hw_changed.wait(), remaining)
+            except TimeoutError:
+                continue
+        replica._settle(waiter)
+        try:
+            return waiter.future.result()
+        except NotCommitted as error:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        replica = await self._local_replica(request.topic, request.partition, context)
+        return await self._fetch(replica, request, context)
+
+    async def Subscribe(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FetchResponse]:
+        replica = await self._local_replica(request.topic, request.partition, context)
+        offset = request.offset
+        while not context.cancelled():
+            poll = pb.FetchRequest()
+            poll.CopyFrom(request)
+            poll.offset = offset
+            poll.max_wait_ms = request.max_wait_ms or 1000
+            response = await self._fetch(replica, poll, context)
+            if response.batches:
+                last = response.batches[-1]
+                offset = last.base_offset + last.record_count
+                yield response
+
+    async def _fetch(
+        self, replica: Replica, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        node = self.node
+        if request.max_wait_ms > MAX_WAIT_MS:
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"max_wait_ms={request.max_wait_ms} exceeds {MAX_WAIT_MS}",
+            )
+        log_start = replica.segmented.first_offset
+        high_watermark = replica.high_watermark
+        offset = request.offset
+        if not log_start <= offset <= high_watermark:
+            await _abort(
+                context,
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"offset {offset} is out of range for {replica.group}: valid offsets are "
+                f"{log_start}..{high_watermark} (the high watermark)",
+            )
+        if offset == high_watermark and request.max_wait_ms:
+            try:
+                await asyncio.wait_for(replica.hw_changed.wait(), request.max_wait_ms / 1000)
+            except TimeoutError:
+                pass
+        max_records = request.max_records or DEFAULT_MAX_RECORDS
+        max_bytes = min(
+            request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
+        )
+        batches = await node.read(replica, offset, max_records, max_bytes)
+        return pb.FetchResponse(
+            batches=batches,
+            high_watermark=replica.high_watermark,
+            log_start=replica.segmented.first_offset,
+            replica=node.config.node_id,
+        )
+
+    # -- lookups ----------------------------------------------------------------------------------
+    async def _topic(self, name: str, context: grpc.aio.ServicerContext) -> None:
+        try:
+            check_topic_name(name)
+        except Invalid as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        if name not in self.node.topics:
+            if not self.node.topics_loaded:
+                await _abort(
+                    context,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"node {self.node.config.node_id} is starting: topic metadata is not loaded yet",
+                )
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"topic {name!r} does not exist")
+
+    async def _partition(
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+    ) -> None:
+        await self._topic(topic, context)
+        count = self.node.topics[topic].partitions
+        if partition >= count:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{count - 1}",
+            )
+
+    async def _local_replica(
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+    ) -> Replica:
+        await self._partition(topic, partition, context)
+        replica = self.node.multiraft.replicas.get(f"{topic}/{partition}")
+        if replica is None:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this node ({self.node.config.node_id}) holds no replica of {topic}/{partition}",
+                self.node.preferred_hint(topic, partition),
+            )
+        return replica
+
+    async def _leader_replica(
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+    ) -> Replica:
+        replica = await self._local_replica(topic, partition, context)
+        raft = replica.node
+        if raft.role is not Role.LEADER:
+            leader = raft.leader_id
+            where = f"the leader is {leader}" if leader else "no leader is known yet; retry shortly"
+            code = grpc.StatusCode.FAILED_PRECONDITION if leader else grpc.StatusCode.UNAVAILABLE
+            await _abort(
+                context,
+                code,
+                f"this node ({self.node.config.node_id}) is not the leader of {replica.group}: {where}",
+                self.node.leader_hint(leader),
+            )
+        return replica
+
+
+class PeerService(peer_pb2_grpc.PeerServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def Raft(
+        self, request_iterator: AsyncIterator[peer_pb2.RaftBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[peer_pb2.RaftAck]:
+        await serve_raft_stream(
+            request_iterator, self.node.config.node_id, self.node.multiraft.deliver
+        )
+        return
+        yield  # an async generator that sends nothing back
+
+    async def Swim(
+        self, request: peer_pb2.SwimPacket, context: grpc.aio.ServicerContext
+    ) -> peer_pb2.SwimAck:
+        self.node.gossip.receive(request)
+        return peer_pb2.SwimAck()

@@ -1,0 +1,3 @@
+from flotilla.cli import main
+
+raise SystemExit(main())

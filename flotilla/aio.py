@@ -1,0 +1,286 @@
+"""The asyncio client: the same calls as `flotilla.Client`, as coroutines.
+
+    from flotilla.aio import Client
+    async with Client("127.0.0.1:7001") as c:
+        meta = await c.produce("orders", b"hello")
+        async for record in c.subscribe("orders", partition=meta.partition):
+            ...
+
+It shares routing, partitioning and the idempotent producer's sequence numbers with the
+synchronous client (`flotilla._routing`); only the transport differs (grpc.aio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from flotilla._routing import (
+    Headers,
+    Member,
+    Record,
+    RecordMetadata,
+    Router,
+    TopicInfo,
+    check_value,
+    decode_fetch,
+    member,
+    now_ms,
+    topic_info,
+)
+from flotilla.client import _OPTIONS, MAX_BACKOFF_S, METADATA_GRACE_S
+from flotilla.errors import (
+    FlotillaError,
+    InvalidArgument,
+    NotLeader,
+    Timeout,
+    TopicNotFound,
+    Unavailable,
+    from_rpc_error,
+)
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+_RETRIABLE = (NotLeader, Unavailable, Timeout)
+
+
+class Client:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, timeout_s: float = 15.0, acks: str = "all"
+    ) -> None:
+        if acks not in ("all", "leader"):
+            raise InvalidArgument(f"acks={acks!r}: use 'all' (durable on a quorum) or 'leader'")
+        self.router = Router([bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
+        self.timeout_s = timeout_s
+        self.acks = pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
+        return flotilla_pb2_grpc.FlotillaStub(channel)
+
+    async def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self.timeout_s
+        last: FlotillaError | None = None
+        while time.monotonic() < deadline:
+            for address in self.router.candidates():
+                try:
+                    return await call(self._stub(address))
+                except grpc.aio.AioRpcError as error:
+                    last = from_rpc_error(error)
+                    if not isinstance(last, Unavailable | Timeout):
+                        raise last from None
+            await asyncio.sleep(0.1)
+        raise last or Unavailable("no node answered")
+
+    async def refresh(self, topics: Sequence[str] = ()) -> None:
+        response = await self._any_node(
+            lambda stub: stub.Metadata(pb.MetadataRequest(topics=topics), timeout=5)
+        )
+        self.router.absorb(response)
+
+    async def _not_found_grace(self, call: Callable[[], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + METADATA_GRACE_S
+        while True:
+            try:
+                return await call()
+            except TopicNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _topic(self, name: str) -> TopicInfo:
+        if self.router.topic(name) is None:
+            await self._not_found_grace(lambda: self.refresh([name]))
+        info = self.router.topic(name)
+        if info is None:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        return info
+
+    # -- topics ----------------------------------------------------------------------------------
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        *,
+        retention_bytes: int = 0,
+        retention_ms: int = 0,
+    ) -> TopicInfo:
+        request = pb.CreateTopicRequest(
+            name=name, partitions=partitions, replication_factor=replication_factor,
+            retention_bytes=retention_bytes, retention_ms=retention_ms,
+        )  # fmt: skip
+        info = topic_info(await self._any_node(lambda stub: stub.CreateTopic(request, timeout=20)))
+        await self._not_found_grace(lambda: self.refresh([name]))
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        await self._any_node(
+            lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20)
+        )
+        self.router.forget_topic(name)
+
+    async def list_topics(self) -> list[str]:
+        response = await self._any_node(
+            lambda stub: stub.ListTopics(pb.ListTopicsRequest(), timeout=5)
+        )
+        return list(response.names)
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        response = await self._not_found_grace(
+            lambda: self._any_node(
+                lambda stub: stub.Metadata(pb.MetadataRequest(topics=[name]), timeout=5)
+            )
+        )
+        self.router.absorb(response)
+        return topic_info(response.topics[0])
+
+    async def members(self) -> list[Member]:
+        response = await self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
+        self.router.absorb(response)
+        return [member(m) for m in response.members]
+
+    # -- produce ---------------------------------------------------------------------------------
+    async def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        await self._topic(topic)
+        value = check_value(value)
+        chosen = self.router.partition_for(topic, key, partition)
+        batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
+        return RecordMetadata(topic, chosen, await self.send_batch(topic, chosen, batch))
+
+    async def produce_batch(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> list[RecordMetadata]:
+        if not values:
+            return []
+        await self._topic(topic)
+        chosen = self.router.partition_for(topic, None, partition)
+        timestamp = now_ms()
+        batch = self.router.encode(
+            topic, chosen, [(None, check_value(v), None, timestamp) for v in values]
+        )
+        base = await self.send_batch(topic, chosen, batch)
+        return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
+
+    async def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
+        deadline = time.monotonic() + self.timeout_s
+        grace_until = time.monotonic() + METADATA_GRACE_S  # a node may not know a new topic yet
+        backoff = 0.02
+        last: FlotillaError | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last or Timeout(f"produce to {topic}/{partition} timed out")
+            address = self.router.leader_address(topic, partition)
+            if address is None:
+                await self._refresh_quietly(topic)
+                address = self.router.leader_address(topic, partition)
+            if address is not None:
+                request = pb.ProduceRequest(
+                    topic=topic, partition=partition, batch=batch, acks=self.acks,
+                    timeout_ms=max(1, int(remaining * 1000)),
+                )  # fmt: skip
+                try:
+                    response = await self._stub(address).Produce(request, timeout=remaining)
+                    return int(response.base_offset)
+                except grpc.aio.AioRpcError as error:
+                    last = from_rpc_error(error)
+                    lagging = isinstance(last, TopicNotFound) and time.monotonic() < grace_until
+                    if not isinstance(last, _RETRIABLE) and not lagging:
+                        raise last from None
+                    if isinstance(last, NotLeader) and last.leader:
+                        self.router.note_leader(topic, partition, last.leader)
+                        continue
+                    self.router.forget_leader(topic, partition)
+            await asyncio.sleep(
+                min(backoff * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
+            )
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            await self._refresh_quietly(topic)
+
+    async def _refresh_quietly(self, topic: str) -> None:
+        try:
+            await self.refresh([topic])
+        except (Unavailable, Timeout, TopicNotFound):
+            pass  # a node whose metadata lags; the cached routes still stand
+
+    # -- read --------------------------------------------------------------------------------------
+    async def read(
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        max_records: int = 1000,
+        replica: str | None = None,
+    ) -> list[Record]:
+        await self._topic(topic)
+        self.router.partition_for(topic, None, partition)
+        request = pb.FetchRequest(
+            topic=topic, partition=partition, offset=offset, max_records=max_records
+        )
+        last: FlotillaError | None = None
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            for address in self.router.read_addresses(topic, partition, replica):
+                try:
+                    response = await self._stub(address).Fetch(request, timeout=5)
+                    return decode_fetch(response, offset, max_records)
+                except grpc.aio.AioRpcError as error:
+                    last = from_rpc_error(error)
+                    if not isinstance(last, _RETRIABLE):
+                        raise last from None
+            await asyncio.sleep(0.05)
+            await self._refresh_quietly(topic)
+        raise last or Unavailable(f"no replica of {topic}/{partition} answered")
+
+    async def subscribe(
+        self, topic: str, partition: int = 0, offset: int = 0, replica: str | None = None
+    ) -> AsyncIterator[Record]:
+        await self._topic(topic)
+        while True:
+            address = random.choice(self.router.read_addresses(topic, partition, replica))
+            call = self._stub(address).Subscribe(
+                pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_wait_ms=1000)
+            )
+            try:
+                async for response in call:
+                    for record in decode_fetch(response, offset, 1 << 62):
+                        offset = record.offset + 1
+                        yield record
+            except grpc.aio.AioRpcError as error:
+                failure = from_rpc_error(error)
+                if not isinstance(failure, _RETRIABLE):
+                    raise failure from None
+                await asyncio.sleep(0.1)
+            finally:
+                call.cancel()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

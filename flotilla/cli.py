@@ -1,0 +1,301 @@
+"""The `flotilla` command line.
+
+    flotilla node --id ID --listen HOST:PORT --data-dir DIR
+                  [--advertise HOST:PORT] [--join HOST:PORT ...]
+                  [--controllers ID=HOST:PORT,...] [--weight W] [--rack R]
+                  [--config FILE] [--dial-map FILE] [--metrics HOST:PORT]
+    flotilla dev [--nodes 3] [--data-dir DIR]      a local cluster on loopback (Ctrl-C stops it)
+    flotilla demo [--count N]                      the main job (see flotilla.demo)
+    flotilla topic create NAME [--partitions P] [--replication-factor R]
+    flotilla topic list | flotilla topic describe NAME
+    flotilla produce TOPIC [--key K] [--partition N]     one record per stdin line
+    flotilla consume TOPIC --partition N [--from-beginning | --offset O] [--max N] [--follow]
+                     [--replica ID]
+    flotilla status [--json]
+
+Client commands take `--bootstrap HOST:PORT` (default: $FLOTILLA_BOOTSTRAP, else the local dev
+cluster at 127.0.0.1:7001). The first node started without `--join` bootstraps the cluster.
+Ctrl-C or SIGTERM stops a node gracefully: its leaderships move away first, then it leaves the
+membership.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["main"]
+
+UNSAFE_ENV = "FLOTILLA_ALLOW_UNSAFE"
+
+
+def _node_parser(sub: Any) -> None:
+    node = sub.add_parser("node", help="run a node", description="Run a Flotilla node.")
+    node.add_argument("--id", dest="node_id", required=True, help="unique member id")
+    node.add_argument("--listen", required=True, metavar="HOST:PORT", help="gRPC listen address")
+    node.add_argument("--data-dir", required=True, metavar="DIR", help="where data lives")
+    node.add_argument(
+        "--advertise", metavar="HOST:PORT", help="address others dial (default: --listen)"
+    )
+    node.add_argument(
+        "--join", nargs="+", default=None, metavar="HOST:PORT", help="seed members to join"
+    )
+    node.add_argument(
+        "--controllers",
+        metavar="ID=HOST:PORT,...",
+        help="control-plane members and their control-plane addresses",
+    )
+    node.add_argument("--weight", type=float, help="placement weight (default 1.0)")
+    node.add_argument("--rack", help="failure domain for rack-aware placement")
+    node.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    node.add_argument(
+        "--dial-map",
+        metavar="FILE",
+        help="JSON {member id: HOST:PORT} overriding where peers are dialled",
+    )
+    node.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
+    from cluster.node import Node  # noqa: PLC0415
+
+    if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
+        print(
+            f"flotilla: --unsafe-ack-before-commit is for tests only and loses acknowledged writes; "
+            f"it is refused unless {UNSAFE_ENV}=1",
+            file=sys.stderr,
+        )
+        return 2
+    overrides = {
+        "node_id": args.node_id,
+        "listen": args.listen,
+        "data_dir": args.data_dir,
+        "advertise": args.advertise,
+        "join": tuple(args.join) if args.join else None,
+        "controllers": args.controllers,
+        "weight": args.weight,
+        "rack": args.rack,
+        "dial_map": args.dial_map,
+        "metrics": args.metrics,
+    }
+    try:
+        config = NodeConfig.load(file=args.config, overrides=overrides)
+    except ConfigError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
+        format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
+    )
+
+    async def serve() -> None:
+        node = Node(config)
+        node.unsafe_ack_before_commit = args.unsafe_ack_before_commit
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await node.start()
+        print(f"flotilla node {config.node_id} serving on {config.listen}", flush=True)
+        await stop.wait()
+        await node.stop(graceful=True)
+        print(f"flotilla node {config.node_id} stopped", flush=True)
+
+    try:
+        asyncio.run(serve())
+    except OSError as error:
+        print(f"flotilla: cannot start node {config.node_id}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+DEV_BASE_PORT = 7001
+
+
+def _client_parsers(sub: Any) -> None:
+    bootstrap = argparse.ArgumentParser(add_help=False)
+    bootstrap.add_argument(
+        "--bootstrap",
+        default=os.environ.get("FLOTILLA_BOOTSTRAP", f"127.0.0.1:{DEV_BASE_PORT}"),
+        metavar="HOST:PORT",
+        help="any node of the cluster (default: $FLOTILLA_BOOTSTRAP or the local dev cluster)",
+    )
+    topic = sub.add_parser("topic", help="create, list or describe topics").add_subparsers(
+        dest="action", required=True
+    )
+    create = topic.add_parser("create", parents=[bootstrap], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=3)
+    create.add_argument("--retention-bytes", type=int, default=0)
+    create.add_argument("--retention-ms", type=int, default=0)
+    topic.add_parser("list", parents=[bootstrap], help="list topics")
+    describe = topic.add_parser(
+        "describe", parents=[bootstrap], help="partitions, leaders, replicas"
+    )
+    describe.add_argument("name")
+    delete = topic.add_parser("delete", parents=[bootstrap], help="delete a topic")
+    delete.add_argument("name")
+
+    produce = sub.add_parser("produce", parents=[bootstrap], help="write stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key", help="key for every record (default: none, round-robin)")
+    produce.add_argument("--partition", type=int)
+
+    consume = sub.add_parser("consume", parents=[bootstrap], help="print records' values")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, required=True)
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the log start")
+    start.add_argument("--offset", type=int, help="start at this offset")
+    consume.add_argument("--max", type=int, help="stop after this many records")
+    consume.add_argument("--follow", action="store_true", help="keep following the tail")
+    consume.add_argument("--replica", help="read from this member (default: any replica)")
+
+    status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    dev = sub.add_parser("dev", help="run a local cluster on loopback until Ctrl-C")
+    dev.add_argument("--nodes", type=int, default=3)
+    dev.add_argument("--data-dir", default=".flotilla-dev", metavar="DIR")
+
+    demo = sub.add_parser("demo", help="the end-to-end demo on a temporary local cluster")
+    demo.add_argument(
+        "--count", type=int, default=100_000, help="records to produce (default 100,000)"
+    )
+
+
+def _run_client_command(args: argparse.Namespace) -> int:
+    from rich.console import Console  # noqa: PLC0415 (keep `flotilla node` start-up lean)
+
+    from flotilla import tools  # noqa: PLC0415
+    from flotilla.client import Client  # noqa: PLC0415
+    from flotilla.errors import FlotillaError  # noqa: PLC0415
+
+    console = Console()
+    try:
+        with Client(args.bootstrap, timeout_s=15) as client:
+            if args.command == "topic":
+                if args.action == "create":
+                    client.create_topic(
+                        args.name,
+                        args.partitions,
+                        args.replication_factor,
+                        retention_bytes=args.retention_bytes,
+                        retention_ms=args.retention_ms,
+                    )
+                    tools.describe_topic(client, args.name, console)
+                elif args.action == "list":
+                    for name in client.list_topics():
+                        print(name)
+                elif args.action == "describe":
+                    tools.describe_topic(client, args.name, console)
+                else:
+                    client.delete_topic(args.name)
+                    print(f"deleted {args.name}")
+            elif args.command == "produce":
+                key = args.key.encode() if args.key is not None else None
+                tools.produce_lines(
+                    client,
+                    args.topic,
+                    sys.stdin.buffer,
+                    sys.stdout,
+                    key=key,
+                    partition=args.partition,
+                )
+            elif args.command == "consume":
+                start: str | int = (
+                    "beginning"
+                    if args.from_beginning
+                    else args.offset
+                    if args.offset is not None
+                    else "end"
+                )
+                out = sys.stdout.buffer
+                for value in tools.consume(
+                    client, args.topic, args.partition, start, args.max, args.follow, args.replica
+                ):
+                    out.write(value + b"\n")
+                    if args.follow:
+                        out.flush()
+                out.flush()
+            elif args.command == "status":
+                tools.status(client, console, as_json=args.json)
+    except FlotillaError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    from cluster.local import LocalCluster  # noqa: PLC0415
+
+    if not 1 <= args.nodes <= 9:
+        print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
+        return 2
+    with LocalCluster(args.data_dir, args.nodes, base_port=DEV_BASE_PORT) as cluster:
+        try:
+            cluster.start()
+        except (RuntimeError, TimeoutError) as error:
+            print(f"flotilla: the dev cluster did not start: {error}", file=sys.stderr)
+            return 1
+        print(
+            f"flotilla dev cluster of {args.nodes} node(s) is up; bootstrap {cluster.bootstrap}",
+            flush=True,
+        )
+        print(
+            "  try: flotilla topic create orders --partitions 3; echo hello | flotilla produce orders",
+            flush=True,
+        )
+        print("press Ctrl-C to stop every node", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                for node_id in cluster.nodes:
+                    if not cluster.is_running(node_id):
+                        print(
+                            f"flotilla: node {node_id} exited; see {cluster.nodes[node_id].log_path}",
+                            file=sys.stderr,
+                        )
+                        stop.set()
+        except KeyboardInterrupt:
+            pass
+        print("stopping ...", flush=True)
+        for node_id in cluster.nodes:
+            cluster.stop(node_id)
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from flotilla.demo import run_demo  # noqa: PLC0415
+
+    run_demo(args.count)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="flotilla", description="Flotilla: a replicated, partitioned log."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _node_parser(sub)
+    _client_parsers(sub)
+    args = parser.parse_args(argv)
+    if args.command == "node":
+        return _run_node(args)
+    if args.command == "dev":
+        return _run_dev(args)
+    if args.command == "demo":
+        return _run_demo(args)
+    return _run_client_command(args)

@@ -1,0 +1,344 @@
+"""The synchronous client (thread-safe).
+
+    from flotilla import Client
+    with Client("127.0.0.1:7001") as c:
+        c.create_topic("orders", partitions=3, replication_factor=3)
+        meta = c.produce("orders", b"hello", key=b"customer-7")
+        records = c.read("orders", partition=meta.partition, offset=meta.offset)
+
+Routing: metadata from any node, a leader cache, `NOT_LEADER` hints followed, retries with
+backoff until `timeout_s`. Every batch carries this client's producer id and a per-partition
+sequence number, and a retry resends the very same bytes, so the server never writes it twice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from flotilla._routing import (
+    Headers,
+    Member,
+    Record,
+    RecordMetadata,
+    Router,
+    TopicInfo,
+    check_value,
+    decode_fetch,
+    member,
+    now_ms,
+    topic_info,
+)
+from flotilla.errors import (
+    FlotillaError,
+    InvalidArgument,
+    NotLeader,
+    Timeout,
+    TopicNotFound,
+    Unavailable,
+    from_rpc_error,
+)
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+_RETRIABLE = (NotLeader, Unavailable, Timeout)
+METADATA_GRACE_S = 3.0
+MAX_BACKOFF_S = 0.1  # a failover takes about an election timeout: retry soon after it ends
+
+
+class Client:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        timeout_s: float = 15.0,
+        acks: str = "all",
+    ) -> None:
+        if acks not in ("all", "leader"):
+            raise InvalidArgument(f"acks={acks!r}: use 'all' (durable on a quorum) or 'leader'")
+        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+        self.router = Router(addresses)
+        self.timeout_s = timeout_s
+        self.acks = pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
+        self._channels: dict[str, grpc.Channel] = {}
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.insecure_channel(address, options=_OPTIONS)
+        return flotilla_pb2_grpc.FlotillaStub(channel)
+
+    def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], T]) -> T:
+        """Runs `call` on the first node that answers; errors other than unavailability raise."""
+        deadline = time.monotonic() + self.timeout_s
+        last: FlotillaError | None = None
+        while time.monotonic() < deadline:
+            for address in self.router.candidates():
+                try:
+                    return call(self._stub(address))
+                except grpc.RpcError as error:
+                    last = from_rpc_error(error)
+                    if not isinstance(last, Unavailable | Timeout):
+                        raise last from None
+            time.sleep(0.1)
+        raise last or Unavailable("no node answered")
+
+    def refresh(self, topics: Sequence[str] = ()) -> None:
+        """Reloads cluster metadata (members, topics, leaders)."""
+        response = self._any_node(
+            lambda stub: stub.Metadata(pb.MetadataRequest(topics=topics), timeout=5)
+        )
+        self.router.absorb(response)
+
+    def _not_found_grace(self, call: Callable[[], T]) -> T:
+        """Retries `call` on TopicNotFound for `METADATA_GRACE_S`: a topic just created may not
+        have reached every node's metadata yet (as with Kafka's UNKNOWN_TOPIC_OR_PARTITION)."""
+        deadline = time.monotonic() + METADATA_GRACE_S
+        while True:
+            try:
+                return call()
+            except TopicNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _topic(self, name: str) -> TopicInfo:
+        info = self.router.topic(name)
+        if info is None:
+            self._not_found_grace(lambda: self.refresh([name]))
+            info = self.router.topic(name)
+        if info is None:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        return info
+
+    # -- topics ----------------------------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        *,
+        retention_bytes: int = 0,
+        retention_ms: int = 0,
+    ) -> TopicInfo:
+        """Creates a topic; idempotent when a topic of the same spec exists."""
+        request = pb.CreateTopicRequest(
+            name=name, partitions=partitions, replication_factor=replication_factor,
+            retention_bytes=retention_bytes, retention_ms=retention_ms,
+        )  # fmt: skip
+        info = topic_info(self._any_node(lambda stub: stub.CreateTopic(request, timeout=20)))
+        self._not_found_grace(lambda: self.refresh([name]))
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        self._any_node(lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20))
+        self.router.forget_topic(name)
+
+    def list_topics(self) -> list[str]:
+        return list(
+            self._any_node(lambda stub: stub.ListTopics(pb.ListTopicsRequest(), timeout=5)).names
+        )
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        response = self._not_found_grace(
+            lambda: self._any_node(
+                lambda stub: stub.Metadata(pb.MetadataRequest(topics=[name]), timeout=5)
+            )
+        )
+        self.router.absorb(response)
+        return topic_info(response.topics[0])
+
+    def members(self) -> list[Member]:
+        response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
+        self.router.absorb(response)
+        return [member(m) for m in response.members]
+
+    def metadata(self) -> pb.MetadataResponse:
+        response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
+        self.router.absorb(response)
+        return response
+
+    # -- produce ---------------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        """Writes one record and waits until it is committed (acks=all)."""
+        self._topic(topic)
+        value = check_value(value)
+        chosen = self.router.partition_for(topic, key, partition)
+        batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
+        base = self.send_batch(topic, chosen, batch)
+        return RecordMetadata(topic, chosen, base)
+
+    def produce_batch(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> list[RecordMetadata]:
+        """Writes unkeyed records as one batch to one partition (round-robin across calls)."""
+        if not values:
+            return []
+        self._topic(topic)
+        chosen = self.router.partition_for(topic, None, partition)
+        timestamp = now_ms()
+        batch = self.router.encode(
+            topic, chosen, [(None, check_value(v), None, timestamp) for v in values]
+        )
+        base = self.send_batch(topic, chosen, batch)
+        return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
+
+    def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
+        """Sends an encoded batch to the partition's leader until it commits; its base offset."""
+        deadline = time.monotonic() + self.timeout_s
+        grace_until = time.monotonic() + METADATA_GRACE_S  # a node may not know a new topic yet
+        backoff = 0.02
+        last: FlotillaError | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last or Timeout(f"produce to {topic}/{partition} timed out")
+            address = self.router.leader_address(topic, partition)
+            if address is None:
+                self._refresh_quietly(topic)
+                address = self.router.leader_address(topic, partition)
+            if address is not None:
+                request = pb.ProduceRequest(
+                    topic=topic, partition=partition, batch=batch, acks=self.acks,
+                    timeout_ms=max(1, int(remaining * 1000)),
+                )  # fmt: skip
+                try:
+                    return int(self._stub(address).Produce(request, timeout=remaining).base_offset)
+                except grpc.RpcError as error:
+                    last = from_rpc_error(error)
+                    lagging = isinstance(last, TopicNotFound) and time.monotonic() < grace_until
+                    if not isinstance(last, _RETRIABLE) and not lagging:
+                        raise last from None
+                    if isinstance(last, NotLeader) and last.leader:
+                        self.router.note_leader(topic, partition, last.leader)
+                        continue
+                    self.router.forget_leader(topic, partition)
+            time.sleep(
+                min(backoff * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
+            )
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            self._refresh_quietly(topic)
+
+    def _refresh_quietly(self, topic: str) -> None:
+        try:
+            self.refresh([topic])
+        except (Unavailable, Timeout, TopicNotFound):
+            pass  # a node whose metadata lags; the cached routes still stand
+
+    def producer(
+        self, linger_ms: float = 5, batch_bytes: int = 1 << 20, max_in_flight: int = 16
+    ) -> Any:
+        """A batching producer: `send` returns a Future; `flush`, `close`."""
+        from flotilla.producer import Producer  # noqa: PLC0415 (cycle: producer uses Client)
+
+        return Producer(
+            self, linger_ms=linger_ms, batch_bytes=batch_bytes, max_in_flight=max_in_flight
+        )
+
+    # -- read --------------------------------------------------------------------------------------
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        replica: str | None,
+        max_wait_ms: int = 0,
+    ) -> pb.FetchResponse:
+        self._topic(topic)
+        self.router.partition_for(topic, None, partition)
+        request = pb.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_records=max_records,
+            max_wait_ms=max_wait_ms,
+        )
+        last: FlotillaError | None = None
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            for address in self.router.read_addresses(topic, partition, replica):
+                try:
+                    return self._stub(address).Fetch(request, timeout=5 + max_wait_ms / 1000)
+                except grpc.RpcError as error:
+                    last = from_rpc_error(error)
+                    if not isinstance(last, _RETRIABLE):
+                        raise last from None
+            time.sleep(0.05)
+            self._refresh_quietly(topic)
+        raise last or Unavailable(f"no replica of {topic}/{partition} answered")
+
+    def read(
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        max_records: int = 1000,
+        replica: str | None = None,
+    ) -> list[Record]:
+        """Committed records from `offset` on (at most `max_records`), from any replica unless
+        `replica` pins one. Raises OffsetOutOfRange outside [log start, high watermark]."""
+        response = self.fetch(topic, partition, offset, max_records, replica)
+        return decode_fetch(response, offset, max_records)
+
+    def subscribe(
+        self, topic: str, partition: int = 0, offset: int = 0, replica: str | None = None
+    ) -> Iterator[Record]:
+        """Records from `offset` on, following the tail; survives replica failures."""
+        self._topic(topic)
+        while True:
+            addresses = self.router.read_addresses(topic, partition, replica)
+            stream = None
+            try:
+                stub = self._stub(random.choice(addresses))
+                stream = stub.Subscribe(
+                    pb.FetchRequest(
+                        topic=topic, partition=partition, offset=offset, max_wait_ms=1000
+                    )
+                )
+                for response in stream:
+                    for record in decode_fetch(response, offset, 1 << 62):
+                        offset = record.offset + 1
+                        yield record
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                if not isinstance(failure, _RETRIABLE):
+                    raise failure from None
+                time.sleep(0.1)
+            finally:
+                if stream is not None:
+                    stream.cancel()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

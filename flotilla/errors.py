@@ -1,0 +1,76 @@
+"""The SDK's errors: one small hierarchy under `FlotillaError`, each with an actionable message."""
+
+from __future__ import annotations
+
+import grpc
+
+__all__ = [
+    "FlotillaError",
+    "InvalidArgument",
+    "NotLeader",
+    "OffsetOutOfRange",
+    "Timeout",
+    "TopicNotFound",
+    "Unavailable",
+    "from_rpc_error",
+]
+
+
+class FlotillaError(Exception):
+    """Base class of every error the SDK raises."""
+
+
+class InvalidArgument(FlotillaError, ValueError):
+    """The request was refused as malformed (a bad name, size or option); nothing changed."""
+
+
+class TopicNotFound(FlotillaError, LookupError):
+    """The topic (or partition) does not exist."""
+
+
+class OffsetOutOfRange(FlotillaError, IndexError):
+    """The offset is outside the partition's retained, committed range."""
+
+
+class NotLeader(FlotillaError):
+    """The node asked is not the partition's leader; `leader` is "id=host:port" when known.
+    The SDK follows such hints by itself; you see this only when retries ran out."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+class Unavailable(FlotillaError):
+    """No node could serve the request (no leader yet, no quorum, or unreachable); retry later."""
+
+
+class Timeout(FlotillaError, TimeoutError):
+    """The request did not complete in time; for a produce, the outcome is unknown (a retry with
+    the same idempotent producer will not write it twice)."""
+
+
+def leader_from(error: grpc.RpcError) -> str:
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == "flotilla-leader":
+            return str(value)
+    return ""
+
+
+def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else None) or str(code)
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        return InvalidArgument(details)
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return InvalidArgument(details)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return TopicNotFound(details)
+    if code == grpc.StatusCode.OUT_OF_RANGE:
+        return OffsetOutOfRange(details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return NotLeader(details, leader_from(error))
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Timeout(details)
+    return Unavailable(f"{details} ({code.name})")

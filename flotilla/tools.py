@@ -1,0 +1,220 @@
+"""What the CLI's client commands do: topics, produce, consume, status (with rich output).
+
+Each function takes an open `Client` and the console to print on, so the CLI stays a thin
+parser and the commands can be tested in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import IO
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from flotilla.client import Client
+from flotilla.errors import OffsetOutOfRange
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+
+__all__ = ["consume", "describe_topic", "produce_lines", "status"]
+
+
+def describe_topic(client: Client, name: str, console: Console) -> None:
+    info = client.describe_topic(name)
+    table = Table(title=f"topic {info.name} (replication factor {info.replication_factor})")
+    for column in ("partition", "leader", "replicas", "high watermark", "log start"):
+        table.add_column(column)
+    for p in info.partitions:
+        table.add_row(
+            str(p.index),
+            p.leader or "-",
+            ",".join(p.replicas),
+            str(p.high_watermark),
+            str(p.log_start),
+        )
+    console.print(table)
+
+
+def produce_lines(
+    client: Client,
+    topic: str,
+    lines: Iterable[bytes],
+    out: IO[str],
+    key: bytes | None = None,
+    partition: int | None = None,
+) -> int:
+    """One record per input line (without its newline); prints `partition offset` per record,
+    in input order. Returns the number of records written."""
+    count = 0
+    with client.producer(linger_ms=5) as producer:
+        pending = []
+        for line in lines:
+            pending.append(producer.send(topic, line.rstrip(b"\r\n"), key=key, partition=partition))
+            if len(pending) >= 1000:
+                count += _print_results(pending, out)
+                pending = []
+        producer.flush()
+        count += _print_results(pending, out)
+    return count
+
+
+def _print_results(futures: list, out: IO[str]) -> int:  # type: ignore[type-arg]
+    for future in futures:
+        meta = future.result()
+        out.write(f"{meta.partition} {meta.offset}\n")
+    out.flush()
+    return len(futures)
+
+
+def consume(
+    client: Client,
+    topic: str,
+    partition: int,
+    start: str | int,
+    limit: int | None,
+    follow: bool,
+    replica: str | None,
+) -> Iterator[bytes]:
+    """Values from `start` ('beginning', 'end' or an offset), at most `limit`, optionally
+    following the tail."""
+    info = client.describe_topic(topic)
+    if not 0 <= partition < len(info.partitions):
+        from flotilla.errors import TopicNotFound  # noqa: PLC0415
+
+        raise TopicNotFound(
+            f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{len(info.partitions) - 1}"
+        )
+    state = info.partitions[partition]
+    offset = (
+        state.log_start
+        if start == "beginning"
+        else state.high_watermark
+        if start == "end"
+        else int(start)
+    )
+    seen = 0
+    if follow:
+        for record in client.subscribe(topic, partition, offset, replica=replica):
+            yield record.value
+            seen += 1
+            if limit is not None and seen >= limit:
+                return
+        return
+    while limit is None or seen < limit:
+        try:
+            batch = client.read(
+                topic,
+                partition,
+                offset,
+                max_records=min(10_000, (limit or 10**9) - seen),
+                replica=replica,
+            )
+        except OffsetOutOfRange:
+            if offset == state.high_watermark:
+                return
+            raise
+        if not batch:
+            return
+        for record in batch:
+            yield record.value
+        seen += len(batch)
+        offset = batch[-1].offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    leader: str
+    replicas: tuple[str, ...]
+    high_watermark: int
+    lag: dict[str, int]  # replica -> records behind the leader's high watermark
+
+
+def _local_views(metadata: pb.MetadataResponse) -> dict[str, pb.MetadataResponse]:
+    views: dict[str, pb.MetadataResponse] = {}
+    for member in metadata.members:
+        if member.state not in (pb.ALIVE, pb.SUSPECT):
+            continue
+        try:
+            with grpc.insecure_channel(member.address) as channel:
+                views[member.id] = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
+                    pb.MetadataRequest(), timeout=3, metadata=(("flotilla-local-only", "1"),)
+                )
+        except grpc.RpcError:
+            continue
+    return views
+
+
+def status(client: Client, console: Console, as_json: bool = False) -> list[PartitionStatus]:
+    """Members, and every partition's leader, replicas and each replica's lag behind the leader."""
+    metadata = client.metadata()
+    local_hw = {
+        (node_id, t.name, p.index): p.high_watermark
+        for node_id, view in _local_views(metadata).items()
+        for t in view.topics
+        for p in t.partitions
+        if p.replicas
+    }
+    partitions = [
+        PartitionStatus(
+            topic.name,
+            p.index,
+            p.leader,
+            tuple(p.replicas),
+            p.high_watermark,
+            {
+                r: p.high_watermark - local_hw[(r, topic.name, p.index)]
+                for r in p.replicas
+                if (r, topic.name, p.index) in local_hw
+            },
+        )
+        for topic in metadata.topics
+        for p in topic.partitions
+    ]
+    members = [
+        {
+            "id": m.id,
+            "address": m.address,
+            "state": pb.MemberState.Name(m.state),
+            "weight": m.weight,
+            "rack": m.rack,
+        }
+        for m in metadata.members
+    ]
+    if as_json:
+        json.dump(
+            {"members": members, "partitions": [asdict(p) for p in partitions]},
+            sys.stdout,
+            indent=2,
+        )
+        sys.stdout.write("\n")
+        return partitions
+    member_table = Table(title="members")
+    for column in ("id", "address", "state", "weight", "rack"):
+        member_table.add_column(column)
+    for m in metadata.members:
+        member_table.add_row(
+            m.id, m.address, pb.MemberState.Name(m.state), f"{m.weight:g}", m.rack or "-"
+        )
+    console.print(member_table)
+    table = Table(title="partitions")
+    for column in ("topic", "partition", "leader", "replicas", "high watermark", "lag"):
+        table.add_column(column)
+    for row in partitions:
+        lag_text = ", ".join(f"{r}:{n}" for r, n in sorted(row.lag.items())) or "-"
+        table.add_row(
+            row.topic,
+            str(row.partition),
+            row.leader or "-",
+            ",".join(row.replicas),
+            str(row.high_watermark),
+            lag_text,
+        )
+    console.print(table)
+    return partitions

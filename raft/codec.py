@@ -1,0 +1,224 @@
+"""Compact msgpack encodings of Raft messages and configuration entries.
+
+A message is one msgpack array whose first element is its type code, followed by the fields in
+declaration order; booleans that are usually false are packed into one flags integer. The
+entries of an AppendRequest are consecutive, so only the first index is sent:
+
+    AppendRequest -> [2, term, sender, recipient, prev_index, prev_term, commit,
+                      [[term, record_count, data, timestamp_ms], ...]]
+    (entry i has index prev_index + 1 + i; its kind follows from record_count and data)
+
+Entry data is packed as msgpack `bin`, a single copy of the opaque batch bytes. Decoding checks
+shapes and types and raises `CodecError` on anything else, so bytes from the network never reach
+the core as a malformed message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from raft.errors import CodecError
+from raft.types import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChange,
+    ConfigChangeOp,
+    Configuration,
+    Entry,
+    Heartbeat,
+    HeartbeatResponse,
+    LogBoundary,
+    LogReset,
+    Message,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+    entry_kind,
+)
+
+__all__ = [
+    "decode_config_entry",
+    "decode_configuration",
+    "decode_message",
+    "encode_config_entry",
+    "encode_configuration",
+    "encode_message",
+]
+
+_VOTE, _VOTE_RESP, _APPEND, _APPEND_RESP, _HEARTBEAT, _HEARTBEAT_RESP, _RESET, _TIMEOUT = range(8)
+_PRE_VOTE, _TRANSFER = 1, 2
+
+
+def encode_message(message: Message) -> bytes:
+    m = message
+    fields: list[Any]
+    if isinstance(m, AppendRequest):
+        entries = [[e.term, e.record_count, e.data, e.timestamp_ms] for e in m.entries]
+        fields = [_APPEND, m.term, m.sender, m.recipient, m.prev_index, m.prev_term, m.commit]
+        fields.append(entries)
+    elif isinstance(m, AppendResponse):
+        fields = [_APPEND_RESP, m.term, m.sender, m.recipient, m.index, m.reject]
+        fields += [m.hint_index, m.hint_term]
+    elif isinstance(m, Heartbeat):
+        fields = [_HEARTBEAT, m.term, m.sender, m.recipient, m.commit, m.quiesce, m.lease_tick]
+    elif isinstance(m, HeartbeatResponse):
+        fields = [_HEARTBEAT_RESP, m.term, m.sender, m.recipient, m.lease_tick]
+    elif isinstance(m, VoteRequest):
+        flags = (_PRE_VOTE if m.pre_vote else 0) | (_TRANSFER if m.transfer else 0)
+        fields = [_VOTE, m.term, m.sender, m.recipient, m.last_log_index, m.last_log_term, flags]
+    elif isinstance(m, VoteResponse):
+        fields = [_VOTE_RESP, m.term, m.sender, m.recipient, m.granted, m.pre_vote]
+    elif isinstance(m, LogReset):
+        b = m.boundary
+        config = None if b.config is None else _pack_configuration(b.config)
+        fields = [_RESET, m.term, m.sender, m.recipient, b.index, b.term, b.next_offset, config]
+    elif isinstance(m, TimeoutNow):
+        fields = [_TIMEOUT, m.term, m.sender, m.recipient]
+    else:
+        raise CodecError(f"cannot encode {type(m).__name__}: not a Raft message")
+    return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_message(data: bytes | memoryview) -> Message:
+    try:
+        fields = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+        if not isinstance(fields, list) or len(fields) < 4:
+            raise CodecError("a Raft message is a msgpack array of at least 4 fields")
+        code, term, sender, recipient = fields[0], _int(fields[1]), fields[2], fields[3]
+        if not isinstance(sender, str) or not isinstance(recipient, str):
+            raise CodecError(f"sender and recipient must be strings, got {sender!r}, {recipient!r}")
+        rest = fields[4:]
+        return _decode_body(code, term, sender, recipient, rest)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, IndexError, msgpack.ExtraData) as error:
+        raise CodecError(f"malformed Raft message: {error}") from None
+
+
+def _decode_body(code: object, term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    if code == _APPEND:
+        _arity(rest, 4, "AppendRequest")
+        prev_index, prev_term, commit = _int(rest[0]), _int(rest[1]), _int(rest[2])
+        if not isinstance(rest[3], list):
+            raise CodecError("AppendRequest entries must be an array")
+        entries = tuple(_entry(prev_index + 1 + i, raw) for i, raw in enumerate(rest[3]))
+        return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, entries)
+    if code == _APPEND_RESP:
+        _arity(rest, 4, "AppendResponse")
+        index, reject, hint_index, hint_term = (
+            _int(rest[0]),
+            _bool(rest[1]),
+            _int(rest[2]),
+            _int(rest[3]),
+        )
+        return AppendResponse(term, sender, recipient, index, reject, hint_index, hint_term)
+    if code == _HEARTBEAT:
+        _arity(rest, 3, "Heartbeat")
+        return Heartbeat(term, sender, recipient, _int(rest[0]), _bool(rest[1]), _int(rest[2]))
+    if code == _HEARTBEAT_RESP:
+        _arity(rest, 1, "HeartbeatResponse")
+        return HeartbeatResponse(term, sender, recipient, _int(rest[0]))
+    if code == _VOTE:
+        _arity(rest, 3, "VoteRequest")
+        flags = _int(rest[2])
+        return VoteRequest(
+            term,
+            sender,
+            recipient,
+            _int(rest[0]),
+            _int(rest[1]),
+            pre_vote=bool(flags & _PRE_VOTE),
+            transfer=bool(flags & _TRANSFER),
+        )
+    if code == _VOTE_RESP:
+        _arity(rest, 2, "VoteResponse")
+        return VoteResponse(term, sender, recipient, _bool(rest[0]), _bool(rest[1]))
+    if code == _RESET:
+        _arity(rest, 4, "LogReset")
+        config = None if rest[3] is None else _unpack_configuration(rest[3])
+        boundary = LogBoundary(_int(rest[0]), _int(rest[1]), _int(rest[2]), config)
+        return LogReset(term, sender, recipient, boundary)
+    if code == _TIMEOUT:
+        _arity(rest, 0, "TimeoutNow")
+        return TimeoutNow(term, sender, recipient)
+    raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..7")
+
+
+def _entry(index: int, raw: object) -> Entry:
+    if not isinstance(raw, list) or len(raw) != 4:
+        raise CodecError(f"entry {index} must be [term, record_count, data, timestamp_ms]")
+    term, count, data, timestamp_ms = _int(raw[0]), _int(raw[1]), raw[2], _int(raw[3])
+    if not isinstance(data, bytes):
+        raise CodecError(f"entry {index} data must be bytes, got {type(data).__name__}")
+    return Entry(index, term, entry_kind(count, len(data)), count, data, timestamp_ms)
+
+
+def _arity(rest: list[Any], count: int, name: str) -> None:
+    if len(rest) != count:
+        raise CodecError(f"{name} has {len(rest) + 4} fields, expected {count + 4}")
+
+
+def _int(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise CodecError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if type(value) is not bool:
+        raise CodecError(f"expected a boolean, got {value!r}")
+    return value
+
+
+# -- configurations ---------------------------------------------------------------------------
+
+
+def _pack_configuration(config: Configuration) -> list[list[str]]:
+    return [sorted(config.voters), sorted(config.learners)]
+
+
+def _unpack_configuration(raw: object) -> Configuration:
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise CodecError("a configuration is [voters, learners]")
+    voters, learners = raw
+    if not isinstance(voters, list) or not isinstance(learners, list):
+        raise CodecError("configuration voters and learners must be arrays")
+    if not all(isinstance(n, str) for n in voters + learners):
+        raise CodecError("configuration member ids must be strings")
+    try:
+        return Configuration(frozenset(voters), frozenset(learners))
+    except ValueError as error:
+        raise CodecError(str(error)) from None
+
+
+def encode_configuration(config: Configuration) -> bytes:
+    return msgpack.packb(_pack_configuration(config))  # type: ignore[no-any-return]
+
+
+def decode_configuration(data: bytes | memoryview) -> Configuration:
+    try:
+        return _unpack_configuration(msgpack.unpackb(data, raw=False))
+    except (ValueError, TypeError, msgpack.ExtraData) as error:
+        raise CodecError(f"malformed configuration: {error}") from None
+
+
+def encode_config_entry(change: ConfigChange, result: Configuration) -> bytes:
+    """The data of a CONFIG entry: the change and the whole configuration it results in, so a
+    node that sees the entry without its predecessors (a reset follower) knows the config."""
+    packed = [int(change.op), change.node_id, *_pack_configuration(result)]
+    return msgpack.packb(packed)  # type: ignore[no-any-return]
+
+
+def decode_config_entry(data: bytes | memoryview) -> tuple[ConfigChange, Configuration]:
+    try:
+        raw = msgpack.unpackb(data, raw=False)
+        if not isinstance(raw, list) or len(raw) != 4 or not isinstance(raw[1], str):
+            raise CodecError("a config entry is [op, node_id, voters, learners]")
+        change = ConfigChange(ConfigChangeOp(raw[0]), raw[1])
+        return change, _unpack_configuration(raw[2:])
+    except CodecError:
+        raise
+    except (ValueError, TypeError, msgpack.ExtraData) as error:
+        raise CodecError(f"malformed config entry: {error}") from None

@@ -1,0 +1,457 @@
+"""`RaftNode`: one member of one Raft group, as a pure state machine.
+
+The node does no I/O, starts no thread and reads no clock. Its inputs are `tick()` (one unit of
+logical time), `step(message)`, `propose(...)`, `change_config(...)` and `transfer_leader(...)`;
+its output is a `Ready` (what to persist, what to send, what became committed), which the host
+carries out and acknowledges with `advance(ready)`. Randomness (election jitter) comes from the
+`random.Random` it is given, so a seed fixes its behaviour.
+
+Persistence contract (what the host must do with each `Ready`, in this order):
+
+1. `boundary`: reset the log to start after it, durably.
+2. `truncate_from`, then `entries`: truncate, then append.
+3. Make the log writes durable (fsync) — unless `send_before_persist`, see below.
+4. `hard_state`: save it atomically and durably. Its term and vote must be durable before any
+   message of this Ready is sent (a vote is a promise; a term must never go back). A hard state
+   whose commit alone changed may be written lazily or not at all (a restart re-learns commit).
+   A restarted node takes `min(commit, last_index)`, so a hard state may be saved before the
+   entries it covers are durable *if the log's truncations are durable on return* (as
+   `storage.SegmentedLog.truncate_from` is): the log a crash leaves is then a prefix of the one
+   written. With a log whose truncation could come undone, save the hard state after step 3.
+5. Send `messages`.
+6. Apply `committed` (for a log store: advance the high watermark), then `advance(ready)`.
+
+Every acknowledgement a node sends (AppendResponse, a granted vote) speaks for state that steps
+1–4 made durable: a follower must never acknowledge an entry before it is on disk.
+
+The leader's own writes are the one exception (Raft thesis §10.2.1). When
+`ready.send_before_persist` is True (a leader whose term and vote did not change), the host may
+send the messages at once and fsync the entries in parallel: it calls
+`advance(ready, durable=False)` after the writes are issued, and `report_durable(index, term)`
+when the fsync completes. The leader counts itself towards a commit quorum only up to the index
+it was told is durable, so an entry is committed only once a quorum holds it on disk, with or
+without the leader. Such a leader may save a hard state whose commit is ahead of its own durable
+log; on restart `RaftNode` takes `min(commit, last_index)`: the entries are durable on a quorum.
+
+Safety rules enforced here: one vote per term (persisted before it is sent); a candidate wins only
+with a log at least as up to date as a majority's; entries are committed by counting replicas
+only for entries of the leader's current term (earlier ones commit with them); a leader never
+overwrites its own log; one configuration change at a time, and only after the leader has
+committed an entry of its own term; the latest configuration in the log (committed or not) is
+the one in force, so a truncated configuration entry reverts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from raft.codec import decode_config_entry
+from raft.config import RaftConfig
+from raft.election import Campaign, ElectionMixin
+from raft.errors import InvalidProposal, InvariantViolation, NotLeader, ProposalDropped
+from raft.faults import NO_FAULTS, RaftFaults
+from raft.follower import FollowerMixin
+from raft.leader import LeaderMixin
+from raft.log import LogReader
+from raft.log_view import LogView
+from raft.progress import Progress
+from raft.ready import Ready
+from raft.types import (
+    AppendRequest,
+    AppendResponse,
+    Configuration,
+    EntryKind,
+    HardState,
+    Heartbeat,
+    HeartbeatResponse,
+    LogReset,
+    Message,
+    NodeId,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+__all__ = ["LEASE_MARGIN_TICKS", "RaftNode"]
+
+# Ticks a lease gives up for timer phase and drift between nodes (see `lease_read_index`).
+LEASE_MARGIN_TICKS = 2
+
+
+class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
+    """A Raft group member. See the module docstring for the host's obligations."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        configuration: Configuration,
+        log: LogReader,
+        hard_state: HardState,
+        config: RaftConfig,
+        rng: random.Random,
+        *,
+        faults: RaftFaults = NO_FAULTS,
+    ) -> None:
+        """`configuration` is the bootstrap configuration, in force until the log holds one (a
+        node joining an existing group passes an empty `Configuration()`). `hard_state` and
+        `log` are what the host recovered from disk."""
+        self.id = node_id
+        self.config = config
+        self._rng = rng
+        self._faults = faults
+        self.log = LogView(log)
+        boundary = log.boundary()
+        base = boundary.config if boundary.config is not None else configuration
+        self._configs: list[tuple[int, Configuration]] = [(boundary.index, base)]
+        for entry in log.config_entries():
+            self._configs.append((entry.index, decode_config_entry(entry.data)[1]))
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        # The commit index may be ahead of a log whose unsynced tail a crash took (a leader that
+        # sent before its fsync); entries up to the boundary are committed by definition.
+        self.commit = max(min(hard_state.commit, log.last_index), boundary.index)
+        self._persisted = hard_state
+        self._applied = self.commit
+        self._durable_index = log.last_index
+        self.role = Role.FOLLOWER
+        self.leader_id: NodeId | None = None
+        self.quiesced = False
+        self._messages: list[Message] = []
+        self._votes: dict[NodeId, bool] = {}
+        self._progress: dict[NodeId, Progress] = {}
+        self._transferee: NodeId | None = None
+        self._transfer_elapsed = 0
+        self._pending_conf_index = 0
+        self._uncommitted: deque[tuple[int, int]] = deque()  # (index, bytes) this term, > commit
+        self._uncommitted_bytes = 0
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        # A restarted node may have promised a leader, just before its crash, not to vote for
+        # an election timeout: it keeps that promise (see `_in_lease`). A node whose durable term
+        # is 0 has never answered a leader (a term is durable before any message of it is sent).
+        self._clock = 0
+        self._leader_contact = 0 if hard_state.term > 0 else -config.election_ticks
+        self._lease_acks: dict[NodeId, int] = {}
+        self._lease_void = False
+        self._randomized_timeout = config.election_ticks
+        self._configuration = base
+        self._voters: tuple[NodeId, ...] = ()
+        self._members: tuple[NodeId, ...] = ()
+        self._use_configuration(self._configs[-1][1])
+        self._become_follower(self.term, None)
+
+    # -- read-only state -------------------------------------------------------------------------
+    @property
+    def configuration(self) -> Configuration:
+        return self._configuration
+
+    @property
+    def configuration_index(self) -> int:
+        """The index of the entry that set the configuration in force (or the log boundary)."""
+        return self._configs[-1][0]
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied
+
+    @property
+    def durable_index(self) -> int:
+        return self._durable_index
+
+    @property
+    def transferee(self) -> NodeId | None:
+        return self._transferee
+
+    @property
+    def hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.commit)
+
+    def lease_read_index(self) -> int | None:
+        """The index a linearizable read may be served at without a round trip, or None.
+
+        The lease: with check_quorum, a follower refuses to vote for an election timeout after
+        hearing from a leader (`_in_lease`). Heartbeats carry the leader's clock and responses
+        echo it, so when a quorum of voters has answered a heartbeat sent at tick s, none of
+        them can help elect another leader before s + election_ticks (by their own ticks). The
+        lease holds while `now < s + election_ticks - LEASE_MARGIN_TICKS`, and only for a leader
+        that has committed an entry of its term, is not quiesced, and has not begun a transfer
+        this term (TimeoutNow overrides followers' leases). It assumes tick rates differ by less
+        than LEASE_MARGIN_TICKS per election timeout; a host that cannot bound drift (or may
+        pause a process) must not serve reads from it.
+        """
+        if (
+            self.role is not Role.LEADER
+            or not self.config.check_quorum
+            or self.quiesced
+            or self._lease_void
+            or self.log.term(self.commit) != self.term
+        ):
+            return None
+        if self._faults.stale_lease:
+            return self.commit
+        acks = self._lease_acks
+        sent = sorted(
+            (self._clock if v == self.id else acks.get(v, -(1 << 62)) for v in self._voters),
+            reverse=True,
+        )
+        quorum_sent = sent[len(sent) // 2]
+        if self._clock >= quorum_sent + self.config.election_ticks - LEASE_MARGIN_TICKS:
+            return None
+        return self.commit
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """One unit of logical time. A quiesced node woken by a tick resumes normally."""
+        if self.quiesced:
+            self.wake()
+        self._clock += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+            return
+        self._election_elapsed += 1
+        if self._promotable() and self._election_elapsed >= self._randomized_timeout:
+            self._election_elapsed = 0
+            self._campaign(Campaign.PRE_VOTE if self.config.pre_vote else Campaign.ELECTION)
+
+    def propose(self, data: bytes, record_count: int, timestamp_ms: int = 0) -> int:
+        """Appends a record batch and returns its Raft index; committed once a later Ready's
+        `committed` range covers it. Raises `NotLeader` (with the leader hint) or
+        `ProposalDropped` (a leadership transfer is under way)."""
+        if record_count < 1:
+            raise InvalidProposal(
+                f"record_count={record_count}: a batch holds at least one record "
+                "(zero-record entries are Raft's own)"
+            )
+        self._require_leader()
+        if self._transferee is not None:
+            raise ProposalDropped(
+                f"leader {self.id} is transferring leadership to {self._transferee}; retry there"
+            )
+        if self._uncommitted_bytes >= self.config.max_uncommitted_bytes:
+            raise ProposalDropped(
+                f"leader {self.id} holds {self._uncommitted_bytes} uncommitted bytes "
+                f"(max_uncommitted_bytes={self.config.max_uncommitted_bytes}); retry later"
+            )
+        self.wake()
+        index = self._append(EntryKind.NORMAL, data, record_count, timestamp_ms)
+        self._broadcast_append()
+        return index
+
+    def step(self, message: Message) -> None:
+        """Handles one message from a peer. A message for another node is ignored."""
+        m = message
+        if m.recipient != self.id:
+            return
+        kind = type(m)
+        if self.quiesced and not (
+            (kind is Heartbeat and m.quiesce) or kind is HeartbeatResponse  # type: ignore[union-attr]
+        ):
+            self.wake()  # anything but the quiescing exchange itself is news
+        if m.term > self.term:
+            if kind is VoteRequest:
+                assert isinstance(m, VoteRequest)
+                if self._in_lease() and not m.transfer:
+                    return  # heard from a live leader recently: do not let this node disrupt it
+                if not m.pre_vote:
+                    self._become_follower(m.term, None)
+            elif kind is VoteResponse and m.pre_vote and m.granted:  # type: ignore[union-attr]
+                pass  # a granted pre-vote carries the term of the election it would start
+            else:
+                from_leader = kind is AppendRequest or kind is Heartbeat or kind is LogReset
+                self._become_follower(m.term, m.sender if from_leader else None)
+        elif m.term < self.term:
+            if kind is AppendRequest or kind is Heartbeat:
+                # A stale leader: tell it the newer term so it steps down (with check_quorum or
+                # pre_vote, it might otherwise never hear of it).
+                self._send(AppendResponse(self.term, self.id, m.sender, 0))
+            elif kind is VoteRequest and m.pre_vote:  # type: ignore[union-attr]
+                self._send(VoteResponse(self.term, self.id, m.sender, False, pre_vote=True))
+            return
+        if kind is VoteRequest:
+            assert isinstance(m, VoteRequest)
+            self._on_vote_request(m)
+        elif self.role is Role.LEADER:
+            self._step_leader(m)
+        elif self.role is Role.FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    # -- Ready ------------------------------------------------------------------------------------
+    def has_ready(self) -> bool:
+        """O(1): is there anything for `ready()` to return?"""
+        persisted = self._persisted
+        return bool(
+            self._messages
+            or self.log.unstable
+            or self.log.pending_boundary is not None
+            or self.term != persisted.term
+            or self.vote != persisted.vote
+            or self.commit != persisted.commit
+            or self._applied < min(self.commit, self.log.stable_last_index)
+        )
+
+    def ready(self) -> Ready:
+        """What the host must do now; call `advance(ready)` when done, before the next one."""
+        log = self.log
+        hard_state = HardState(self.term, self.vote, self.commit)
+        persisted = self._persisted
+        changed = hard_state != persisted
+        entries = tuple(log.unstable)
+        boundary = log.pending_boundary
+        truncate_from = None
+        if entries and boundary is None and log.offset <= log.storage.last_index:
+            truncate_from = log.offset
+        high = min(self.commit, log.stable_last_index)
+        committed = (self._applied + 1, high) if high > self._applied else None
+        messages = tuple(self._messages)
+        self._messages = []
+        send_early = (
+            self.role is Role.LEADER
+            and boundary is None
+            and hard_state.term == persisted.term
+            and hard_state.vote == persisted.vote
+        ) or self._faults.ack_before_persist
+        return Ready(
+            hard_state=hard_state if changed else None,
+            boundary=boundary,
+            truncate_from=truncate_from,
+            entries=entries,
+            messages=messages,
+            committed=committed,
+            send_before_persist=send_early,
+        )
+
+    def advance(self, ready: Ready, *, durable: bool = True) -> None:
+        """The host has carried out `ready`. `durable=False` (only when
+        `ready.send_before_persist`): the entries are written but their fsync is still under
+        way; call `report_durable` when it completes."""
+        if ready.hard_state is not None:
+            self._persisted = ready.hard_state
+        if ready.boundary is not None:
+            self.log.boundary_written(ready.boundary)
+        if ready.entries:
+            last = ready.entries[-1]
+            self.log.stable_to(last.index, last.term)
+        if ready.committed is not None:
+            self._applied = max(self._applied, ready.committed[1])
+        if durable:
+            self._mark_durable(self.log.stable_last_index)
+
+    def report_durable(self, index: int, term: int) -> None:
+        """The host's fsync has made every entry up to (index, term) durable."""
+        if index <= self.log.stable_last_index and self.log.term(index) == term:
+            self._mark_durable(index)
+
+    # -- quiescence ---------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Leaves quiescence: the host resumes ticking. Timers restart from zero."""
+        if not self.quiesced:
+            return
+        self.quiesced = False
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._leader_contact = self._clock  # the lease window restarts with the timers
+        self._lease_acks = {}
+        for node_id, progress in self._progress.items():
+            progress.recent_active = node_id == self.id
+
+    def _in_lease(self) -> bool:
+        """Does this node refuse votes, having heard from a leader within an election timeout
+        (or being one)? Measured on the node's own clock, so neither a change of term nor a
+        restart shortens it."""
+        if not self.config.check_quorum:
+            return False
+        if self.role is Role.LEADER:
+            return True
+        return self._clock - self._leader_contact < self.config.election_ticks
+
+    # -- roles ----------------------------------------------------------------------------------------
+    def _promotable(self) -> bool:
+        return self.id in self._configuration.voters
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            if term < self.term:
+                raise InvariantViolation(f"term would go back from {self.term} to {term}")
+            self.term = term
+            self.vote = None
+        self.leader_id = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        timeout = self.config.election_ticks
+        self._randomized_timeout = timeout + self._rng.randrange(timeout)
+        self._votes = {}
+        self._progress = {}
+        self._transferee = None
+        self._transfer_elapsed = 0
+        self._uncommitted.clear()
+        self._uncommitted_bytes = 0
+        self._lease_acks = {}
+        self._lease_void = False
+
+    def _become_follower(self, term: int, leader: NodeId | None) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.leader_id = leader
+
+    def _step_follower(self, m: Message) -> None:
+        kind = type(m)
+        if kind is AppendRequest:
+            assert isinstance(m, AppendRequest)
+            self._heard_from_leader(m.sender)
+            self._on_append(m)
+        elif kind is Heartbeat:
+            assert isinstance(m, Heartbeat)
+            self._heard_from_leader(m.sender)
+            if m.commit > self.commit:
+                self.commit = min(m.commit, self.log.last_index)
+            self._send(HeartbeatResponse(self.term, self.id, m.sender, m.lease_tick))
+            if m.quiesce:
+                self.quiesced = True
+        elif kind is LogReset:
+            assert isinstance(m, LogReset)
+            self._heard_from_leader(m.sender)
+            self._on_reset(m)
+        elif kind is TimeoutNow and self._promotable():
+            self._campaign(Campaign.TRANSFER)
+
+    def _heard_from_leader(self, leader: NodeId) -> None:
+        self._election_elapsed = 0
+        self._leader_contact = self._clock
+        self.leader_id = leader
+
+    def _require_leader(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.id, self.leader_id)
+
+    def _send(self, message: Message) -> None:
+        self._messages.append(message)
+
+    def _mark_durable(self, index: int) -> None:
+        self._durable_index = max(self._durable_index, index)
+        if self.role is Role.LEADER:
+            self._self_durable(self._durable_index)
+
+    def _use_configuration(self, config: Configuration) -> None:
+        self._configuration = config
+        self._voters = tuple(sorted(config.voters))
+        self._members = tuple(sorted(config.members))
+        if self.role is Role.LEADER:
+            self._sync_progress()
+
+    # The leader side lives in `raft.leader`: it needs these hooks from here.
+    def _become_leader_hook(self) -> None:
+        self.role = Role.LEADER
+        self.leader_id = self.id
+
+    def _step_leader(self, m: Message) -> None:
+        kind = type(m)
+        if kind is AppendResponse:
+            assert isinstance(m, AppendResponse)
+            self._on_append_response(m)
+        elif kind is HeartbeatResponse:
+            assert isinstance(m, HeartbeatResponse)
+            self._on_heartbeat_response(m.sender, m.lease_tick)

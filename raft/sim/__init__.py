@@ -1,0 +1,1 @@
+"""The deterministic Raft simulator: `python -m raft.sim --help`."""

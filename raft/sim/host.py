@@ -1,0 +1,211 @@
+"""One simulated process hosting one `RaftNode`: its disk (a `MemoryLog` and a hard state), the
+way it carries out each `Ready`, its fsyncs, and what a crash and restart do to it.
+
+This is the simulator's model of `cluster/`'s MultiRaft host, and follows the persistence
+contract of `raft.core` to the letter — except where a test-only fault says otherwise. A leader's
+Ready marked `send_before_persist` is, at random, sent before its fsync, which then completes a
+few ticks later (`report_durable`); a crash before that loses the unsynced writes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+from raft.config import RaftConfig
+from raft.core import RaftNode
+from raft.faults import NO_FAULTS, RaftFaults
+from raft.log import MemoryLog
+from raft.ready import Ready
+from raft.sim.checker import Checker
+from raft.types import Configuration, EntryKind, HardState, Message, NodeId, Role
+
+__all__ = ["SimHost"]
+
+_BIG = 1 << 62
+
+
+class _Sender(Protocol):
+    def __call__(self, message: Message) -> None: ...
+
+
+class SimHost:
+    __slots__ = (
+        "bootstrap",
+        "checker",
+        "config",
+        "faults",
+        "hard_state",
+        "hosts",
+        "id",
+        "leader_commit",
+        "leader_commit_sent",
+        "log",
+        "node",
+        "on_crash",
+        "parallel_rate",
+        "pivot_crash_rate",
+        "rng",
+        "send",
+        "stats",
+        "sync_due",
+        "was_leader_term",
+    )
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        bootstrap: Configuration,
+        config: RaftConfig,
+        rng: random.Random,
+        checker: Checker,
+        send: _Sender,
+        stats: dict[str, int],
+        hosts: dict[NodeId, SimHost],
+        *,
+        parallel_rate: float,
+        pivot_crash_rate: float = 0.0,
+        on_crash: Callable[[SimHost], None] | None = None,
+        faults: RaftFaults = NO_FAULTS,
+    ) -> None:
+        self.id = node_id
+        self.bootstrap = bootstrap
+        self.config = config
+        self.rng = rng
+        self.checker = checker
+        self.send = send
+        self.stats = stats
+        self.hosts = hosts
+        self.leader_commit = 0
+        self.leader_commit_sent = 0
+        self.parallel_rate = parallel_rate
+        self.pivot_crash_rate = pivot_crash_rate
+        self.on_crash = on_crash
+        self.faults = faults
+        self.log = MemoryLog()
+        self.hard_state = HardState()
+        self.sync_due: int | None = None
+        self.was_leader_term = -1
+        self.node: RaftNode | None = None
+        self.start()
+
+    @property
+    def up(self) -> bool:
+        return self.node is not None
+
+    def start(self) -> None:
+        """(Re)starts the process from what its disk holds."""
+        node_rng = random.Random(self.rng.getrandbits(64))
+        self.node = RaftNode(
+            self.id, self.bootstrap, self.log, self.hard_state, self.config, node_rng,
+            faults=self.faults,
+        )  # fmt: skip
+        self.was_leader_term = -1
+        self.checker.on_restart(self.id, self.log, self.node.commit)
+
+    def crash(self) -> None:
+        """Loses the process and every write its disk had not made durable."""
+        self.node = None
+        self.sync_due = None
+        self.log = self.log.crashed(self.rng)
+
+    # -- driving the node ---------------------------------------------------------------------------
+    def run(self, action: Callable[[RaftNode], object], now: int) -> None:
+        """Runs one input on the node, then carries out whatever it made ready."""
+        node = self.node
+        if node is None:
+            return  # crashed earlier in this tick
+        action(node)
+        self.process_ready(now)
+
+    def process_ready(self, now: int) -> None:
+        node = self.node
+        if node is None:
+            return
+        self._check_leader(node)
+        while node.has_ready():
+            if not self._handle(node, node.ready(), now):
+                return
+            self._check_leader(node)
+
+    def _check_leader(self, node: RaftNode) -> None:
+        if node.role is not Role.LEADER:
+            return
+        if node.term != self.was_leader_term:
+            self.was_leader_term = node.term
+            self.leader_commit = node.commit
+            self.stats["elections"] += 1
+            self.checker.on_leader(self.id, node.term, node.log, node.applied_index)
+        if node.commit > self.leader_commit:
+            low = max(self.leader_commit + 1, node.log.first_index)
+            self.leader_commit = node.commit
+            term = node.log.term(node.commit)
+            assert term is not None
+            logs = {host_id: host.log for host_id, host in self.hosts.items()}
+            voters = sorted(node.configuration.voters)
+            self.checker.on_leader_commit(self.id, node.term, node.commit, term, voters, logs)
+            # The leader's decision is the commit point, whether or not it lives to apply it.
+            self.checker.on_commit(self.id, node.log.entries(low, node.commit + 1, _BIG))
+
+    def _handle(self, node: RaftNode, ready: Ready, now: int) -> bool:
+        """Carries out one Ready; False if the process crashed doing it."""
+        log = self.log
+        if ready.boundary is not None:
+            log.reset(ready.boundary)
+        if ready.truncate_from is not None:
+            if node.role is Role.LEADER and ready.truncate_from <= node.commit:
+                raise AssertionError("a leader truncated its own committed log")
+            log.truncate_from(ready.truncate_from)
+        if ready.entries:
+            log.append(ready.entries)
+            self.checker.on_append(self.id, log, ready.entries)
+        early = ready.send_before_persist and (
+            self.faults.ack_before_persist or self.rng.random() < self.parallel_rate
+        )
+        if not early:
+            log.sync()
+            self.sync_due = None
+        if ready.hard_state is not None:
+            self.hard_state = ready.hard_state
+        if self._pivot(node, ready):
+            # A crash between persisting and sending, at a pivotal moment: just elected, or
+            # just committed. The Ready's messages never leave the process.
+            self.crash()
+            if self.on_crash is not None:
+                self.on_crash(self)
+            return False
+        for message in ready.messages:
+            self.send(message)
+        if ready.committed is not None:
+            low, high = ready.committed
+            entries = log.entries(low, high + 1, _BIG)
+            self.checker.on_commit(self.id, entries)
+            self.stats["commits"] += len(entries)
+        if early:
+            if self.sync_due is None:
+                self.sync_due = now + self.rng.randint(0, 2)
+            node.advance(ready, durable=False)
+        else:
+            node.advance(ready)
+        return True
+
+    def _pivot(self, node: RaftNode, ready: Ready) -> bool:
+        if not self.pivot_crash_rate or node.role is not Role.LEADER:
+            return False
+        elected = any(e.kind is EntryKind.NOOP and e.term == node.term for e in ready.entries)
+        committed = (
+            ready.hard_state is not None and ready.hard_state.commit > self.leader_commit_sent
+        )
+        self.leader_commit_sent = node.commit
+        return (elected or committed) and self.rng.random() < self.pivot_crash_rate
+
+    def fsync_completes(self, now: int) -> None:
+        """The background fsync of an early-sent Ready finishes."""
+        self.sync_due = None
+        log = self.log
+        log.sync()
+        node = self.node
+        if node is not None and log.last_index >= log.first_index:
+            node.report_durable(log.last_index, log.term(log.last_index))
+            self.process_ready(now)

@@ -1,0 +1,146 @@
+"""Running seeds: one (`run_seed`), or a sweep across processes (`sweep`), with a summary."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from raft.errors import InvariantViolation
+from raft.faults import NO_FAULTS, RaftFaults
+from raft.sim.checker import Violation
+from raft.sim.cluster import STAT_NAMES, Simulation
+
+__all__ = ["SeedResult", "Summary", "nodes_for_seed", "replay_command", "run_seed", "sweep"]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    seed: int
+    nodes: int
+    steps: int
+    fault: str | None
+    stats: dict[str, int]
+    violation: str | None = None  # the kind, e.g. "election-safety"
+    detail: str | None = None
+    at_step: int | None = None
+    max_leader_wait: int = 0
+    max_commit_wait: int = 0
+
+    @property
+    def replay(self) -> str:
+        return replay_command(self.seed, self.steps, self.nodes, self.fault)
+
+
+def nodes_for_seed(seed: int, choices: tuple[int, ...]) -> int:
+    return choices[seed % len(choices)]
+
+
+def replay_command(seed: int, steps: int, nodes: int, fault: str | None) -> str:
+    command = f"python -m raft.sim --seed {seed} --steps {steps} --nodes {nodes}"
+    return command + (f" --fault {fault}" if fault else "")
+
+
+def run_seed(seed: int, steps: int, nodes: int, fault: str | None = None) -> SeedResult:
+    faults = RaftFaults.named(fault) if fault else NO_FAULTS
+    sim = Simulation(seed, nodes, faults=faults)
+    kind = detail = None
+    try:
+        sim.run(steps)
+    except Violation as violation:
+        kind, detail = violation.kind, violation.detail
+    except InvariantViolation as error:
+        kind, detail = "core-invariant", str(error)
+    except Exception as error:  # a crash of the core is a finding too, with its trace
+        kind = "exception"
+        detail = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+    return SeedResult(
+        seed,
+        nodes,
+        steps,
+        fault,
+        dict(sim.stats),
+        kind,
+        detail,
+        sim.now if kind else None,
+        sim.max_leader_wait,
+        sim.max_commit_wait,
+    )
+
+
+def _run_args(args: tuple[int, int, int, str | None]) -> SeedResult:
+    return run_seed(*args)
+
+
+@dataclass
+class Summary:
+    seeds: int = 0
+    steps: int = 0
+    stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_NAMES, 0))
+    failures: list[SeedResult] = field(default_factory=list)
+    max_leader_wait: int = 0
+    max_commit_wait: int = 0
+    elapsed_s: float = 0.0
+
+    def add(self, result: SeedResult) -> None:
+        self.seeds += 1
+        self.steps += result.at_step if result.at_step is not None else result.steps
+        for name, value in result.stats.items():
+            self.stats[name] = self.stats.get(name, 0) + value
+        if result.violation is not None:
+            self.failures.append(result)
+        self.max_leader_wait = max(self.max_leader_wait, result.max_leader_wait)
+        self.max_commit_wait = max(self.max_commit_wait, result.max_commit_wait)
+
+    def lines(self) -> list[str]:
+        stats = self.stats
+        rate = self.seeds / self.elapsed_s * 60 if self.elapsed_s else 0.0
+        return [
+            f"seeds={self.seeds} steps={self.steps} elections={stats['elections']} "
+            f"commits={stats['commits']} config_changes={stats['config_changes']} "
+            f"violations={len(self.failures)}",
+            f"proposals={stats['proposals']} transfers={stats['transfers']} "
+            f"crashes={stats['crashes']} partitions={stats['partitions']} "
+            f"compactions={stats['compactions']} lease_reads={stats['lease_reads']} "
+            f"max_leader_wait_ticks={self.max_leader_wait} "
+            f"max_commit_wait_ticks={self.max_commit_wait}",
+            f"elapsed={self.elapsed_s:.1f}s ({rate:.0f} seeds/min)",
+        ]
+
+
+def sweep(
+    seeds: range,
+    steps: int,
+    node_choices: tuple[int, ...],
+    *,
+    fault: str | None = None,
+    jobs: int = 1,
+    time_limit_s: float | None = None,
+    stop_on_failure: bool = False,
+    on_result: Callable[[SeedResult], None] | None = None,
+) -> Summary:
+    """Runs every seed (or until `time_limit_s`), in `jobs` processes."""
+    summary = Summary()
+    started = time.monotonic()
+    work = [(seed, steps, nodes_for_seed(seed, node_choices), fault) for seed in seeds]
+
+    def consume(results: Iterator[SeedResult]) -> None:
+        for result in results:
+            summary.add(result)
+            if on_result is not None:
+                on_result(result)
+            if stop_on_failure and result.violation is not None:
+                return
+            if time_limit_s is not None and time.monotonic() - started > time_limit_s:
+                return
+
+    if jobs <= 1:
+        consume(_run_args(args) for args in work)
+    else:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            consume(pool.imap(_run_args, work, chunksize=4))
+            pool.terminate()
+    summary.elapsed_s = time.monotonic() - started
+    return summary

@@ -1,0 +1,270 @@
+"""The node daemon on real processes: replication, failover, restart, graceful stop, bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import grpc
+import pytest
+from harness import wait_until
+
+from cluster.local import LocalCluster
+from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc, peer_pb2, peer_pb2_grpc
+from proto.records import encode_batch
+
+pytestmark = pytest.mark.integration
+
+ELECTION_TIMEOUT_S = 0.5
+CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
+        local.start()
+        yield local
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.addresses(), timeout_s=30) as sdk:
+        yield sdk
+
+
+def _leader_of(client: Client, topic: str, partition: int) -> str:
+    info = client.describe_topic(topic)
+    return info.partitions[partition].leader
+
+
+def _wait_leader(client: Client, topic: str, partition: int, not_: str = "") -> str:
+    found: list[str] = []
+
+    def has_leader() -> bool:
+        leader = _leader_of(client, topic, partition)
+        if leader and leader != not_:
+            found.append(leader)
+            return True
+        return False
+
+    wait_until(has_leader, 30, f"a leader of {topic}/{partition}")
+    return found[-1]
+
+
+def _replica_holds(
+    client: Client, topic: str, partition: int, replica: str, expected: list[tuple[int, bytes]]
+) -> bool:
+    records = client.read(topic, partition, 0, 1000, replica=replica)
+    return [(r.offset, r.value) for r in records] == expected
+
+
+def test_replicas_hold_the_same_records(cluster: LocalCluster, client: Client) -> None:
+    client.create_topic("orders", partitions=3, replication_factor=3)
+    written: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(3)}
+    for n in range(60):
+        meta = client.produce("orders", f"v{n}".encode(), key=f"k{n}".encode())
+        written[meta.partition].append((meta.offset, f"v{n}".encode()))
+    for partition, expected in written.items():
+        _wait_leader(client, "orders", partition)
+        for replica in ("n1", "n2", "n3"):
+            wait_until(
+                partial(_replica_holds, client, "orders", partition, replica, sorted(expected)),
+                20,
+                f"replica {replica} of orders/{partition}",
+            )
+
+
+def test_a_killed_leader_is_replaced_and_no_acknowledged_write_is_lost(
+    cluster: LocalCluster, client: Client
+) -> None:
+    client.create_topic("events", partitions=1, replication_factor=3)
+    leader = _wait_leader(client, "events", 0)
+    acknowledged: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Client(cluster.addresses(), timeout_s=30) as writer:
+            n = 0
+            while not stop.is_set():
+                try:
+                    writer.produce("events", f"e{n}".encode(), partition=0)
+                    acknowledged.append(n)
+                except Exception as error:  # recorded and asserted below
+                    errors.append(error)
+                n += 1
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    wait_until(lambda: len(acknowledged) >= 20, 30, "writes before the kill")
+    killed_at = time.monotonic()
+    cluster.kill(leader)
+    new_leader = _wait_leader(client, "events", 0, not_=leader)
+    elected_s = time.monotonic() - killed_at
+    before = len(acknowledged)
+    wait_until(lambda: len(acknowledged) > before + 20, 30, "writes after the failover")
+    stop.set()
+    thread.join(timeout=60)
+    assert not errors, errors[:3]
+    assert elected_s < 10 * ELECTION_TIMEOUT_S, f"new leader {new_leader} after {elected_s:.2f} s"
+    values = [r.value for r in client.read("events", 0, 0, 100_000, replica=new_leader)]
+    expected = {f"e{n}".encode() for n in acknowledged}
+    assert expected <= set(values), "an acknowledged write was lost"
+    assert len(values) == len(set(values)), "a retried write was duplicated"
+
+    # the killed node restarts and catches up with the leader's log as it is now (a produce
+    # retried across the failover may have committed after `values` was read)
+    cluster.start(leader)
+
+    def same_log() -> bool:
+        theirs = [r.value for r in client.read("events", 0, 0, 100_000, replica=new_leader)]
+        mine = [r.value for r in client.read("events", 0, 0, 100_000, replica=leader)]
+        return mine == theirs and len(set(mine)) == len(mine)
+
+    wait_until(same_log, 30, "the restarted node to catch up")
+
+
+def test_a_gracefully_stopped_leader_hands_over_without_failed_writes(
+    cluster: LocalCluster, client: Client
+) -> None:
+    client.create_topic("graceful", partitions=1, replication_factor=3)
+    leader = _wait_leader(client, "graceful", 0)
+    failures: list[BaseException] = []
+    done = threading.Event()
+    count = [0]
+
+    def produce() -> None:
+        with Client(cluster.addresses(), timeout_s=30) as writer:
+            while not done.is_set():
+                try:
+                    writer.produce("graceful", b"x", partition=0)
+                    count[0] += 1
+                except Exception as error:
+                    failures.append(error)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    wait_until(lambda: count[0] > 10, 30, "writes before the stop")
+    assert cluster.stop(leader) == 0
+    seen = count[0]
+    wait_until(lambda: count[0] > seen + 10, 30, "writes after the stop")
+    done.set()
+    thread.join(timeout=60)
+    assert not failures, failures[:3]
+    assert _leader_of(client, "graceful", 0) not in ("", leader)
+
+
+def test_bad_input_gets_a_precise_status_and_changes_nothing(
+    cluster: LocalCluster, client: Client
+) -> None:
+    for name in ["a/b", "..", "", "x" * 201]:
+        with pytest.raises(InvalidArgument, match="topic name"):
+            client.create_topic(name, partitions=1, replication_factor=1)
+    with pytest.raises(InvalidArgument, match="replication_factor=4 exceeds"):
+        client.create_topic("t", partitions=1, replication_factor=4)
+    client.create_topic("t", partitions=2, replication_factor=3)
+    assert client.create_topic("t", partitions=2, replication_factor=3).name == "t"  # idempotent
+    with pytest.raises(InvalidArgument, match="already exists with partitions=2"):
+        client.create_topic("t", partitions=5, replication_factor=3)
+    assert client.list_topics() == ["t"]
+    with pytest.raises(TopicNotFound, match="partition 7 of topic 't' does not exist"):
+        client.produce("t", b"v", partition=7)
+    _wait_leader(client, "t", 0)
+    client.produce("t", b"first", partition=0)
+    with pytest.raises(OffsetOutOfRange, match=r"valid offsets are 0\.\.1"):
+        client.read("t", 0, offset=5)
+
+    leader = _leader_of(client, "t", 0)
+    with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        big = encode_batch([(None, b"x" * (5 * 1024 * 1024), None, 0)])
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Produce(pb.ProduceRequest(topic="t", partition=0, batch=big), timeout=10)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "exceeds max_batch_bytes" in error.value.details()
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Produce(
+                pb.ProduceRequest(topic="t", partition=0, batch=b"garbage" * 10), timeout=10
+            )
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Fetch(pb.FetchRequest(topic="nope", partition=0), timeout=10)
+        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        # a malformed peer message is dropped; the node keeps serving
+        peer = peer_pb2_grpc.PeerStub(channel)
+        peer.Swim(peer_pb2.SwimPacket(from_node="x", payload=b"\xff\x00junk"), timeout=5)
+        batch = peer_pb2.RaftBatch(
+            from_node="n9",
+            to_node=leader,
+            messages=[peer_pb2.GroupMessage(group="t/0", payload=b"junk")],
+        )
+        peer.Raft(iter([batch]), timeout=5)
+    assert [r.value for r in client.read("t", 0, 0)] == [b"first"]
+    assert client.produce("t", b"second", partition=0).offset == 1
+
+
+def _placement(topic: str, partitions: int, nodes: list[str]) -> dict[int, set[str]]:
+    from cluster.placement import Candidate, partition_id, place
+
+    candidates = [Candidate(n) for n in nodes]
+    return {p: set(place(partition_id(topic, p), candidates, 3)) for p in range(partitions)}
+
+
+def _voters(client: Client, topic: str) -> dict[int, set[str]]:
+    return {p.index: set(p.replicas) for p in client.describe_topic(topic).partitions}
+
+
+def test_a_joining_node_takes_over_its_placement(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("moves", partitions=6, replication_factor=3)
+            for n in range(30):
+                client.produce("moves", f"m{n}".encode(), partition=n % 6)
+            local.add_node()
+            expected = _placement("moves", 6, ["n1", "n2", "n3", "n4"])
+            assert any("n4" in replicas for replicas in expected.values())
+            wait_until(
+                lambda: _voters(client, "moves") == expected,
+                60,
+                f"replicas to follow placement {expected}",
+                detail=lambda: _voters(client, "moves"),
+            )
+            for partition, replicas in expected.items():
+                if "n4" in replicas:
+                    written = [(n // 6, f"m{n}".encode()) for n in range(30) if n % 6 == partition]
+                    wait_until(
+                        partial(_replica_holds, client, "moves", partition, "n4", written),
+                        30,
+                        f"n4's copy of moves/{partition}",
+                    )
+            client.produce("moves", b"after", partition=0)
+
+
+def test_a_dead_node_is_replaced_after_replace_after(tmp_path: Path) -> None:
+    config = CONFIG + "replace_after_s = 3.0\n"
+    with LocalCluster(tmp_path, 4, config_text=config) as local:
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("heal", partitions=4, replication_factor=3)
+            before = _placement("heal", 4, ["n1", "n2", "n3", "n4"])
+            wait_until(
+                lambda: _voters(client, "heal") == before,
+                60,
+                f"initial placement {before}",
+                detail=lambda: _voters(client, "heal"),
+            )
+            local.kill("n4")
+            after = _placement("heal", 4, ["n1", "n2", "n3"])
+            wait_until(
+                lambda: _voters(client, "heal") == after, 90, f"n4's replicas to be replaced: {after}",
+                detail=lambda: _voters(client, "heal"),
+            )  # fmt: skip
+            assert all(len(v) == 3 and "n4" not in v for v in _voters(client, "heal").values())
+            for partition in range(4):
+                client.produce("heal", b"still writable", partition=partition)

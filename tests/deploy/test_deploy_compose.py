@@ -1,0 +1,454 @@
+"""docker-compose.yml is valid: the Compose schema, our structural rules, and the node CLI accept it.
+
+Schema: the Compose Specification's JSON schema as shipped inside the `check-jsonschema` wheel
+(PyPI), checked in-process with `jsonschema` and once through the `check-jsonschema` command.
+When the `docker compose` plugin is present, `docker compose config -q` runs as well (it is not on
+the build machines). The schema says nothing about references between services, volumes and
+profiles, nor about our own rules (one published bootstrap port, the secret required, health and
+stop settings), so `compose_problems` checks those; each rule has a broken document it catches.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from ruamel.yaml import YAML
+
+import cluster.node
+from chaos.topology import DEPLOY_DIR, Topology, compose_document
+from flotilla import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+TOP_LEVEL = {"name", "services", "volumes", "networks", "configs", "secrets"}
+PORT = re.compile(r"(?:(?:\$\{[A-Z_]+:-[0-9.]+\}|[0-9.]+):)?(\d{1,5}):(\d{1,5})")
+REQUIRED_SECRET = re.compile(r"\$\{FLOTILLA_CLUSTER_SECRET:\?[^}]+\}")
+SCHEMA = json.loads(
+    (resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json").read_text()
+)
+
+
+def load_compose(version: tuple[int, int] = (1, 2)) -> dict[str, Any]:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.version = version
+    document: dict[str, Any] = yaml.load(COMPOSE_FILE.read_text())
+    return document
+
+
+def dockerfile_stages() -> set[str]:
+    text = (ROOT / "Dockerfile").read_text()
+    return set(
+        re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.MULTILINE | re.IGNORECASE)
+    )
+
+
+def flags_of(command: list[str]) -> dict[str, list[str]]:
+    flags: dict[str, list[str]] = {}
+    current = ""
+    for word in command[1:]:
+        if word.startswith("--"):
+            current = word
+            flags[current] = []
+        else:
+            flags[current].append(word)
+    return flags
+
+
+def schema_errors(document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    return [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(document)
+    ]
+
+
+# -- our structural rules ----------------------------------------------------------------------------
+def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
+    flags = flags_of(service["command"])
+    where = f"node service {name}"
+    problems = []
+    if flags.get("--id") != [name]:
+        problems.append(f"{where} runs --id {flags.get('--id')}")
+    if service.get("profiles"):
+        problems.append(
+            f"{where} is in profiles {service['profiles']}: nodes belong to every profile"
+        )
+    controllers = [item.split("=")[0] for item in flags["--controllers"][0].split(",")]
+    secret = service.get("environment", {}).get("FLOTILLA_CLUSTER_SECRET", "")
+    if name in controllers and not REQUIRED_SECRET.fullmatch(str(secret)):
+        problems.append(
+            f"{where} is a controller but FLOTILLA_CLUSTER_SECRET={secret!r} is not required (${{VAR:?message}})"
+        )
+    if service.get("stop_signal") != "SIGTERM" or not service.get("stop_grace_period"):
+        problems.append(f"{where} lacks stop_signal SIGTERM and a stop_grace_period")
+    listen_port = flags["--listen"][0].rpartition(":")[2]
+    test = service.get("healthcheck", {}).get("test", [])
+    if "cluster.healthcheck" not in test or not str(test[-1]).endswith(f":{listen_port}"):
+        problems.append(f"{where} healthcheck {test} does not call Health on port {listen_port}")
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
+    data_dir = flags["--data-dir"][0]
+    if mounts.get(data_dir) != f"{name}-data":
+        problems.append(
+            f"{where} keeps {data_dir} on {mounts.get(data_dir)!r}, not volume {name}-data"
+        )
+    dial_map_dir = str(Path(flags.get("--dial-map", ["/"])[0]).parent)
+    if dial_map_dir not in mounts:
+        problems.append(f"{where} reads its dial map from {dial_map_dir}, which is not mounted")
+    return problems
+
+
+def compose_problems(document: dict[str, Any], stages: set[str]) -> list[str]:
+    problems = [
+        f"unknown top-level key {k!r}"
+        for k in document
+        if k not in TOP_LEVEL and not k.startswith("x-")
+    ]
+    services: dict[str, Any] = document.get("services") or {}
+    declared = set(document.get("volumes") or {})
+    used: set[str] = set()
+    host_ports: list[str] = []
+    published_grpc = 0
+    for name, service in services.items():
+        where = f"service {name}"
+        if "image" not in service and "build" not in service:
+            problems.append(f"{where} has neither image nor build")
+        build = service.get("build")
+        if isinstance(build, dict) and build.get("target") not in stages:
+            problems.append(
+                f"{where} builds target {build.get('target')!r}, not a Dockerfile stage {sorted(stages)}"
+            )
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if not source.startswith(("/", ".", "~")):
+                used.add(source)
+                if source not in declared:
+                    problems.append(f"{where} mounts undeclared volume {source!r}")
+        depends = service.get("depends_on", {})
+        for target in depends:
+            condition = depends[target].get("condition") if isinstance(depends, dict) else None
+            if target not in services:
+                problems.append(f"{where} depends on missing service {target!r}")
+                continue
+            if not service.get("profiles") and services[target].get("profiles"):
+                problems.append(
+                    f"{where} (no profile) depends on {target} of profiles {services[target]['profiles']}"
+                )
+            health = services[target].get("healthcheck", {})
+            if condition == "service_healthy" and (not health or health.get("disable")):
+                problems.append(
+                    f"{where} waits for {target} to be healthy, but it has no healthcheck"
+                )
+        listen_port = ""
+        if service.get("command", [None])[0] == "node":
+            problems += _node_problems(name, service)
+            listen_port = flags_of(service["command"])["--listen"][0].rpartition(":")[2]
+        for port in service.get("ports", []):
+            match = PORT.fullmatch(str(port))
+            if match is None or not all(0 < int(p) < 65536 for p in match.groups()):
+                problems.append(f"{where} has malformed port {port!r}")
+                continue
+            host_ports.append(match.group(1))
+            published_grpc += match.group(2) == listen_port
+    problems += [f"volume {v!r} is declared but unused" for v in sorted(declared - used)]
+    problems += [
+        f"host port {p} is published twice"
+        for p in sorted({p for p in host_ports if host_ports.count(p) > 1})
+    ]
+    if published_grpc != 1:
+        problems.append(
+            f"{published_grpc} published gRPC ports: publish exactly one bootstrap port"
+        )
+    chaos_images = [
+        s.get("image", "") for s in services.values() if "chaos" in s.get("profiles", [])
+    ]
+    if not any(image.startswith("ghcr.io/shopify/toxiproxy:") for image in chaos_images):
+        problems.append("the chaos profile has no Toxiproxy service")
+    if not any("spark" in s.get("profiles", []) for s in services.values()):
+        problems.append("no service in the spark profile")
+    return problems
+
+
+# -- the committed file ------------------------------------------------------------------------------
+def test_compose_file_parses_to_the_generated_document_in_yaml_1_1_and_1_2() -> None:
+    expected = compose_document(Topology())
+    assert load_compose((1, 2)) == expected
+    assert load_compose((1, 1)) == expected  # no "yes"/"no"/sexagesimal surprises in old parsers
+
+
+def test_compose_file_follows_the_compose_schema() -> None:
+    assert schema_errors(load_compose()) == []
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(COMPOSE_FILE),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _compose_plugin() -> bool:
+    try:
+        return (
+            subprocess.run(
+                ["docker", "compose", "version"], check=False, capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_docker_compose_config_when_the_plugin_is_present() -> None:
+    """Runs `docker compose config` where it exists; the schema and rules above run everywhere."""
+    if not _compose_plugin():
+        assert schema_errors(load_compose()) == []  # what stands in for it on this machine
+        return
+    env = {**os.environ, "FLOTILLA_CLUSTER_SECRET": "test-secret"}
+    for profile in ([], ["--profile", "chaos"], ["--profile", "spark"]):
+        config = subprocess.run(
+            ["docker", "compose", "-f", str(COMPOSE_FILE), *profile, "config", "-q"],
+            check=False, capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert config.returncode == 0, config.stderr
+    env.pop("FLOTILLA_CLUSTER_SECRET")
+    unset = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
+        check=False, capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert unset.returncode != 0
+    assert "set FLOTILLA_CLUSTER_SECRET" in unset.stderr
+
+
+def test_compose_file_keeps_our_structural_rules() -> None:
+    assert dockerfile_stages() >= {"runtime", "spark"}
+    assert compose_problems(load_compose(), dockerfile_stages()) == []
+
+
+@pytest.mark.parametrize(("nodes", "controllers"), [(1, 3), (4, 3), (5, 1)])
+def test_other_topologies_render_valid_compose_documents(nodes: int, controllers: int) -> None:
+    document = compose_document(Topology(nodes, controllers))
+    assert schema_errors(document) == []
+    assert compose_problems(document, dockerfile_stages()) == []
+    assert [n for n, s in document["services"].items() if not s.get("profiles")] == [
+        f"n{i}" for i in range(1, nodes + 1)
+    ]
+
+
+def test_chaos_setup_reads_deploy_files_the_image_carries() -> None:
+    service = load_compose()["services"]["toxiproxy-setup"]
+    paths = [w for w in [*service["entrypoint"], *service["command"]] if w.startswith(DEPLOY_DIR)]
+    assert len(paths) == 3
+    for path in paths:
+        assert (ROOT / "deploy" / Path(path).relative_to(DEPLOY_DIR)).exists(), path
+    assert re.search(
+        rf"^COPY deploy {re.escape(DEPLOY_DIR)}$", (ROOT / "Dockerfile").read_text(), re.MULTILINE
+    )
+
+
+# -- broken documents are caught -------------------------------------------------------------------
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def _set_env_secret(value: str) -> Mutation:
+    return lambda d: d["services"]["n2"]["environment"].__setitem__(
+        "FLOTILLA_CLUSTER_SECRET", value
+    )
+
+
+BROKEN: dict[str, tuple[Mutation, str]] = {
+    "depends on a missing service": (
+        lambda d: d["services"]["chaos-runner"]["depends_on"].__setitem__(
+            "n9", {"condition": "service_healthy"}
+        ),
+        "depends on missing service 'n9'",
+    ),
+    "undeclared volume": (
+        lambda d: d["volumes"].pop("n2-data"),
+        "mounts undeclared volume 'n2-data'",
+    ),
+    "unused volume": (
+        lambda d: d["volumes"].__setitem__("spare", {}),
+        "'spare' is declared but unused",
+    ),
+    "malformed port": (
+        lambda d: d["services"]["n1"]["ports"].__setitem__(1, "9101:91o1"),
+        "malformed port",
+    ),
+    "port out of range": (
+        lambda d: d["services"]["n1"]["ports"].__setitem__(1, "99101:9101"),
+        "malformed port",
+    ),
+    "secret with a default": (
+        _set_env_secret("${FLOTILLA_CLUSTER_SECRET:-changeme}"),
+        "is not required",
+    ),
+    "secret in clear": (_set_env_secret("hunter2"), "is not required"),
+    "no image nor build": (
+        lambda d: d["services"]["toxiproxy"].pop("image") and None,
+        "neither image nor build",
+    ),
+    "unknown build target": (
+        lambda d: d["services"]["n3"]["build"].__setitem__("target", "debug"),
+        "builds target 'debug'",
+    ),
+    "node in a profile": (
+        lambda d: d["services"]["n2"].__setitem__("profiles", ["chaos"]),
+        "nodes belong to every profile",
+    ),
+    "two bootstrap ports": (
+        lambda d: d["services"]["n2"]["ports"].append("7002:7002"),
+        "2 published gRPC ports",
+    ),
+    "same host port twice": (
+        lambda d: d["services"]["n2"]["ports"].append("127.0.0.1:9101:9102"),
+        "host port 9101 is published twice",
+    ),
+    "health on the wrong port": (
+        lambda d: d["services"]["n3"]["healthcheck"]["test"].__setitem__(-1, "127.0.0.1:7001"),
+        "does not call Health on port 7003",
+    ),
+    "no graceful stop": (
+        lambda d: d["services"]["n1"].pop("stop_grace_period"),
+        "stop_grace_period",
+    ),
+    "waits on a service without health": (
+        lambda d: d["services"]["chaos-runner"]["depends_on"]["toxiproxy-setup"].__setitem__(
+            "condition", "service_healthy"
+        ),
+        "has no healthcheck",
+    ),
+    "default service needs a profiled one": (
+        lambda d: d["services"]["n1"].__setitem__(
+            "depends_on", {"toxiproxy": {"condition": "service_started"}}
+        ),
+        "(no profile) depends on toxiproxy",
+    ),
+    "data on the wrong volume": (
+        lambda d: d["services"]["n2"]["volumes"].__setitem__(0, "n1-data:/data"),
+        "not volume n2-data",
+    ),
+    "dial map not mounted": (
+        lambda d: d["services"]["n1"]["volumes"].pop(1),
+        "which is not mounted",
+    ),
+    "no toxiproxy": (lambda d: d["services"].pop("toxiproxy"), "no Toxiproxy service"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_structural_rules_catch_a_broken_document(case: str) -> None:
+    mutate, expected = BROKEN[case]
+    document = copy.deepcopy(compose_document(Topology()))
+    mutate(document)
+    problems = compose_problems(document, dockerfile_stages())
+    assert any(expected in problem for problem in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d["services"]["n1"].__setitem__("imagee", "x"), "imagee"),
+        (lambda d: d["services"]["n1"].__setitem__("restart", ["always"]), "restart"),
+        (lambda d: d["services"]["n1"].__setitem__("ports", {"7001": 7001}), "ports"),
+        (lambda d: d.__setitem__("service", {}), "service"),
+    ],
+)
+def test_the_schema_catches_a_malformed_document(mutate: Mutation, expected: str) -> None:
+    document = copy.deepcopy(compose_document(Topology()))
+    mutate(document)
+    errors = schema_errors(document)
+    assert errors and any(expected in error for error in errors), errors
+
+
+# -- the node command line accepts every node service ---------------------------------------------
+class _Captured(Exception):
+    pass
+
+
+def _config_from_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    def capture(config: Any) -> None:
+        raise _Captured(config)
+
+    monkeypatch.setattr(cluster.node, "Node", capture)
+    with pytest.raises(_Captured) as caught:
+        cli.main(argv)
+    return caught.value.args[0]
+
+
+def test_every_node_service_command_is_accepted_by_the_node_cli(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
+    services = load_compose()["services"]
+    nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
+    assert list(nodes) == ["n1", "n2", "n3"]
+    for name, service in nodes.items():
+        config = _config_from_cli(service["command"], monkeypatch)
+        number = int(name[1:])
+        assert config.node_id == name
+        assert config.advertised == f"{name}:{7000 + number}"
+        assert dict(config.controllers) == {"n1": "n1:7101", "n2": "n2:7102", "n3": "n3:7103"}
+        assert config.is_controller
+        assert config.dial_map == f"/routes/{name}.json"
+        assert config.metrics == f"0.0.0.0:{9100 + number}"
+
+
+def test_a_controller_without_the_secret_fails_clearly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)
+    command = load_compose()["services"]["n1"]["command"]
+    assert cli.main(command) == 2
+    assert "FLOTILLA_CLUSTER_SECRET" in capsys.readouterr().err
+
+
+def _readme_add_node_command() -> list[str]:
+    text = (ROOT / "deploy" / "README-deploy.md").read_text()
+    block = re.search(r"```sh\n(docker run -d --name flotilla-n4.*?)```", text, re.DOTALL)
+    assert block is not None, "the README's add-a-node command"
+    words = block.group(1).replace("\\\n", " ").split()
+    return words[words.index("flotilla:local") + 1 :]
+
+
+def test_the_readmes_fourth_node_joins_n1_with_the_same_controllers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)  # not a controller: not needed
+    config = _config_from_cli(_readme_add_node_command(), monkeypatch)
+    n1 = flags_of(load_compose()["services"]["n1"]["command"])
+    assert config.node_id == "n4"
+    assert config.join == ("n1:7001",)
+    assert not config.is_controller
+    assert ",".join(f"{k}={v}" for k, v in config.controllers.items()) == n1["--controllers"][0]
+
+
+def test_the_images_default_command_is_a_valid_single_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "image-test-secret")
+    line = re.search(
+        r"^CMD (\[.*?\])$",
+        (ROOT / "Dockerfile").read_text().replace("\\\n", ""),
+        re.MULTILINE | re.DOTALL,
+    )
+    assert line is not None
+    config = _config_from_cli(json.loads(line.group(1)), monkeypatch)
+    assert (config.node_id, config.data_dir, config.listen) == ("n1", "/data", "0.0.0.0:7001")
+    assert config.is_controller and config.join == ()

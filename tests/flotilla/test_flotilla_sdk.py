@@ -1,0 +1,167 @@
+"""The SDK on real nodes: sync and asyncio clients, the batching producer, partitioning, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from cluster.local import LocalCluster
+from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
+from flotilla import aio as flotilla_aio
+
+pytestmark = pytest.mark.integration
+CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\n"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("sdk"), 3, config_text=CONFIG) as local:
+        local.start()
+        yield local
+
+
+def test_sync_client_round_trip_keys_headers_and_partitioning(cluster: LocalCluster) -> None:
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("sync", partitions=4, replication_factor=3)
+        meta = client.produce("sync", b"v1", key=b"user-7", headers=[("h", b"x")])
+        assert meta.partition == xxhash.xxh64_intdigest(b"user-7") % 4
+        again = client.produce("sync", b"v2", key=b"user-7")
+        assert again.partition == meta.partition and again.offset == meta.offset + 1
+        records = client.read("sync", meta.partition, meta.offset)
+        assert [(r.key, r.value, r.headers) for r in records] == [
+            (b"user-7", b"v1", (("h", b"x"),)),
+            (b"user-7", b"v2", ()),
+        ]
+        batch = client.produce_batch("sync", [b"a", b"b", b"c"], partition=2)
+        assert [m.offset for m in batch] == [batch[0].offset + n for n in range(3)]
+        unkeyed = {client.produce_batch("sync", [b"x"])[0].partition for _ in range(8)}
+        assert len(unkeyed) > 1, "unkeyed batches should round-robin across partitions"
+        assert "sync" in client.list_topics()
+        assert {m.id for m in client.members()} == {"n1", "n2", "n3"}
+        info = client.describe_topic("sync")
+        assert len(info.partitions) == 4 and all(len(p.replicas) == 3 for p in info.partitions)
+
+
+def test_batching_producer_keeps_per_partition_order(cluster: LocalCluster) -> None:
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("batched", partitions=2, replication_factor=3)
+        with client.producer(linger_ms=2, batch_bytes=4096) as producer:
+            futures = [
+                producer.send("batched", f"{n}".encode(), key=f"k{n % 3}".encode())
+                for n in range(600)
+            ]
+            producer.flush()
+            metas = [f.result(timeout=30) for f in futures]
+        for partition in (0, 1):
+            mine = [(m.offset, n) for n, m in enumerate(metas) if m.partition == partition]
+            values = [int(r.value) for r in client.read("batched", partition, 0, 10_000)]
+            assert values == [n for _, n in sorted(mine)]
+            assert values == sorted(values)
+
+
+def test_reads_spread_and_pin_replicas(cluster: LocalCluster) -> None:
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("pinned", partitions=1, replication_factor=3)
+        client.produce("pinned", b"one", partition=0)
+        for replica in ("n1", "n2", "n3"):
+            deadline_records: list[bytes] = []
+            for _ in range(100):
+                deadline_records = [r.value for r in client.read("pinned", 0, 0, replica=replica)]
+                if deadline_records:
+                    break
+            assert deadline_records == [b"one"]
+        with pytest.raises(InvalidArgument, match="not a known member"):
+            client.read("pinned", 0, 0, replica="n9")
+
+
+def test_errors_are_actionable(cluster: LocalCluster) -> None:
+    with Client(cluster.bootstrap, timeout_s=10) as client:
+        with pytest.raises(TopicNotFound, match="topic 'missing' does not exist"):
+            client.produce("missing", b"v")
+        client.create_topic("errs", partitions=1, replication_factor=1)
+        with pytest.raises(OffsetOutOfRange, match="valid offsets are"):
+            client.read("errs", 0, offset=42)
+        with pytest.raises(InvalidArgument, match="value must be bytes"):
+            client.produce("errs", "text")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="acks="):
+            Client(cluster.bootstrap, acks="some")
+
+
+def test_asyncio_client_has_the_same_calls(cluster: LocalCluster) -> None:
+    async def scenario() -> None:
+        async with flotilla_aio.Client(cluster.addresses(), timeout_s=30) as client:
+            await client.create_topic("async", partitions=2, replication_factor=3)
+            meta = await client.produce("async", b"hello", key=b"k")
+            batch = await client.produce_batch("async", [b"a", b"b"], partition=meta.partition)
+            records = await client.read("async", meta.partition, meta.offset)
+            assert [r.value for r in records] == [b"hello", b"a", b"b"]
+            assert batch[1].offset == meta.offset + 2
+            assert "async" in await client.list_topics()
+            followed = []
+            async for record in client.subscribe("async", meta.partition, meta.offset):
+                followed.append(record.value)
+                if len(followed) == 3:
+                    break
+            assert followed == [b"hello", b"a", b"b"]
+            with pytest.raises(TopicNotFound):
+                await client.produce("nope", b"v")
+
+    asyncio.run(scenario())
+
+
+def test_cli_produce_pipes_into_consume(cluster: LocalCluster) -> None:
+    env = {**os.environ, "FLOTILLA_BOOTSTRAP": cluster.bootstrap}
+    cli = [sys.executable, "-m", "flotilla"]
+    subprocess.run(
+        [*cli, "topic", "create", "piped", "--partitions", "1"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    lines = "".join(f"line {n}\n" for n in range(50)).encode()
+    produced = subprocess.run(
+        [*cli, "produce", "piped"],
+        input=lines,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert produced.stdout.decode().splitlines() == [f"0 {n}" for n in range(50)]
+    consumed = subprocess.run(
+        [*cli, "consume", "piped", "--partition", "0", "--from-beginning", "--max", "50"],
+        env=env, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert consumed.stdout == lines
+    status = subprocess.run(
+        [*cli, "status", "--json"], env=env, check=True, capture_output=True, timeout=60
+    )
+    assert b'"topic": "piped"' in status.stdout
+    bad = subprocess.run(
+        [*cli, "topic", "create", "a/b"], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert bad.returncode == 1 and b"topic name 'a/b' is invalid" in bad.stderr
+
+
+def test_the_demo_runs_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "flotilla", "demo", "--count", "3000"],
+        env=env, capture_output=True, timeout=240, cwd=ROOT, check=False,
+    )  # fmt: skip
+    output = result.stdout.decode()
+    assert result.returncode == 0, output + result.stderr.decode()
+    assert "demo complete" in output and "read back 3,000 records" in output
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"

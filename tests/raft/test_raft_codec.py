@@ -1,0 +1,136 @@
+"""Every message and configuration entry survives a msgpack round trip, and malformed bytes
+raise `CodecError` (never another exception, never a half-built message)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raft.codec import (
+    decode_config_entry,
+    decode_configuration,
+    decode_message,
+    encode_config_entry,
+    encode_configuration,
+    encode_message,
+)
+from raft.errors import CodecError
+from raft.types import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChange,
+    ConfigChangeOp,
+    Configuration,
+    Entry,
+    Heartbeat,
+    HeartbeatResponse,
+    LogBoundary,
+    LogReset,
+    Message,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+    entry_kind,
+)
+
+ids = st.text(min_size=1, max_size=8)
+naturals = st.integers(min_value=0, max_value=2**63)
+configurations = st.builds(
+    lambda voters, learners: Configuration(frozenset(voters), frozenset(learners - voters)),
+    st.sets(ids, max_size=5),
+    st.sets(ids, max_size=3),
+)
+
+
+@st.composite
+def append_requests(draw: st.DrawFn) -> AppendRequest:
+    prev = draw(st.integers(0, 1000))
+    raw = draw(
+        st.lists(
+            st.tuples(naturals, st.integers(0, 50), st.binary(max_size=40), naturals), max_size=5
+        )
+    )
+    entries = tuple(
+        Entry(prev + 1 + i, term, entry_kind(count, len(data)), count, data, ts)
+        for i, (term, count, data, ts) in enumerate(raw)
+    )
+    return AppendRequest(
+        draw(naturals), draw(ids), draw(ids), prev, draw(naturals), draw(naturals), entries
+    )
+
+
+messages = st.one_of(
+    append_requests(),
+    st.builds(AppendResponse, naturals, ids, ids, naturals, st.booleans(), naturals, naturals),
+    st.builds(VoteRequest, naturals, ids, ids, naturals, naturals, st.booleans(), st.booleans()),
+    st.builds(VoteResponse, naturals, ids, ids, st.booleans(), st.booleans()),
+    st.builds(Heartbeat, naturals, ids, ids, naturals, st.booleans(), naturals),
+    st.builds(HeartbeatResponse, naturals, ids, ids, naturals),
+    st.builds(TimeoutNow, naturals, ids, ids),
+    st.builds(
+        LogReset,
+        naturals,
+        ids,
+        ids,
+        st.builds(LogBoundary, naturals, naturals, naturals, st.none() | configurations),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages)
+def test_every_message_round_trips(message: Message) -> None:
+    assert decode_message(encode_message(message)) == message
+
+
+def test_encoding_is_compact() -> None:
+    heartbeat = encode_message(Heartbeat(7, "n1", "n2", 1234, False, 99))
+    assert len(heartbeat) <= 18
+    entry = Entry(101, 7, entry_kind(3, 100), 3, b"x" * 100, 5)
+    append = encode_message(AppendRequest(7, "n1", "n2", 100, 7, 99, (entry,)))
+    assert len(append) <= 100 + 30  # the batch bytes plus a few bytes of framing
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=60))
+def test_garbage_raises_codec_error_only(data: bytes) -> None:
+    try:
+        decode_message(data)
+    except CodecError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [99, 1, "a", "b"],  # unknown type
+        [5, 1, "a"],  # too short
+        [5, -1, "a", "b"],  # negative term
+        [5, 1, 2, "b"],  # sender not a string
+        [4, 1, "a", "b", 5, "yes"],  # quiesce not a boolean
+        [2, 1, "a", "b", 0, 0, 0, [[1, 1, "text", 0]]],  # entry data not bytes
+        [2, 1, "a", "b", 0, 0, 0, "entries"],
+        [6, 1, "a", "b", 0, 0, 0, [["a"], [3]]],  # a member id that is not a string
+        [6, 1, "a", "b", 0, 0, 0, [["a"], ["a"]]],  # voter and learner at once
+    ],
+)
+def test_malformed_messages_are_refused(fields: list[object]) -> None:
+    with pytest.raises(CodecError):
+        decode_message(msgpack.packb(fields))
+
+
+@given(configurations, st.sampled_from(list(ConfigChangeOp)), ids)
+def test_config_entries_round_trip(config: Configuration, op: ConfigChangeOp, node: str) -> None:
+    change = ConfigChange(op, node)
+    assert decode_config_entry(encode_config_entry(change, config)) == (change, config)
+    assert decode_configuration(encode_configuration(config)) == config
+
+
+def test_malformed_config_entries_are_refused() -> None:
+    for data in (b"", b"\xc1", msgpack.packb([9, "a", [], []]), msgpack.packb([0, 1, [], []])):
+        with pytest.raises(CodecError):
+            decode_config_entry(data)
+    with pytest.raises(CodecError):
+        encode_message("not a message")  # type: ignore[arg-type]

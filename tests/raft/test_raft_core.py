@@ -1,0 +1,491 @@
+"""Scripted scenarios for each rule of the Raft core, on the `group` harness (conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raft.config import RaftConfig
+from raft.core import RaftNode
+from raft.errors import (
+    ConfigChangeRejected,
+    InvalidProposal,
+    NotLeader,
+    ProposalDropped,
+    RaftConfigError,
+    TransferRejected,
+)
+from raft.faults import RaftFaults
+from raft.progress import ProgressState
+from raft.sim.checker import Violation
+from raft.types import (
+    AppendRequest,
+    ConfigChange,
+    ConfigChangeOp,
+    Configuration,
+    LogReset,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+)
+
+ABC = ("a", "b", "c")
+E = RaftConfig().election_ticks
+
+
+def test_election_commits_a_noop_and_followers_learn_the_leader(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    leader = g.elect("a")
+    g.tick(2)
+    assert g.leaders() == ["a"]
+    assert leader.term == 1 and leader.commit == 1
+    assert all(n.leader_id == "a" and n.commit == 1 for n in g.nodes.values())
+    assert g.logs["b"].entries(1, 2, 1 << 20)[0].kind.name == "NOOP"
+
+
+def test_propose_replicates_and_commits_and_ready_reports_the_range(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    leader = g.elect("a")
+    index = g.run("a", lambda n: n.propose(b"batch", 3))
+    g.deliver()
+    assert index == 2 and leader.commit == 2
+    g.tick(1)
+    assert g.nodes["b"].commit == 2 and g.nodes["b"].applied_index == 2
+    assert g.checker.committed[2] == (1, b"batch")
+    assert not leader.has_ready()
+
+
+def test_propose_errors(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    with pytest.raises(NotLeader) as info:
+        g.nodes["b"].propose(b"x", 1)
+    assert info.value.leader_hint == "a"
+    with pytest.raises(InvalidProposal):
+        g.nodes["a"].propose(b"x", 0)
+
+
+def test_pre_vote_keeps_a_partitioned_node_from_raising_the_term(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    g.isolate("c")
+    g.tick(10 * E, only=["c"])
+    assert g.nodes["c"].term == 1 and g.nodes["c"].role is Role.PRE_CANDIDATE
+    g.heal()
+    g.tick(3)
+    assert g.leaders() == ["a"] and g.nodes["a"].term == 1
+
+
+def test_without_pre_vote_a_partitioned_node_disrupts_on_return(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC, config=RaftConfig(pre_vote=False, check_quorum=False))
+    g.elect("a")
+    g.isolate("c")
+    g.tick(5 * E, only=["c"])
+    assert g.nodes["c"].term > 2
+    g.heal()
+    g.tick(1)
+    assert g.nodes["a"].term == g.nodes["c"].term  # the leader was deposed: why PreVote exists
+
+
+def test_check_quorum_leader_steps_down_when_cut_off(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    leader = g.elect("a")
+    g.isolate("a")
+    g.tick(2 * E, only=["a"])
+    assert leader.role is Role.FOLLOWER and leader.leader_id is None
+    assert leader.lease_read_index() is None
+
+
+def test_lease_read_index_needs_quorum_acknowledged_heartbeats(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    leader = g.elect("a")
+    assert leader.lease_read_index() is None  # no heartbeat answered yet
+    g.tick(1)
+    assert leader.lease_read_index() == leader.commit == 1
+    assert g.nodes["b"].lease_read_index() is None
+    g.isolate("a")
+    expired_after = None
+    for tick in range(1, 2 * E + 1):
+        g.tick(1, only=["a"])
+        if leader.lease_read_index() is None:
+            expired_after = tick
+            break
+    # the lease ends before any follower could vote for someone else (E ticks), and well
+    # before CheckQuorum makes the leader step down (up to 2 E)
+    assert expired_after is not None and expired_after <= E - 2
+    assert leader.role is Role.LEADER
+
+
+def test_lease_is_void_once_a_transfer_begins(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.isolate("c")
+    leader = g.elect("a")
+    g.tick(1)
+    assert leader.lease_read_index() is not None
+    g.run("a", lambda n: n.transfer_leader("c"))  # c is unreachable: the transfer will abort
+    g.tick(E + 1, only=["a", "b"])
+    assert leader.transferee is None and leader.role is Role.LEADER
+    assert leader.lease_read_index() is None  # TimeoutNow may still be on its way
+
+
+def test_a_restarted_node_keeps_its_lease_promise(group) -> None:  # type: ignore[no-untyped-def]
+    """A follower that acknowledged a leader's heartbeat and restarted at once must not vote
+    for an election timeout: the leader's lease counted on it."""
+    g = group(ABC)
+    g.elect("a")
+    g.tick(1)
+    g.crash("b")
+    b = g.start("b")
+    request = VoteRequest(5, "c", "b", 99, 9)
+    b.step(request)
+    assert b.term == 1 and not b.has_ready()  # ignored: no new term, no answer
+    for _ in range(E):
+        b.tick()
+    b.step(request)
+    assert b.term == 5 and b.vote == "c"
+
+
+def test_followers_in_lease_ignore_vote_requests(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    b = g.nodes["b"]
+    b.step(VoteRequest(5, "c", "b", 10, 5))
+    assert b.term == 1 and not b.has_ready()  # ignored: no term change, no answer
+
+
+def test_leader_counts_only_current_term_entries(group) -> None:  # type: ignore[no-untyped-def]
+    """Raft Figure 8, scripted: an old-term entry replicated to a majority is not committed by
+    counting, so a candidate holding a newer conflicting entry may still win safely."""
+    g = group(ABC, config=RaftConfig(pre_vote=False, check_quorum=False, max_msg_bytes=1))
+    figure_8(g)
+    assert g.nodes["a"].commit == 1  # index 2 (term 1) reached a and b but was not committed
+    c = g.elect("c")  # legitimately: c's log (term 2 at index 2) is more up to date than b's
+    g.tick(2, only=["c"])
+    assert c.commit >= 3 and g.checker.committed[2][0] == 2
+
+
+def test_committing_a_previous_term_entry_is_caught_in_figure_8(group) -> None:  # type: ignore[no-untyped-def]
+    """The same script with the test-only fault: the leader commits index 2 by counting, and
+    the checker reports the next leader, which cannot have it."""
+    g = group(ABC, config=RaftConfig(pre_vote=False, check_quorum=False, max_msg_bytes=1),
+              faults=RaftFaults(commit_previous_term=True))  # fmt: skip
+    figure_8(g)
+    assert g.nodes["a"].commit == 2
+    with pytest.raises(Violation, match="leader-completeness"):
+        g.elect("c")
+
+
+def figure_8(g) -> None:  # type: ignore[no-untyped-def]
+    """a writes E at index 2 alone; c wins term 2 with b and writes index 2 alone; a wins
+    term 3 with b and copies E to b; the no-op that would commit E never reaches b."""
+    from raft.types import Heartbeat
+
+    a = g.elect("a")
+    a.tick()
+    g.drain("a")
+    g.deliver()
+    g.run("a", lambda n: n.propose(b"E", 1))
+    g.queue.clear()
+    g.isolate("a")
+    c = g.elect("c", settle=False)
+    g.run("a", lambda n: n.step(Heartbeat(c.term, "c", "a", 0)))
+    g.queue.clear()
+    g.heal()
+    g.isolate("c")
+    g.elect("a", settle=False)
+
+    def holds_back_noop(message):  # type: ignore[no-untyped-def]
+        # the no-op (index 3) is lost once b holds E: b has E, but not the no-op
+        b_has_e = g.logs["b"].last_index >= 2
+        return isinstance(message, AppendRequest) and message.prev_index >= 2 and b_has_e
+
+    for _ in range(4):
+        g.run("a", lambda n: n.tick())
+        g.deliver(keep=holds_back_noop)
+    g.queue.clear()
+    g.heal()
+    g.isolate("a")
+    g.run("c", lambda n: n.step(Heartbeat(g.nodes["a"].term, "a", "c", 0)))
+    g.queue.clear()
+
+
+def test_leadership_transfer_with_timeout_now(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.run("a", lambda n: n.transfer_leader("b"))
+    assert isinstance(g.queue[-1], TimeoutNow)
+    g.deliver()
+    assert g.leaders() == ["b"] and g.nodes["b"].term == 2
+    assert a.role is Role.FOLLOWER
+
+
+def test_transfer_refuses_proposals_and_aborts_after_an_election_timeout(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("c")
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.deliver()
+    g.run("a", lambda n: n.transfer_leader("c"))  # c is behind and unreachable
+    with pytest.raises(ProposalDropped):
+        a.propose(b"y", 1)
+    with pytest.raises(ProposalDropped):
+        a.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d"))
+    g.tick(E, only=["a", "b"])
+    assert a.transferee is None and a.role is Role.LEADER
+    a.propose(b"y", 1)
+    with pytest.raises(TransferRejected):
+        a.transfer_leader("zz")
+
+
+def test_transfer_to_a_lagging_voter_catches_it_up_first(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    g.isolate("c")
+    for i in range(5):
+        g.run("a", lambda n, i=i: n.propose(b"%d" % i, 1))
+    g.deliver()
+    g.heal()
+    g.run("a", lambda n: n.transfer_leader("c"))
+    g.deliver()
+    assert g.leaders() == ["c"] and g.nodes["c"].log.last_index >= 6
+
+
+def test_learner_lifecycle_add_catch_up_promote_remove(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    for i in range(3):
+        g.run("a", lambda n, i=i: n.propose(b"%d" % i, 1))
+    g.deliver()
+    g.add("d")  # a new, empty member that knows no configuration yet
+    g.isolate("d")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d")))
+    g.deliver()
+    assert a.configuration.learners == {"d"} and a.commit == a.log.last_index  # learner not needed
+    with pytest.raises(ProposalDropped, match="not caught up"):
+        a.change_config(ConfigChange(ConfigChangeOp.PROMOTE, "d"))
+    g.heal()
+    g.tick(2)
+    d = g.nodes["d"]
+    assert d.configuration == a.configuration and d.log.last_index == a.log.last_index
+    assert a.is_caught_up("d")
+    g.tick(E * 3, only=["d"])
+    assert d.role is Role.FOLLOWER  # a learner never campaigns
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.PROMOTE, "d")))
+    g.deliver()
+    assert a.configuration.voters == {"a", "b", "c", "d"}
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "b")))
+    g.deliver()
+    g.tick(1)
+    assert a.configuration == Configuration(frozenset({"a", "c", "d"}))
+    assert g.nodes["c"].configuration == a.configuration
+
+
+def test_one_configuration_change_at_a_time(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("a")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d")))
+    assert a.configuration.learners == {"d"}  # in force once appended
+    with pytest.raises(ProposalDropped, match="one change at a time"):
+        a.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "e"))
+    g.heal()
+    g.deliver()
+    g.tick(1)
+    with pytest.raises(ConfigChangeRejected):
+        a.change_config(ConfigChange(ConfigChangeOp.PROMOTE, "zz"))
+    with pytest.raises(ConfigChangeRejected):
+        a.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "b"))
+    with pytest.raises(ConfigChangeRejected):
+        a.change_config(ConfigChange(ConfigChangeOp.REMOVE, "zz"))
+
+
+def test_new_leader_refuses_config_change_until_its_noop_commits(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.isolate("a")
+    a = g.elect("a") if False else None
+    assert a is None
+    g.heal()
+    g.split(["a"], ["c"])
+    leader = g.nodes["a"]
+    for _ in range(200):
+        leader.tick()
+        g.drain("a")
+        g.deliver(keep=lambda m: isinstance(m, AppendRequest))
+        if leader.role is Role.LEADER:
+            break
+    assert leader.role is Role.LEADER and leader.commit == 0
+    with pytest.raises(ProposalDropped):
+        leader.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d"))
+
+
+def test_leader_removing_itself_transfers_first(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    with pytest.raises(ProposalDropped, match="before its removal"):
+        g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "a")))
+    g.drain("a")
+    g.deliver()
+    new = g.leaders()
+    assert new and new != ["a"]
+    leader = g.nodes[new[0]]
+    g.run(new[0], lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "a")))
+    g.deliver()
+    assert leader.configuration.voters == {"b", "c"}
+    g.tick(E * 3, only=["a"])
+    assert g.nodes["a"].term == leader.term or g.nodes["a"].role is not Role.LEADER
+
+
+def test_truncated_configuration_entry_reverts(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    g.split(["a", "b"], ["c"])
+    g.split(["a"], ["b"])
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d")))
+    g.queue.clear()
+    assert g.nodes["a"].configuration.learners == {"d"}
+    g.heal()
+    g.isolate("a")
+    g.tick(3 * E, only=["b", "c"])
+    new = g.leaders()
+    assert new and new != ["a"]
+    g.run(new[-1], lambda n: n.propose(b"x", 1))
+    g.deliver()
+    g.heal()
+    g.tick(2)
+    assert g.nodes["a"].configuration.learners == frozenset()
+    assert g.nodes["a"].role is Role.FOLLOWER
+
+
+def test_replication_batches_by_bytes_and_bounds_inflight(group) -> None:  # type: ignore[no-untyped-def]
+    config = RaftConfig(max_msg_bytes=200, max_inflight_msgs=2)
+    g = group(ABC, config=config)
+    a = g.elect("a")
+    g.isolate("b")
+    g.isolate("c")
+    before = len(g.sent)
+    for i in range(20):
+        a.propose(b"%02d" % i, 1)  # 50 bytes each
+    g.drain("a")
+    to_b = [m for m in g.sent[before:] if isinstance(m, AppendRequest) and m.recipient == "b"]
+    assert len(to_b) == 2  # then paused at max_inflight_msgs
+    g.queue.clear()
+    g.heal()
+    before = len(g.sent)
+    g.tick(3)
+    sizes = [len(m.entries) for m in g.sent[before:] if isinstance(m, AppendRequest)]
+    assert max(sizes) == 4  # 4 * 50 bytes fill a 200-byte message
+    assert g.nodes["b"].log.last_index == a.log.last_index == a.commit == 21
+
+
+def test_rejection_moves_probe_back_and_then_replicates(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("c")
+    for i in range(10):
+        g.run("a", lambda n, i=i: n.propose(b"%d" % i, 1))
+    g.deliver()
+    progress = a._progress["c"]
+    assert progress.state is ProgressState.PROBE or progress.match_index < 11
+    g.heal()
+    g.tick(2)
+    assert progress.state is ProgressState.REPLICATE and progress.match_index == 11
+
+
+def test_follower_behind_the_retained_prefix_is_reset(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("c")
+    for i in range(10):
+        g.run("a", lambda n, i=i: n.propose(b"%d" % i, 2))
+    g.deliver()
+    g.tick(1, only=["a", "b"])
+    g.logs["a"].compact(8)
+    g.heal()
+    g.tick(3)
+    resets = [m for m in g.sent if isinstance(m, LogReset)]
+    c_log = g.logs["c"]
+    assert resets and resets[0].boundary.index == 7
+    assert resets[0].boundary.config == g.bootstrap
+    assert c_log.first_index == 8 and c_log.last_index == a.log.last_index
+    assert c_log.boundary().next_offset == 12  # 6 batches of 2 records before index 8
+    assert g.nodes["c"].commit == a.commit
+
+
+def test_leader_fsync_in_parallel_counts_itself_only_when_durable(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(("a", "b", "c", "d", "e"))
+    a = g.elect("a")
+    g.defer_sync.add("a")
+    g.split(["a", "b"], ["c", "d", "e"])
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.deliver()
+    assert a.commit == 1  # b acknowledged, a's own copy is not durable: 1 of 5 durable + b
+    g.heal()
+    g.split(["a"], ["d", "e"])
+    g.tick(1)
+    assert a.commit == 1 and g.logs["a"].durable_last_index == 1  # a + b + c: a not yet durable
+    g.fsync("a")
+    assert a.commit == 2
+
+
+def test_restart_takes_commit_no_further_than_the_log(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(("a",))
+    a = g.elect("a")
+    g.defer_sync.add("a")
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.fsync("a")
+    assert a.commit == 2
+    g.run("a", lambda n: n.propose(b"y", 1))
+    g.hard["a"] = a.hard_state.__class__(a.term, a.vote, 3)  # a saved commit ahead of its fsync
+    g.crash("a")
+    restarted = g.start("a")
+    assert restarted.commit == 2 == restarted.log.last_index
+
+
+def test_quiesce_and_wake(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.tick(1)
+    assert g.run("a", lambda n: n.quiesce()) is True
+    g.deliver()
+    assert a.quiesced and all(n.quiesced for n in g.nodes.values())
+    assert a.lease_read_index() is None
+    assert not any(n.has_ready() for n in g.nodes.values())
+    g.run("a", lambda n: n.propose(b"wake", 1))
+    assert not a.quiesced
+    g.deliver()
+    assert not g.nodes["b"].quiesced and a.commit == 2
+    g.nodes["c"].wake()
+    assert not g.nodes["c"].quiesced
+
+
+def test_quiesce_refused_while_a_follower_lags(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("c")
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.deliver()
+    assert a.quiesce() is False
+    assert g.nodes["b"].quiesce() is False
+
+
+def test_has_ready_is_false_once_advanced(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    g.elect("a")
+    g.tick(1)
+    g.queue.clear()
+    assert not any(n.has_ready() for n in g.nodes.values())
+
+
+def test_step_ignores_messages_for_another_node(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    b: RaftNode = g.nodes["b"]
+    b.step(VoteRequest(9, "c", "a", 0, 0))
+    assert b.term == 0 and not b.has_ready()
+
+
+def test_config_validation() -> None:
+    with pytest.raises(RaftConfigError):
+        RaftConfig(election_ticks=2, heartbeat_ticks=2)
+    with pytest.raises(RaftConfigError):
+        RaftConfig(max_msg_bytes=0)
+    with pytest.raises(ValueError):
+        Configuration(frozenset({"a"}), frozenset({"a"}))

@@ -1,0 +1,139 @@
+"""The simulator: a seed sweep with zero violations, replay determinism, and — the checker must
+be able to fail — every test-only fault reported as a violation with a replayable seed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raft.config import RaftConfig
+from raft.faults import FAULT_NAMES, RaftFaults
+from raft.sim.__main__ import main
+from raft.sim.checker import Violation
+from raft.sim.cluster import Simulation
+from raft.sim.runner import SeedResult, run_seed, sweep
+
+CI_SEEDS = 300
+CI_STEPS = 300
+
+
+@pytest.mark.timeout(300)
+def test_sweep_of_300_seeds_has_no_violation() -> None:
+    summary = sweep(range(CI_SEEDS), CI_STEPS, (3, 5))
+    failures = [f"{f.violation}: {f.detail} -- {f.replay}" for f in summary.failures]
+    assert not failures, "\n".join(failures)
+    assert summary.seeds == CI_SEEDS
+    stats = summary.stats
+    # the run exercised what it claims to
+    assert stats["elections"] > CI_SEEDS and stats["commits"] > 10 * CI_SEEDS
+    for name in ("config_changes", "transfers", "crashes", "partitions", "compactions"):
+        assert stats[name] > 0, name
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = Simulation(11, 5), Simulation(11, 5)
+    first.run(800)
+    second.run(800)
+    assert first.stats == second.stats
+    assert first.checker.committed == second.checker.committed
+    assert first.network.sent == second.network.sent
+
+
+# -- the checker must be able to fail ------------------------------------------------------------
+
+EXPECTED = {
+    "double_vote": {"election-safety"},
+    "vote_ignores_log": {"leader-completeness", "state-machine-safety", "core-invariant"},
+    "leader_counts_unsynced": {"commit-not-durable"},
+    "ack_before_persist": {"commit-not-durable", "lost-commit"},
+    "stale_lease": {"stale-lease-read"},
+}
+
+
+def _hunt(fault: str, seeds: range, steps: int, nodes: tuple[int, ...]) -> SeedResult:
+    summary = sweep(seeds, steps, nodes, fault=fault, stop_on_failure=True)
+    assert summary.failures, (
+        f"no seed in {seeds} violated an invariant with --fault {fault}: the checker missed it"
+    )
+    return summary.failures[0]
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_each_fault_is_caught_with_a_replayable_seed(fault: str) -> None:
+    found = _hunt(fault, range(60), 1500, (3, 5))
+    assert found.violation in EXPECTED[fault], f"{found.violation}: {found.detail}"
+    assert f"--seed {found.seed} " in found.replay and f"--fault {fault}" in found.replay
+    again = run_seed(found.seed, found.steps, found.nodes, fault)
+    assert (again.violation, again.detail, again.at_step) == (
+        found.violation,
+        found.detail,
+        found.at_step,
+    )
+    clean = run_seed(found.seed, found.steps, found.nodes)
+    assert clean.violation is None, f"{clean.violation}: {clean.detail}"
+
+
+# A seed on which the random simulator, unaided, found the Figure 8 bug. If a change to the core
+# or the simulator moves the trajectory, find a new one with
+#   python -m raft.sim --seeds 1500 --steps 3000 --nodes 3 --fault commit_previous_term \
+#       --stop-on-failure
+# (it took 170 seeds when recorded) and update it here.
+FIGURE_8_SEED = 169
+
+
+def test_committing_a_previous_term_entry_is_caught_by_the_random_simulator() -> None:
+    result = run_seed(FIGURE_8_SEED, 3000, 3, "commit_previous_term")
+    assert result.violation in {"leader-completeness", "state-machine-safety", "core-invariant"}, (
+        f"seed {FIGURE_8_SEED} no longer finds commit_previous_term; see the comment above"
+    )
+    assert run_seed(FIGURE_8_SEED, 3000, 3).violation is None
+
+
+def test_faults_are_only_reachable_explicitly() -> None:
+    import raft
+
+    assert "RaftFaults" not in getattr(raft, "__all__", ())
+    assert not any("fault" in name for name in RaftConfig.__dataclass_fields__)
+    assert not RaftFaults().any
+    with pytest.raises(ValueError, match="unknown fault"):
+        RaftFaults.named("nonsense")
+    assert set(EXPECTED) | {"commit_previous_term"} == set(FAULT_NAMES)
+
+
+def test_violation_names_its_kind() -> None:
+    violation = Violation("election-safety", "term 3 has two leaders")
+    assert str(violation) == "election-safety: term 3 has two leaders"
+
+
+# -- the command line -------------------------------------------------------------------------------
+
+
+def test_cli_summary_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seeds", "4", "--steps", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds=4 steps=" in out and "violations=0" in out and "config_changes=" in out
+    assert main(["--seeds", "30", "--steps", "600", "--fault", "double_vote"]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION seed=" in out
+    assert "python -m raft.sim --seed " in out and "--fault double_vote" in out
+
+
+def test_cli_replays_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seed", "3", "--steps", "200", "--nodes", "5"]) == 0
+    assert "no violation" in capsys.readouterr().out
+
+
+def test_cli_runs_as_a_module_with_jobs(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raft.sim", "--seeds", "6", "--steps", "100", "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "seeds=6" in done.stdout
