@@ -268,3 +268,25 @@ def test_a_dead_node_is_replaced_after_replace_after(tmp_path: Path) -> None:
             assert all(len(v) == 3 and "n4" not in v for v in _voters(client, "heal").values())
             for partition in range(4):
                 client.produce("heal", b"still writable", partition=partition)
+
+
+def test_the_metrics_endpoint_reports_partitions_and_latencies(tmp_path: Path) -> None:
+    import urllib.request
+
+    from cluster.local import free_port
+
+    with LocalCluster(tmp_path, 1, config_text=CONFIG) as local:
+        port = free_port("127.0.0.1")
+        local.nodes["n1"].extra_args = ["--metrics", f"127.0.0.1:{port}"]
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("metered", partitions=2, replication_factor=1)
+            for n in range(5):
+                client.produce("metered", b"m", partition=n % 2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    assert 'flotilla_partition_high_watermark{node="n1",partition="metered/0"} 3.0' in text
+    assert 'flotilla_partition_is_leader{node="n1",partition="metered/1"} 1.0' in text
+    assert 'flotilla_produce_latency_seconds_count{node="n1"} 5.0' in text
+    assert "flotilla_group_commit_seconds_bucket" in text
+    assert "flotilla_leader_changes_total" in text
