@@ -15,9 +15,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import grpc
 
@@ -77,6 +79,7 @@ class LocalCluster:
         for number in range(1, nodes + 1):
             self.add_spec(number)
         self.controller_ids = list(self.nodes)[: min(controllers, nodes)]
+        self._previous_sigterm: signal._HANDLER = None
 
     def add_spec(self, number: int) -> NodeSpec:
         host = f"127.0.0.{number}"
@@ -223,7 +226,20 @@ class LocalCluster:
             self.kill(node_id)
 
     def __enter__(self) -> LocalCluster:
+        # SIGTERM to the process that owns the cluster (e.g. `timeout`) would skip `close()`
+        # and leave nodes running: turn it into SystemExit so every `finally` runs.
+        self._previous_sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
