@@ -19,10 +19,12 @@ venv: $(STAMP)
 
 ## The main job: a local 3-node cluster, 100,000 records produced and read back from followers.
 demo: $(STAMP)
+	@scripts/preflight.sh java
 	$(PY) -m flotilla demo --count $(DEMO_COUNT)
 
 ## The test suite CI runs (under 15 minutes on 2 cores).
 test: $(STAMP)
+	@scripts/preflight.sh java
 	$(PY) -m pytest
 
 lint: $(STAMP)

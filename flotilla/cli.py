@@ -61,6 +61,8 @@ def _node_parser(sub: Any) -> None:
     )
     node.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
     node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
+    # test-only (chaos mutation test): serve reads above the commit index
+    node.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -70,6 +72,13 @@ def _run_node(args: argparse.Namespace) -> int:
     if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
         print(
             f"flotilla: --unsafe-ack-before-commit is for tests only and loses acknowledged writes; "
+            f"it is refused unless {UNSAFE_ENV}=1",
+            file=sys.stderr,
+        )
+        return 2
+    if args.unsafe_read_uncommitted and os.environ.get(UNSAFE_ENV) != "1":
+        print(
+            f"flotilla: --unsafe-read-uncommitted is for tests only and serves uncommitted reads; "
             f"it is refused unless {UNSAFE_ENV}=1",
             file=sys.stderr,
         )
@@ -99,6 +108,7 @@ def _run_node(args: argparse.Namespace) -> int:
     async def serve() -> None:
         node = Node(config)
         node.unsafe_ack_before_commit = args.unsafe_ack_before_commit
+        node.unsafe_read_uncommitted = args.unsafe_read_uncommitted  # test-only
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -278,9 +288,21 @@ def _run_dev(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console  # noqa: PLC0415
+
     from flotilla.demo import run_demo  # noqa: PLC0415
 
-    run_demo(args.count)
+    console = Console()
+    if args.no_spark:
+        run_demo(args.count, console)
+        return 0
+    from flotilla.spark_demo import run_spark_demo  # noqa: PLC0415 (pyspark is an extra)
+
+    run_demo(
+        args.count,
+        console,
+        after=lambda cluster, client: run_spark_demo(cluster.bootstrap, console=console),
+    )
     return 0
 
 
