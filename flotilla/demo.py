@@ -43,7 +43,7 @@ def value_of(n: int) -> bytes:
 def run_demo(
     count: int = 100_000,
     console: Console | None = None,
-    after: Callable[[LocalCluster, Client], None] | None = None,
+    after: Callable[[LocalCluster, Client], object] | None = None,
 ) -> DemoResult:
     console = console or Console()
     with (
