@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXTRAS ?= test,dev
 DEMO_COUNT ?= 100000
 
-.PHONY: demo test lint format venv bench soak proto clean
+.PHONY: demo test lint format venv bench soak chaos proto clean
 
 $(STAMP): pyproject.toml scripts/preflight.sh
 	@PYTHON=$(PYTHON) scripts/preflight.sh
@@ -41,6 +41,10 @@ bench: $(STAMP)
 	$(PY) -m bench.produce
 	$(PY) -m bench.failover
 	$(PY) -m bench.idle --partitions 1000
+
+## The chaos sweep: every nemesis, three seeds, 60 s of faults each (CI runs a short one).
+chaos: $(STAMP)
+	$(PY) -m chaos sweep --nodes 3 --nemesis all --seeds 1,2,3 --duration 60
 
 ## The long Raft simulation sweep (CI runs 300 seeds inside `make test`).
 soak: $(STAMP)

@@ -74,6 +74,7 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.unsafe_ack_before_commit = False  # test-only (chaos mutation tests); see cli
+        self.unsafe_read_uncommitted = False  # test-only (chaos mutation tests); see cli
         self.topics: dict[str, TopicSpec] = {}
         self.topics_loaded = False  # until then, "unknown topic" means "not loaded yet"
         self.handles = FileHandles(config.max_open_files)
@@ -327,16 +328,18 @@ class Node:
         raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
 
     async def _refresh_topics(self) -> None:
-        if self.controller is not None:
-            if self.controller.ready and self.controller.version != self._topics_version:
+        if self.controller is not None and self.controller.ready:
+            if self.controller.version != self._topics_version:
                 self._topics_version = self.controller.version
                 self.topics = self.controller.topics()
                 self.topics_loaded = True
                 self._local_checked_at = 0.0
             return
+        # not a controller, or a controller whose control plane has not caught up yet: ask
+        # the other controllers over gRPC
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
-            if not address:
+            if not address or controller_id == self.config.node_id:
                 continue
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
@@ -476,7 +479,9 @@ class Node:
     async def read(
         self, replica: Replica, offset: int, max_records: int, max_bytes: int
     ) -> list[pb.StoredBatch]:
-        return await asyncio.to_thread(_read_committed, replica, offset, max_records, max_bytes)
+        return await asyncio.to_thread(
+            _read_committed, replica, offset, max_records, max_bytes, self.unsafe_read_uncommitted
+        )
 
     # -- partition manager ---------------------------------------------------------------------
     async def _manage_loop(self) -> None:
@@ -507,10 +512,15 @@ class Node:
                     wanted.append((spec, index, Configuration()))
         if wanted:
             await self._open_replicas(wanted)
+        # Only replicas of deleted topics are deleted. A replica removed from its group keeps its
+        # log and hard state: Raft's safety assumes no member ever forgets what it voted and
+        # stored, and a replica deleted and re-created empty (with the topic's initial
+        # assignment as its configuration) could help elect a second leader. The cost is disk
+        # space until the topic is deleted (replica GC needs a persistent tombstone first).
         deleted_topics = [
             g for g, r in self.multiraft.replicas.items() if r.topic not in self.topics
         ]
-        for group in deleted_topics + self._collect_removed():
+        for group in deleted_topics:
             replica = self.multiraft.remove(group)
             if replica is not None:
                 await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
@@ -536,15 +546,6 @@ class Node:
             step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
             if step is not None:
                 self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id))
-
-    def _collect_removed(self) -> list[str]:
-        """Local replicas whose log says this node was removed from the group."""
-        me = self.config.node_id
-        return [
-            group
-            for group, replica in self.multiraft.replicas.items()
-            if replica.node.configuration_index > 0 and me not in replica.node.configuration.members
-        ]
 
     def _replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
@@ -605,12 +606,17 @@ class Node:
 
 
 def _read_committed(
-    replica: Replica, offset: int, max_records: int, max_bytes: int
+    replica: Replica, offset: int, max_records: int, max_bytes: int, unsafe: bool = False
 ) -> list[pb.StoredBatch]:
-    """Reader thread: committed batches from `offset`, never past the applied index."""
+    """Reader thread: committed batches from `offset`, never past the applied index.
+    `unsafe` (test-only, --unsafe-read-uncommitted): up to the log's last index instead."""
     log = replica.segmented
     applied = replica.node.applied_index
-    if offset >= replica.high_watermark:
+    if unsafe:  # test-only: a deliberately broken reader for the chaos checker's mutation test
+        applied = replica.node.log.last_index
+        if offset >= log.next_offset:
+            return []
+    elif offset >= replica.high_watermark:
         return []
     batches: list[pb.StoredBatch] = []
     records = 0

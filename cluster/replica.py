@@ -147,8 +147,9 @@ class Replica:
                 if not future.done():
                     future.set_exception(
                         NotCommitted(
-                            "leadership changed before the batch committed; it was not written",
-                            definitely_not_written=True,
+                            "leadership changed before the batch committed; the outcome is unknown "
+                            "(another replica may still commit it; an idempotent retry is safe)",
+                            definitely_not_written=False,
                         )
                     )
         for entry in ready.entries:

@@ -131,6 +131,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             loop.create_future(),
             on_append=request.acks == pb.ACKS_LEADER or node.unsafe_ack_before_commit,
         )
+        waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
         started = time.perf_counter()
         node.multiraft.propose(
             Proposal(replica, request.batch, header.record_count, int(time.time() * 1000), waiter)
@@ -219,7 +220,9 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         log_start = replica.segmented.first_offset
         high_watermark = replica.high_watermark
         offset = request.offset
-        if not log_start <= offset <= high_watermark:
+        # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
+        upper_ok = node.unsafe_read_uncommitted or offset <= high_watermark
+        if not (log_start <= offset and upper_ok):
             await _abort(
                 context,
                 grpc.StatusCode.OUT_OF_RANGE,
@@ -320,3 +323,8 @@ class PeerService(peer_pb2_grpc.PeerServicer):
     ) -> peer_pb2.SwimAck:
         self.node.gossip.receive(request)
         return peer_pb2.SwimAck()
+
+
+def _retrieve(future: asyncio.Future[ProduceResult]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -54,6 +54,9 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.initial_reconnect_backoff_ms", 50),
         ("grpc.max_reconnect_backoff_ms", 1000),
+        # accept the peers' keepalive pings (every 10 s) instead of answering GOAWAY
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 0),
     ]
 
 

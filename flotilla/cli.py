@@ -181,6 +181,7 @@ def _client_parsers(sub: Any) -> None:
     demo.add_argument(
         "--count", type=int, default=100_000, help="records to produce (default 100,000)"
     )
+    demo.add_argument("--no-spark", action="store_true", help="skip the closing Spark job")
 
 
 def _run_client_command(args: argparse.Namespace) -> int:

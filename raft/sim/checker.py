@@ -3,7 +3,9 @@
 - Election safety: at most one leader per term.
 - Log matching: two entries with the same index and term hold the same data, and the logs that
   hold them agree on the term of the entry before (so, by induction, on the whole prefix).
-- Leader completeness: a new leader's log holds every entry committed so far.
+- Leader completeness: the leader of term T holds every entry committed in a term before T.
+  (Only before T: a candidate of an older term may still win after a newer term committed
+  something, when its vote responses arrive late; it then steps down as soon as it hears.)
 - State-machine safety: no two nodes ever commit different entries at one index.
 - Commit durability: when a leader's commit index advances to c, a quorum of its voters holds
   entry c durably (what a crash would keep), so an acknowledged write survives crashes.
@@ -42,6 +44,7 @@ class Checker:
         # (index, term) -> (kind, data, term of index - 1 or -1 when unknown)
         self.entries: dict[tuple[int, int], tuple[EntryKind, bytes, int]] = {}
         self.committed: dict[int, tuple[int, bytes]] = {}  # index -> (term, data)
+        self.commit_terms: dict[int, int] = {}  # index -> the term it was first committed in
         self.commit_index = 0  # the highest index any node has committed
         self.committed_data: dict[bytes, int] = {}  # NORMAL data -> index, for the client
 
@@ -53,9 +56,12 @@ class Checker:
                 "election-safety", f"term {term} has two leaders: {holder} and {node_id}"
             )
         start = max(log.first_index, applied + 1)
+        commit_terms = self.commit_terms
         for index in range(start, self.commit_index + 1):
             committed = self.committed.get(index)
-            if committed is not None and log.term(index) != committed[0]:
+            if committed is None or commit_terms[index] >= term:
+                continue
+            if log.term(index) != committed[0]:
                 raise Violation(
                     "leader-completeness",
                     f"{node_id} leads term {term} but its log has term {log.term(index)} at "
@@ -87,13 +93,20 @@ class Checker:
                 )
 
     # -- state-machine safety ----------------------------------------------------------------------
-    def on_commit(self, node_id: NodeId, entries: Iterable[Entry]) -> None:
+    def on_commit(
+        self, node_id: NodeId, entries: Iterable[Entry], decided_in_term: int | None = None
+    ) -> None:
+        """`entries` are committed, as decided by a leader of `decided_in_term` (None: not
+        known here; the entry's own term is then taken, a lower bound)."""
         committed = self.committed
         for entry in entries:
             mine = (entry.term, entry.data)
             theirs = committed.get(entry.index)
             if theirs is None:
                 committed[entry.index] = mine
+                self.commit_terms[entry.index] = (
+                    entry.term if decided_in_term is None else decided_in_term
+                )
                 self.commit_index = max(self.commit_index, entry.index)
                 if entry.kind is EntryKind.NORMAL:
                     self.committed_data.setdefault(entry.data, entry.index)

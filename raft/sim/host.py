@@ -146,7 +146,8 @@ class SimHost:
             voters = sorted(node.configuration.voters)
             self.checker.on_leader_commit(self.id, node.term, node.commit, term, voters, logs)
             # The leader's decision is the commit point, whether or not it lives to apply it.
-            self.checker.on_commit(self.id, node.log.entries(low, node.commit + 1, _BIG))
+            entries = node.log.entries(low, node.commit + 1, _BIG)
+            self.checker.on_commit(self.id, entries, decided_in_term=node.term)
 
     def _handle(self, node: RaftNode, ready: Ready, now: int) -> bool:
         """Carries out one Ready; False if the process crashed doing it."""

@@ -12,7 +12,7 @@ import pytest
 from raft.config import RaftConfig
 from raft.faults import FAULT_NAMES, RaftFaults
 from raft.sim.__main__ import main
-from raft.sim.checker import Violation
+from raft.sim.checker import Checker, Violation
 from raft.sim.cluster import Simulation
 from raft.sim.runner import SeedResult, run_seed, sweep
 
@@ -101,6 +101,24 @@ def test_faults_are_only_reachable_explicitly() -> None:
     with pytest.raises(ValueError, match="unknown fault"):
         RaftFaults.named("nonsense")
     assert set(EXPECTED) | {"commit_previous_term"} == set(FAULT_NAMES)
+
+
+def test_leader_completeness_concerns_only_earlier_terms() -> None:
+    """Found by the soak (seed 245): a candidate of term 149 whose vote grants arrive late may
+    win after term 150 committed an entry; it is no violation that it lacks that entry. A leader
+    of a later term lacking it is."""
+    from raft.log import MemoryLog
+    from raft.log_view import LogView
+    from raft.types import Entry, EntryKind
+
+    checker = Checker()
+    newer = Entry(2, 150, EntryKind.NOOP, 0, b"")
+    checker.on_commit("n5", [newer], decided_in_term=150)
+    old_log = MemoryLog()
+    old_log.append([Entry(1, 140, EntryKind.NOOP, 0, b""), Entry(2, 149, EntryKind.NOOP, 0, b"")])
+    checker.on_leader("n2", 149, LogView(old_log), applied=0)  # no violation
+    with pytest.raises(Violation, match="leader-completeness"):
+        checker.on_leader("n2", 151, LogView(old_log), applied=0)
 
 
 def test_violation_names_its_kind() -> None:

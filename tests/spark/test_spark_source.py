@@ -60,6 +60,22 @@ def produce(client: Client, topic: str, count: int, partitions: int = 3, first: 
         producer.flush()
         for future in futures:
             future.result(timeout=30)
+    wait_replicated(client, topic)
+
+
+def wait_replicated(client: Client, topic: str) -> None:
+    """Until every replica has applied everything committed: a follower learns the commit index
+    with the leader's next message, so a read right after a produce may see less there."""
+
+    def caught_up() -> bool:
+        for p in client.describe_topic(topic).partitions:
+            for replica in p.replicas:
+                records = client.read(topic, p.index, p.log_start, 100_000, replica=replica)
+                if len(records) != p.high_watermark - p.log_start:
+                    return False
+        return True
+
+    wait_until(caught_up, 30, f"every replica of {topic} to apply what is committed")
 
 
 def sdk_rows(client: Client, topic: str) -> dict[int, list[tuple[Any, ...]]]:

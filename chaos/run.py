@@ -1,0 +1,243 @@
+"""The chaos runner: real node processes on 127.0.0.x, proxies on every link, a workload, a
+seeded nemesis schedule, then heal, wait for convergence, check and report.
+
+    python -m chaos run --nodes 5 --nemesis partition-random,kill-leader,pause --duration 60 --seed 7
+    python -m chaos sweep --nemesis all --seeds 1,2,3 --duration 60
+
+A run writes `<root>/<timestamp>-<nemeses>-s<seed>/`: history.jsonl, report.json, the node logs
+and dial maps. It prints the checker's summary and the replay command, and exits 1 on an anomaly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import CheckResult, FinalLogs, check
+from chaos.history import HistoryWriter
+from chaos.nemesis import Nemesis, schedule
+from chaos.network import ChaosNetwork
+from chaos.workload import Workload, WorkloadConfig
+from cluster.local import LocalCluster
+from flotilla import Client
+from flotilla.errors import FlotillaError
+
+__all__ = ["RunConfig", "RunOutcome", "replay_command", "run", "sweep", "sweep_table"]
+
+NODE_CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+UNSAFE_ENV = "FLOTILLA_ALLOW_UNSAFE"
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    nodes: int = 3
+    nemeses: tuple[str, ...] = ("partition-random", "kill-leader", "pause")
+    duration_s: float = 60.0
+    seed: int = 7
+    root: Path = Path("chaos-runs")
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    settle_s: float = 3.0  # workload keeps running after the final heal (time-to-first-write)
+    converge_timeout_s: float = 60.0
+    unsafe_flags: tuple[str, ...] = ()  # test-only node flags, e.g. "--unsafe-ack-before-commit"
+    quiet_s: tuple[float, float] = (1.0, 3.0)
+    fault_s: tuple[float, float] = (2.0, 5.0)
+    max_faults: int = 0  # 0 = as many as fit in duration_s
+    node_config: str = NODE_CONFIG  # TOML given to every node (--config)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    config: RunConfig
+    directory: Path
+    result: CheckResult
+    converged: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok and self.converged
+
+
+def replay_command(config: RunConfig) -> str:
+    """The one command that replays this run's schedule (non-default settings included)."""
+    default, workload = RunConfig(), WorkloadConfig()
+    extra = {
+        "--partitions": (config.workload.partitions, workload.partitions),
+        "--producers": (config.workload.producers, workload.producers),
+        "--quiet-s": (config.quiet_s, default.quiet_s),
+        "--fault-s": (config.fault_s, default.fault_s),
+        "--max-faults": (config.max_faults, default.max_faults),
+    }
+    flags = "".join(
+        f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
+        for flag, (value, usual) in extra.items()
+        if value != usual
+    )
+    flags += "".join(f" {flag}" for flag in config.unsafe_flags)
+    return (
+        f"python -m chaos run --nodes {config.nodes} --nemesis {','.join(config.nemeses)} "
+        f"--duration {config.duration_s:g} --seed {config.seed}{flags}"
+    )
+
+
+def run(config: RunConfig) -> RunOutcome:
+    faults = schedule(config.nemeses, config.duration_s, config.seed, quiet_s=config.quiet_s,
+                      fault_s=config.fault_s, max_faults=config.max_faults)  # fmt: skip
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name = f"{stamp}-{'+'.join(config.nemeses)[:60]}-s{config.seed}"
+    directory = config.root / name
+    suffix = 1
+    while directory.exists():
+        suffix += 1
+        directory = config.root / f"{name}-{suffix}"
+    directory.mkdir(parents=True)
+    (directory / "schedule.json").write_text(json.dumps([asdict(f) for f in faults], indent=2))
+    env = {UNSAFE_ENV: "1"} if config.unsafe_flags else {}
+    cluster = LocalCluster(directory / "cluster", config.nodes, env=env,
+                           node_args=list(config.unsafe_flags), config_text=config.node_config)  # fmt: skip
+    network = ChaosNetwork(directory)
+    history = HistoryWriter(directory / "history.jsonl")
+    topic = config.workload.topic
+    try:
+        network.attach(cluster)
+        cluster.start()
+        client = Client(cluster.addresses(), timeout_s=20)
+        client.create_topic(topic, config.workload.partitions, min(3, config.nodes))
+        replicas = _wait_for_leaders(client, topic, config.workload.partitions)
+        workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed)
+        nemesis = Nemesis(cluster, network, client, topic, history, config.seed)
+        workload.start()
+        started_at = time.monotonic()
+        runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
+        runner.start()
+        runner.join(timeout=3 * config.duration_s + 120)  # overruns shift faults
+        nemesis.stop()
+        runner.join(timeout=60)
+        nemesis.heal_all()
+        time.sleep(config.settle_s)  # the workload's writes after the heal are part of the run
+        workload.stop()
+        final, converged = collect_final_logs(client, topic, config.converge_timeout_s)
+        client.close()
+    finally:
+        history.close()
+        cluster.close()
+        network.close()
+    (directory / "final-logs.json").write_text(
+        json.dumps({str(p): logs for p, logs in final.items()}, separators=(",", ":"))
+    )
+    result = check(history.events, final)
+    outcome = RunOutcome(config, directory, result, converged)
+    write_report(outcome, faults)
+    return outcome
+
+
+def _wait_for_leaders(client: Client, topic: str, partitions: int) -> list[str]:
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(FlotillaError):
+            info = client.describe_topic(topic)
+            if len(info.partitions) == partitions and all(p.leader for p in info.partitions):
+                return sorted({r for p in info.partitions for r in p.replicas})
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r} has no leader on every partition after 60 s")
+        time.sleep(0.1)
+
+
+def _read_all(client: Client, topic: str, partition: int, replica: str) -> list[tuple[int, str]]:
+    pairs: list[tuple[int, str]] = []
+    while True:
+        records = client.read(topic, partition, len(pairs), 1000, replica)
+        if not records:
+            return pairs
+        pairs += [(r.offset, r.value.decode()) for r in records]
+
+
+def collect_final_logs(client: Client, topic: str, timeout_s: float) -> tuple[FinalLogs, bool]:
+    """Every replica's committed log, once all replicas of each partition hold the same length
+    as its leader's high watermark. After `timeout_s`, the logs of the replicas that answered
+    (a replica that never serves is left out and the run counts as not converged)."""
+    deadline = time.monotonic() + timeout_s
+    final: dict[int, dict[str, list[tuple[int, str]]]] = {}
+    while True:
+        converged = True
+        with contextlib.suppress(FlotillaError):
+            info = client.describe_topic(topic)
+            for p in info.partitions:
+                logs = final.setdefault(p.index, {})
+                for replica in p.replicas:
+                    try:
+                        logs[replica] = _read_all(client, topic, p.index, replica)
+                    except FlotillaError:
+                        converged = False
+                lengths = {len(log) for log in logs.values()} | {p.high_watermark}
+                converged = converged and bool(p.leader) and len(lengths) == 1
+            if converged and len(final) == len(info.partitions):
+                return final, True
+        if time.monotonic() > deadline:
+            return final, False
+        time.sleep(0.5)
+
+
+def write_report(outcome: RunOutcome, faults: Sequence[Any]) -> None:
+    result = outcome.result
+    report = {
+        "ok": outcome.ok,
+        "converged": outcome.converged,
+        "seed": outcome.config.seed,
+        "nodes": outcome.config.nodes,
+        "nemeses": list(outcome.config.nemeses),
+        "duration_s": outcome.config.duration_s,
+        "replay": replay_command(outcome.config),
+        "schedule": [asdict(f) for f in faults],
+        "acked": result.acked,
+        "failed": result.failed,
+        "unknown": result.unknown,
+        "unknown_committed": result.unknown_committed,
+        "reads": result.reads,
+        "anomalies": dict(result.counts),
+        "examples": {kind: list(getattr(result, kind)) for kind in result.counts},
+        "availability": {
+            **asdict(result.availability),
+            "fraction_during_faults": result.availability.fraction_during_faults,
+        },
+    }
+    (outcome.directory / "report.json").write_text(json.dumps(report, indent=2))
+
+
+def print_outcome(outcome: RunOutcome) -> None:
+    print(f"chaos run {outcome.directory}")
+    print(outcome.result.summary())
+    if not outcome.converged:
+        print("replicas did NOT converge after healing")
+    verdict = "OK" if outcome.ok else "ANOMALIES FOUND"
+    print(f"{verdict}: seed {outcome.config.seed}; replay: {replay_command(outcome.config)}")
+
+
+def sweep(base: RunConfig, nemeses: Sequence[str], seeds: Sequence[int]) -> list[RunOutcome]:
+    outcomes = []
+    for name in nemeses:
+        for seed in seeds:
+            outcome = run(replace(base, nemeses=(name,), seed=seed))
+            print_outcome(outcome)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def sweep_table(outcomes: Sequence[RunOutcome]) -> str:
+    header = f"{'nemesis':<20} {'seed':>4} {'acked':>6} {'lost':>5} {'dup':>4} {'diverg':>6} "
+    header += f"{'other':>5} {'avail':>6} {'conv':>5}"
+    lines = [header, "-" * len(header)]
+    for o in outcomes:
+        c = o.result.counts
+        other = c["offsets"] + c["phantom"] + c["unexpected"]
+        lines.append(
+            f"{','.join(o.config.nemeses):<20} {o.config.seed:>4} {o.result.acked:>6} "
+            f"{c['lost']:>5} {c['duplicated']:>4} {c['divergent']:>6} {other:>5} "
+            f"{o.result.availability.fraction_during_faults:>6.2f} {o.converged!s:>5}"
+        )
+    return "\n".join(lines)

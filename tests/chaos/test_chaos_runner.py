@@ -1,0 +1,162 @@
+"""The chaos runner end to end on real node processes (3 nodes on 127.0.0.x, proxies per link).
+
+A short sweep (every nemesis at least once, grouped so that the suite stays within its budget)
+must find no anomaly; and the checker must fail against nodes broken on purpose (test-only flags):
+a leader that acknowledges before commit loses acknowledged writes once it is isolated, and a
+replica that serves reads above the commit index shows reads that were never committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chaos.__main__ import _names
+from chaos.nemesis import LINKS, NEMESES, PARTITIONS, PROCESS, schedule
+from chaos.network import ChaosNetwork
+from chaos.run import NODE_CONFIG, RunConfig, RunOutcome, print_outcome, replay_command, run
+from chaos.workload import WorkloadConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+QUIET_S = (0.5, 1.0)
+FAULT_S = (1.5, 2.5)
+GROUPS = {
+    "partitions": ("partition-random", *PARTITIONS),
+    "process": PROCESS,
+    "links": LINKS,
+}
+
+
+def short(tmp_path: Path, names: tuple[str, ...], seed: int = 1, **changes: object) -> RunConfig:
+    """Long enough for every name in `names` to be scheduled once (see `schedule`)."""
+    duration_s = len(names) * (FAULT_S[1] + QUIET_S[1]) + 2.0
+    config = RunConfig(
+        nodes=3,
+        nemeses=names,
+        duration_s=duration_s,
+        seed=seed,
+        root=tmp_path / "chaos-runs",
+        workload=WorkloadConfig(producers=2),
+        settle_s=2.0,
+        quiet_s=QUIET_S,
+        fault_s=FAULT_S,
+        converge_timeout_s=45.0,
+        max_faults=len(names),  # each nemesis once: the suite's time budget
+    )
+    return replace(config, **changes)  # type: ignore[arg-type]
+
+
+def test_the_groups_cover_every_nemesis_and_each_is_scheduled() -> None:
+    assert sorted(n for names in GROUPS.values() for n in names) == sorted(NEMESES)
+    for names in GROUPS.values():
+        config = short(Path("unused"), names)
+        faults = schedule(
+            names, config.duration_s, 1, quiet_s=QUIET_S, fault_s=FAULT_S, max_faults=len(names)
+        )
+        assert sorted(f.name for f in faults) == sorted(names)
+        assert all(f.start_s + f.duration_s <= config.duration_s for f in faults)
+        again = schedule(names, config.duration_s, 1, quiet_s=QUIET_S, fault_s=FAULT_S)
+        assert again[: len(faults)] == faults  # the seed fixes the schedule
+
+
+def report(outcome: RunOutcome) -> str:
+    print_outcome(outcome)
+    return f"{outcome.result.summary()}\nrun directory: {outcome.directory}"
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_short_sweep_finds_no_anomaly(tmp_path: Path, group: str) -> None:
+    outcome = run(short(tmp_path, GROUPS[group]))
+    assert outcome.converged, report(outcome)
+    assert outcome.result.ok, report(outcome)
+    assert outcome.result.acked > 0, report(outcome)
+    assert (outcome.directory / "history.jsonl").stat().st_size > 0
+    assert (outcome.directory / "report.json").exists()
+
+
+def mutation(tmp_path: Path, flag: str) -> RunConfig:
+    """One long isolation of partition 0's leader, four producers. A 3 s election timeout keeps
+    the isolated leader leading (and taking writes it cannot commit) for about 3 s; a 1 s produce
+    timeout gives up on those writes rather than retrying them at the new leader."""
+    return short(
+        tmp_path,
+        ("isolate-leader",),
+        duration_s=10.0,
+        fault_s=(6.0, 7.0),
+        workload=WorkloadConfig(producers=4, produce_timeout_s=1.0),
+        unsafe_flags=(flag,),
+        node_config=NODE_CONFIG.replace("election_ticks = 10", "election_ticks = 60"),
+    )
+
+
+def test_ack_before_commit_loses_acknowledged_writes(tmp_path: Path) -> None:
+    """The isolated leader acknowledges at its own append; the majority elects a new leader and
+    commits other records at those offsets; on healing, the old leader's records are truncated."""
+    config = mutation(tmp_path, "--unsafe-ack-before-commit")
+    outcome = run(config)
+    assert outcome.result.counts["lost"] > 0, report(outcome)
+    assert not outcome.ok
+
+
+def test_reading_above_the_commit_index_shows_phantom_reads(tmp_path: Path) -> None:
+    """The isolated leader appends records it can never commit and serves them to its reader."""
+    config = mutation(tmp_path, "--unsafe-read-uncommitted")
+    outcome = run(config)
+    assert outcome.result.counts["phantom"] > 0, report(outcome)
+    assert not outcome.ok
+
+
+def test_the_uncommitted_read_flag_is_refused_without_the_environment_guard(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FLOTILLA_ALLOW_UNSAFE"}
+    command = [sys.executable, "-m", "flotilla", "node", "--id", "n1", "--listen", "127.0.0.1:1"]
+    command += ["--data-dir", str(tmp_path), "--unsafe-read-uncommitted"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "FLOTILLA_ALLOW_UNSAFE=1" in done.stderr
+
+
+def test_command_line_names_nemeses_and_the_replay_command() -> None:
+    assert _names("all") == NEMESES
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown nemeses"):
+        _names("kill-leader,meteor")
+    config = RunConfig(nodes=5, nemeses=("pause", "ring"), duration_s=60, seed=7)
+    assert replay_command(config) == (
+        "python -m chaos run --nodes 5 --nemesis pause,ring --duration 60 --seed 7"
+    )
+    custom = replace(config, fault_s=(1.5, 2.5), max_faults=2, unsafe_flags=("--unsafe-x",))
+    assert replay_command(custom).endswith(" --fault-s 1.5,2.5 --max-faults 2 --unsafe-x")
+
+
+class RecordingNetwork(ChaosNetwork):
+    """The link bookkeeping of ChaosNetwork without a Toxiproxy server."""
+
+    def __init__(self, nodes: int) -> None:
+        super().__init__(Path("unused"))
+        self.ids = tuple(f"n{i}" for i in range(1, nodes + 1))
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return self.ids
+
+    def set_link(self, source: str, target: str, enabled: bool) -> None:
+        (self.cut.discard if enabled else self.cut.add)((source, target))
+
+
+def test_partitions_cut_exactly_the_links_between_groups() -> None:
+    network = RecordingNetwork(5)
+    network.partition([["n1", "n2", "n3"], ["n3", "n4", "n5"]])  # a bridge through n3
+    assert not any("n3" in link for link in network.cut)
+    assert ("n1", "n4") in network.cut and ("n5", "n2") in network.cut
+    assert ("n1", "n2") not in network.cut and len(network.cut) == 8
+    network.heal()
+    assert not network.cut
+    ring = ["n1", "n2", "n3", "n4", "n5"]
+    network.partition([[ring[i], ring[(i + 1) % 5]] for i in range(5)])
+    for node in ring:  # each node keeps its two neighbours: two reachable, two cut
+        assert sum(1 for a, _ in network.cut if a == node) == 2
