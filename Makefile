@@ -48,7 +48,7 @@ chaos: $(STAMP)
 
 ## The long Raft simulation sweep (CI runs 300 seeds inside `make test`).
 soak: $(STAMP)
-	$(PY) -m raft.sim --seeds 10000 --steps 2000 --nodes 3,5 --jobs 2
+	$(PY) -m raft.sim --seeds 1000 --steps 5000 --nodes 3,5 --jobs 2
 
 ## Regenerate proto/*_pb2*.py from proto/*.proto (a test fails when they are stale).
 proto: $(STAMP)

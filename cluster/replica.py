@@ -140,6 +140,8 @@ class Replica:
         """Feeds the producer table from entries just written (and forgets truncated ones)."""
         if ready.boundary is not None:
             self.producers.forget_from(0)
+            # everything up to the boundary is committed: readers may see up to its offset
+            self.high_watermark = max(self.high_watermark, ready.boundary.next_offset)
         if ready.truncate_from is not None:
             self.producers.forget_from(ready.truncate_from)
             for index in [i for i in self.waiters if i >= ready.truncate_from]:
