@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -44,6 +44,9 @@ from flotilla.errors import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+
+if TYPE_CHECKING:
+    from flotilla.producer import Producer
 
 __all__ = ["Client"]
 
@@ -248,13 +251,22 @@ class Client:
             pass  # a node whose metadata lags; the cached routes still stand
 
     def producer(
-        self, linger_ms: float = 5, batch_bytes: int = 1 << 20, max_in_flight: int = 16
-    ) -> Any:
-        """A batching producer: `send` returns a Future; `flush`, `close`."""
+        self,
+        linger_ms: float = 5,
+        batch_bytes: int = 1 << 20,
+        max_in_flight: int = 16,
+        buffer_bytes: int = 64 << 20,
+    ) -> Producer:
+        """A batching producer (`flotilla.producer`): `send` returns a Future; `flush`, `close`.
+        At most `buffer_bytes` of records wait to be sent; `send` blocks while it is full."""
         from flotilla.producer import Producer  # noqa: PLC0415 (cycle: producer uses Client)
 
         return Producer(
-            self, linger_ms=linger_ms, batch_bytes=batch_bytes, max_in_flight=max_in_flight
+            self,
+            linger_ms=linger_ms,
+            batch_bytes=batch_bytes,
+            max_in_flight=max_in_flight,
+            buffer_bytes=buffer_bytes,
         )
 
     # -- read --------------------------------------------------------------------------------------

@@ -1,12 +1,24 @@
 """The batching producer: `send` returns at once with a Future; records are grouped per
-partition into batches of up to `batch_bytes`, sent when full or `linger_ms` after the first
-record arrived, with up to `max_in_flight` batches in flight across partitions and one per
-partition (so records of one partition are written in the order they were sent).
+partition into batches of up to `batch_bytes`, sent when full or `linger_ms` after the batch was
+opened, with up to `max_in_flight` batches in flight across partitions and one per partition (so
+records of one partition are written in the order they were sent).
 
     p = client.producer(linger_ms=5, batch_bytes=1 << 20)
     futures = [p.send("orders", value, key=key) for value in values]
     p.flush()                # every future is settled
     p.close()
+
+Partitioning: a keyed record goes to `xxh64(key) % partitions`; unkeyed records stick to one
+partition until its batch closes, then move to the next (round-robin across batches), so they
+form full batches instead of one small batch per partition.
+
+Memory is bounded: records waiting to be sent take at most `buffer_bytes`; `send` blocks while
+the buffer is full, and raises `Timeout` after the client's `timeout_s`.
+
+Cost: `send` is the only per-record Python work on the caller's thread, and the futures of one
+batch share one lock (`RecordFuture`), so a hundred thousand outstanding futures cost little
+memory and little garbage-collector time. Encoding, the gRPC call and settling run on the
+producer's own threads.
 """
 
 from __future__ import annotations
@@ -15,52 +27,92 @@ import concurrent.futures
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import xxhash
+
 from flotilla._routing import Headers, RecordMetadata, check_value, now_ms
-from flotilla.errors import FlotillaError, InvalidArgument
+from flotilla.errors import FlotillaError, InvalidArgument, Timeout
 
 if TYPE_CHECKING:
     from flotilla.client import Client
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "RecordFuture"]
 
 _RECORD_OVERHEAD = 16
+_PENDING = "PENDING"  # concurrent.futures' state names
 
 
-@dataclass(slots=True)
-class _Pending:
-    key: bytes | None
-    value: bytes
-    headers: Headers | None
-    timestamp_ms: int
-    future: concurrent.futures.Future[RecordMetadata]
+class RecordFuture(concurrent.futures.Future[RecordMetadata]):
+    """The Future of one sent record. It behaves as a `concurrent.futures.Future` (`result`,
+    `exception`, `add_done_callback`, `concurrent.futures.wait`, `as_completed`), except that it
+    cannot be cancelled: the record may already be on its way. All futures of one batch share
+    one condition and are settled together, under it, so no waiter sees half a batch."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        # what Future.__init__ sets, with a shared condition instead of one Condition (and its
+        # lock and deque) per record
+        self._condition = condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks: list[
+            Callable[[concurrent.futures.Future[RecordMetadata]], object]
+        ] = []
+
+    def cancel(self) -> bool:
+        return False
 
 
-@dataclass(slots=True)
+class _Batch:
+    __slots__ = ("bytes", "condition", "futures", "opened_at", "partition", "records", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.records: list[tuple[bytes | None, bytes, Headers | None, int]] = []
+        self.futures: list[RecordFuture] = []
+        self.bytes = 0
+        self.opened_at = time.monotonic()
+        self.condition = threading.Condition()
+
+
 class _Partition:
-    records: deque[_Pending] = field(default_factory=deque)
-    bytes: int = 0
-    first_at: float = 0.0
-    in_flight: bool = False
+    __slots__ = ("closed", "in_flight", "open")
+
+    def __init__(self) -> None:
+        self.open: _Batch | None = None
+        self.closed: deque[_Batch] = deque()  # full or lingered, waiting for their turn
+        self.in_flight = False
 
 
 class Producer:
     def __init__(
-        self, client: Client, *, linger_ms: float, batch_bytes: int, max_in_flight: int
+        self,
+        client: Client,
+        *,
+        linger_ms: float,
+        batch_bytes: int,
+        max_in_flight: int,
+        buffer_bytes: int = 64 * 1024 * 1024,
     ) -> None:
-        if linger_ms < 0 or batch_bytes < 1024 or max_in_flight < 1:
+        if linger_ms < 0 or batch_bytes < 1024 or max_in_flight < 1 or buffer_bytes < batch_bytes:
             raise InvalidArgument(
-                f"linger_ms={linger_ms}, batch_bytes={batch_bytes}, max_in_flight={max_in_flight}: "
-                "need linger_ms >= 0, batch_bytes >= 1024, max_in_flight >= 1"
+                f"linger_ms={linger_ms}, batch_bytes={batch_bytes}, max_in_flight={max_in_flight}, "
+                f"buffer_bytes={buffer_bytes}: need linger_ms >= 0, batch_bytes >= 1024, "
+                "max_in_flight >= 1 and buffer_bytes >= batch_bytes"
             )
         self.client = client
         self.linger_s = linger_ms / 1000
         self.batch_bytes = batch_bytes
+        self.buffer_bytes = buffer_bytes
         self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._sticky: dict[str, int] = {}  # topic -> partition of its unkeyed records
         self._condition = threading.Condition()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, "flotilla-producer")
+        self._buffered = 0  # bytes of records sent to the producer and not yet settled
         self._in_flight = 0
         self._max_in_flight = max_in_flight
         self._flushing = 0
@@ -78,22 +130,63 @@ class Producer:
         partition: int | None = None,
         headers: Headers | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queues one record; the Future resolves to its `RecordMetadata` once committed."""
         if self._closed:
             raise InvalidArgument("the producer is closed")
-        value = check_value(value)
-        self.client._topic(topic)
-        chosen = self.client.router.partition_for(topic, key, partition)
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        if type(value) is not bytes:
+            value = check_value(value)
+        if key is not None and type(key) is not bytes:
+            key = check_value(key, "key")
+        info = self.client.router.topic(topic) or self.client._topic(topic)
+        count = len(info.partitions)
+        if partition is not None:
+            if not 0 <= partition < count:
+                self.client.router.partition_for(topic, None, partition)  # raises, with the range
+        elif key is not None:
+            partition = xxhash.xxh64_intdigest(key) % count
         size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
+        timestamp = now_ms()
         with self._condition:
-            state = self._partitions.setdefault((topic, chosen), _Partition())
-            if not state.records:
-                state.first_at = time.monotonic()
-            state.records.append(_Pending(key, value, headers, now_ms(), future))
-            state.bytes += size
-            if state.bytes >= self.batch_bytes:
-                self._condition.notify()
+            if partition is None:
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= count:
+                    partition = self._sticky[topic] = self.client.router.partition_for(
+                        topic, None, None
+                    )
+            if self._buffered + size > self.buffer_bytes:
+                self._wait_for_room(size)
+            state = self._partitions.get((topic, partition))
+            if state is None:
+                state = self._partitions[(topic, partition)] = _Partition()
+            batch = state.open
+            if batch is None:
+                batch = state.open = _Batch(topic, partition)
+            future = RecordFuture(batch.condition)
+            batch.records.append((key, value, headers, timestamp))
+            batch.futures.append(future)
+            batch.bytes += size
+            self._buffered += size
+            if batch.bytes >= self.batch_bytes:
+                self._close_batch(state, batch, count)
+                self._condition.notify_all()
         return future
+
+    def _wait_for_room(self, size: int) -> None:
+        """Blocks (holding nothing but the condition) until the buffer has room for `size`."""
+        deadline = time.monotonic() + self.client.timeout_s
+        self._flushing += 1  # send what is buffered now instead of lingering
+        self._condition.notify_all()
+        try:
+            while self._buffered and self._buffered + size > self.buffer_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Timeout(
+                        f"the producer's buffer ({self.buffer_bytes} bytes) stayed full for "
+                        f"{self.client.timeout_s} s: the cluster is not keeping up"
+                    )
+                self._condition.wait(remaining)
+        finally:
+            self._flushing -= 1
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Sends everything pending now and waits until every future is settled."""
@@ -102,7 +195,7 @@ class Producer:
             self._flushing += 1
             self._condition.notify_all()
             try:
-                while any(p.records or p.in_flight for p in self._partitions.values()):
+                while self._buffered:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError(f"flush did not finish within {timeout_s} s")
@@ -126,6 +219,13 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- batches (under self._condition) ------------------------------------------------------
+    def _close_batch(self, state: _Partition, batch: _Batch, count: int) -> None:
+        state.open = None
+        state.closed.append(batch)
+        if self._sticky.get(batch.topic) == batch.partition:
+            self._sticky[batch.topic] = (batch.partition + 1) % count
+
     # -- the sender thread ------------------------------------------------------------------------
     def _run(self) -> None:
         with self._condition:
@@ -134,55 +234,49 @@ class Producer:
                 self._condition.wait(wait_s)
 
     def _dispatch_ready(self) -> float:
-        """Starts every batch that is due; returns how long to sleep until the next one is."""
+        """Closes lingered batches and starts every batch whose partition is free; returns how
+        long to sleep until the next batch is due."""
         now = time.monotonic()
         next_due = 0.5
-        for (topic, partition), state in self._partitions.items():
-            if not state.records or state.in_flight:
-                continue
-            due_at = state.first_at + self.linger_s
-            if state.bytes < self.batch_bytes and now < due_at and not self._flushing:
-                next_due = min(next_due, due_at - now)
+        for state in self._partitions.values():
+            batch = state.open
+            if batch is not None:
+                due_at = batch.opened_at + self.linger_s
+                if now >= due_at or self._flushing:
+                    info = self.client.router.topic(batch.topic)
+                    self._close_batch(state, batch, len(info.partitions) if info else 1)
+                else:
+                    next_due = min(next_due, due_at - now)
+            if not state.closed or state.in_flight:
                 continue
             if self._in_flight >= self._max_in_flight:
-                return next_due
-            batch = self._take(state)
+                continue
             state.in_flight = True
             self._in_flight += 1
-            self._pool.submit(self._send, topic, partition, state, batch)
+            self._pool.submit(self._send, state, state.closed.popleft())
         return next_due
 
-    def _take(self, state: _Partition) -> list[_Pending]:
-        batch: list[_Pending] = []
-        size = 0
-        while state.records and (not batch or size < self.batch_bytes):
-            record = state.records.popleft()
-            record_size = (
-                len(record.value) + (len(record.key) if record.key else 0) + _RECORD_OVERHEAD
-            )
-            size += record_size
-            state.bytes -= record_size
-            batch.append(record)
-        if state.records:
-            state.first_at = time.monotonic()
-        return batch
-
-    def _send(self, topic: str, partition: int, state: _Partition, batch: list[_Pending]) -> None:
+    def _send(self, state: _Partition, batch: _Batch) -> None:
+        topic, partition = batch.topic, batch.partition
         try:
-            encoded = self.client.router.encode(
-                topic, partition, [(r.key, r.value, r.headers, r.timestamp_ms) for r in batch]
-            )
+            encoded = self.client.router.encode(topic, partition, batch.records)
             base = self.client.send_batch(topic, partition, encoded)
-            for position, record in enumerate(batch):
-                record.future.set_result(RecordMetadata(topic, partition, base + position))
-        except FlotillaError as error:
-            for record in batch:
-                record.future.set_exception(error)
+            with batch.condition:  # every future of the batch settles before a waiter wakes
+                for position, future in enumerate(batch.futures):
+                    future.set_result(RecordMetadata(topic, partition, base + position))
         except Exception as error:  # never leave a future unsettled
-            for record in batch:
-                record.future.set_exception(FlotillaError(f"send failed: {error!r}"))
+            failure = (
+                error
+                if isinstance(error, FlotillaError)
+                else FlotillaError(f"send failed: {error!r}")
+            )
+            with batch.condition:
+                for future in batch.futures:
+                    if not future.done():
+                        future.set_exception(failure)
         finally:
             with self._condition:
                 state.in_flight = False
                 self._in_flight -= 1
+                self._buffered -= batch.bytes
                 self._condition.notify_all()

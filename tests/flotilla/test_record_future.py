@@ -1,0 +1,106 @@
+"""RecordFuture: the producer's per-record future shares its batch's lock, and must still behave
+as a concurrent.futures.Future for every waiter."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import pytest
+
+from flotilla._routing import RecordMetadata
+from flotilla.producer import RecordFuture
+
+
+def _batch(n: int) -> tuple[threading.Condition, list[RecordFuture]]:
+    condition = threading.Condition()
+    return condition, [RecordFuture(condition) for _ in range(n)]
+
+
+def _settle(condition: threading.Condition, futures: list[RecordFuture]) -> None:
+    with condition:
+        for offset, future in enumerate(futures):
+            future.set_result(RecordMetadata("t", 0, offset))
+
+
+def test_results_callbacks_wait_and_as_completed() -> None:
+    condition, futures = _batch(5)
+    seen: list[int] = []
+    futures[2].add_done_callback(lambda f: seen.append(f.result().offset))
+    assert not futures[0].done() and not futures[0].cancel()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        futures[0].result(timeout=0.01)
+    threading.Timer(0.05, _settle, (condition, futures)).start()
+    done, pending = concurrent.futures.wait(futures, timeout=10)
+    assert len(done) == 5 and not pending
+    assert sorted(f.result().offset for f in concurrent.futures.as_completed(futures)) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert seen == [2]
+    futures[3].add_done_callback(lambda f: seen.append(f.result().offset))  # runs at once
+    assert seen == [2, 3]
+
+
+def test_exceptions_reach_every_waiter() -> None:
+    condition, futures = _batch(3)
+    with condition:
+        for future in futures:
+            future.set_exception(RuntimeError("boom"))
+    for future in futures:
+        assert isinstance(future.exception(timeout=1), RuntimeError)
+        with pytest.raises(RuntimeError, match="boom"):
+            future.result(timeout=1)
+
+
+def test_waiters_on_later_futures_never_wake_early() -> None:
+    """Waiters blocked on the last futures of a batch must not see a spurious timeout while the
+    batch's first futures settle (they share one condition)."""
+    for _ in range(20):
+        condition, futures = _batch(200)
+        errors: list[BaseException] = []
+
+        def wait(future: RecordFuture) -> None:
+            try:
+                future.result(timeout=30)
+            except BaseException as error:  # noqa: BLE001 - collected for the assertion
+                errors.append(error)
+
+        waiters = [threading.Thread(target=wait, args=(f,)) for f in futures[-10:]]
+        for thread in waiters:
+            thread.start()
+        _settle(condition, futures)
+        for thread in waiters:
+            thread.join(timeout=30)
+        assert errors == []
+
+
+def test_settling_outside_the_shared_lock_is_caught() -> None:
+    """The broken way — settling the batch's futures one by one without holding the shared
+    condition — wakes a waiter on a later future before its result is set: that waiter raises
+    TimeoutError although it waited without a timeout. The test above would catch it."""
+    hits = 0
+    for _ in range(50):
+        condition, futures = _batch(2000)
+        errors: list[BaseException] = []
+
+        def wait(future: RecordFuture) -> None:
+            try:
+                future.result()
+            except concurrent.futures.TimeoutError as error:
+                errors.append(error)
+
+        waiter = threading.Thread(target=wait, args=(futures[-1],))
+        waiter.start()
+        while not condition._waiters:  # type: ignore[attr-defined]  # the waiter is parked
+            pass
+        for offset, future in enumerate(futures):  # broken: no shared lock around the batch
+            future.set_result(RecordMetadata("t", 0, offset))
+        waiter.join(timeout=30)
+        hits += bool(errors)
+        if hits:
+            break
+    assert hits, "settling outside the lock should let a waiter wake early"
