@@ -327,20 +327,11 @@ def compose_document(topology: Topology) -> dict[str, Any]:
         "image": IMAGE,
         "build": dict(_BUILD),
         "profiles": ["chaos"],
-        "user": "root",  # the Docker socket (kill, pause, restart of node containers) is root's
         "working_dir": "/home/flotilla",
         "entrypoint": ["python", "-m", "chaos"],
+        # a self-contained run: its own node processes and Toxiproxy API inside this container
         "command": ["run", "--nodes", str(topology.nodes), *CHAOS_ARGS],
-        "environment": {
-            "FLOTILLA_CHAOS_TARGET": "compose",
-            "FLOTILLA_BOOTSTRAP": bootstrap,
-            "FLOTILLA_TOXIPROXY_URL": toxiproxy_url,
-            "COMPOSE_PROJECT_NAME": PROJECT,
-        },
-        "volumes": [
-            "chaos-runs:/home/flotilla/chaos-runs",
-            "/var/run/docker.sock:/var/run/docker.sock",
-        ],
+        "volumes": ["chaos-runs:/home/flotilla/chaos-runs"],
         "depends_on": {
             "toxiproxy-setup": {"condition": "service_completed_successfully"},
             **nodes_healthy,
@@ -376,9 +367,9 @@ _HEADER = """\
 # Metrics: curl http://127.0.0.1:9101/metrics (n1; 9102 for n2, ...).
 # `toxiproxy-setup` creates one proxy per directed link and then copies the dial maps into the
 # `routes` tmpfs volume; the nodes re-read them and dial each other through the proxies.
-# `chaos-runner` runs `python -m chaos run`, which lands with the chaos-runner issue, and
-# `spark-demo` runs `python -m flotilla.spark_demo`, which lands with the Spark issue: both
-# services are ready for those modules and fail with "No module named ..." until they land.
+# `chaos-runner` runs `python -m chaos run` self-contained: it starts its own node processes and
+# Toxiproxy API inside its container (driving the compose nodes' containers is not built yet).
+# `spark-demo` runs `python -m flotilla.spark_demo`: a Spark job reading the compose cluster.
 """
 
 

@@ -261,12 +261,14 @@ class MultiRaft:
             )
             self.last_fsync_s = time.perf_counter() - started
         for replica, ready in readies:
-            if not ready.send_before_persist:
-                self._send(replica.group, ready.messages)
             replica.note_appended(ready)
             replica.node.advance(ready)
+            # settle the produce waiters before queueing the messages: their replies then go
+            # out ahead of this round's stream writes (the order does not matter to Raft)
             replica.apply(ready.committed)
             replica.settle_durable(replica.node.durable_index)
+            if not ready.send_before_persist:
+                self._send(replica.group, ready.messages)
             if replica.node.has_ready():
                 self._dirty.add(replica)
             if replica.node.quiesced:

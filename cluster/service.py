@@ -136,8 +136,10 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         node.multiraft.propose(
             Proposal(replica, request.batch, header.record_count, int(time.time() * 1000), waiter)
         )
+        # await the waiter itself (one hop when it settles); a timer fails it on the deadline
+        expiry = loop.call_later(timeout_s, _expire, waiter.future)
         try:
-            result = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+            result = await waiter.future
         except NotLeader as error:
             await _abort(
                 context,
@@ -160,6 +162,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"not committed within {timeout_s:.1f} s; the outcome is unknown (an idempotent retry is safe)",
             )
+        finally:
+            expiry.cancel()
         node.metrics.observe_produce(replica.group, time.perf_counter() - started)
         return pb.ProduceResponse(base_offset=result.base_offset, record_count=result.record_count)
 
@@ -323,6 +327,11 @@ class PeerService(peer_pb2_grpc.PeerServicer):
     ) -> peer_pb2.SwimAck:
         self.node.gossip.receive(request)
         return peer_pb2.SwimAck()
+
+
+def _expire(future: asyncio.Future[ProduceResult]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _retrieve(future: asyncio.Future[ProduceResult]) -> None:

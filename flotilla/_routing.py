@@ -15,13 +15,21 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from flotilla.errors import InvalidArgument, TopicNotFound
+from flotilla.errors import (
+    FlotillaError,
+    InvalidArgument,
+    NotLeader,
+    Timeout,
+    TopicNotFound,
+    Unavailable,
+)
 from proto import flotilla_pb2 as pb
 from proto.records import Record, decode_batch, encode_batch
 
 __all__ = [
     "Member",
     "PartitionInfo",
+    "ProduceRoute",
     "Record",
     "RecordMetadata",
     "Router",
@@ -30,6 +38,10 @@ __all__ = [
 ]
 
 Headers = Sequence[tuple[str, bytes]]
+RETRIABLE = (NotLeader, Unavailable, Timeout)
+METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
+MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
+MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +193,18 @@ class Router:
                 leader = info.partitions[partition].replicas[0]
         return self._addresses.get(leader) if leader else None
 
+    def other_replica(self, topic: str, partition: int, exclude: set[str]) -> str | None:
+        """The address of a replica of the partition not in `exclude`: during a failover the
+        survivors know the new leader first (they answer with a leader hint)."""
+        info = self._topics.get(topic)
+        if info is None or partition >= len(info.partitions):
+            return None
+        for replica in info.partitions[partition].replicas:
+            address = self._addresses.get(replica)
+            if address is not None and address not in exclude:
+                return address
+        return None
+
     def read_addresses(self, topic: str, partition: int, replica: str | None) -> list[str]:
         """Replicas to read from, spread at random unless one is pinned."""
         info = self._topics.get(topic)
@@ -234,3 +258,68 @@ def check_value(value: object, what: str = "value") -> bytes:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def worth_retrying(error: FlotillaError, grace_until: float) -> bool:
+    """A failure another attempt may cure: a retriable one, or a node answering that a topic this
+    client knows does not exist, within `METADATA_GRACE_S` of the call (its metadata lags)."""
+    if isinstance(error, RETRIABLE):
+        return True
+    return isinstance(error, TopicNotFound) and time.monotonic() < grace_until
+
+
+class ProduceRoute:
+    """Where one batch goes next, across its retries (the policy both clients share).
+
+    The known leader first. When a node fails to take the batch without naming the leader (it
+    is down, or no leader is elected yet), the partition's other replicas are asked in turn at
+    once — the survivors learn a new leader first and answer with its name; only when every
+    replica has failed does the caller pause (jittered, doubling up to `MAX_BACKOFF_S`) and
+    refresh metadata. Non-retriable errors raise; the deadline raises the last error seen."""
+
+    def __init__(self, router: Router, topic: str, partition: int, timeout_s: float) -> None:
+        self.router = router
+        self.topic = topic
+        self.partition = partition
+        self.deadline = time.monotonic() + timeout_s
+        self.grace_until = time.monotonic() + METADATA_GRACE_S
+        self.backoff = 0.01
+        self.last: FlotillaError | None = None
+        self.pauses = 0
+        self._failed: set[str] = set()
+        self._hops = 0
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline; raises the last error (or Timeout) once it passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.last or Timeout(f"produce to {self.topic}/{self.partition} timed out")
+        return remaining
+
+    def next_address(self) -> str | None:
+        address = self.router.leader_address(self.topic, self.partition)
+        if address is None or address in self._failed:
+            address = self.router.other_replica(self.topic, self.partition, self._failed)
+        return address
+
+    def failed(self, address: str, error: FlotillaError) -> bool:
+        """Notes a failed attempt; True when another address should be tried at once."""
+        if not worth_retrying(error, self.grace_until):
+            raise error
+        self.last = error
+        if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
+            self._hops += 1
+            self.router.note_leader(self.topic, self.partition, error.leader)
+            return True
+        self.router.forget_leader(self.topic, self.partition)
+        self._failed.add(address)
+        return self.router.other_replica(self.topic, self.partition, self._failed) is not None
+
+    def pause_s(self) -> float:
+        """How long to wait before the next round of attempts."""
+        self._failed.clear()
+        self._hops = 0
+        self.pauses += 1
+        pause = min(self.backoff * random.uniform(0.5, 1.0), max(0.0, self.remaining()))
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF_S)
+        return pause

@@ -21,8 +21,11 @@ from typing import TypeVar
 import grpc
 
 from flotilla._routing import (
+    METADATA_GRACE_S,
+    RETRIABLE,
     Headers,
     Member,
+    ProduceRoute,
     Record,
     RecordMetadata,
     Router,
@@ -32,12 +35,12 @@ from flotilla._routing import (
     member,
     now_ms,
     topic_info,
+    worth_retrying,
 )
-from flotilla.client import _OPTIONS, MAX_BACKOFF_S, METADATA_GRACE_S
+from flotilla.client import _OPTIONS
 from flotilla.errors import (
     FlotillaError,
     InvalidArgument,
-    NotLeader,
     Timeout,
     TopicNotFound,
     Unavailable,
@@ -49,7 +52,6 @@ from proto import flotilla_pb2_grpc
 __all__ = ["Client"]
 
 T = TypeVar("T")
-_RETRIABLE = (NotLeader, Unavailable, Timeout)
 
 
 class Client:
@@ -62,12 +64,14 @@ class Client:
         self.timeout_s = timeout_s
         self.acks = pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, flotilla_pb2_grpc.FlotillaStub] = {}  # one per channel: cheap calls
 
     def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
-        channel = self._channels.get(address)
-        if channel is None:
+        stub = self._stubs.get(address)
+        if stub is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
-        return flotilla_pb2_grpc.FlotillaStub(channel)
+            stub = self._stubs[address] = flotilla_pb2_grpc.FlotillaStub(channel)
+        return stub
 
     async def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.timeout_s
@@ -181,18 +185,13 @@ class Client:
         return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
 
     async def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
-        deadline = time.monotonic() + self.timeout_s
-        grace_until = time.monotonic() + METADATA_GRACE_S  # a node may not know a new topic yet
-        backoff = 0.02
-        last: FlotillaError | None = None
+        route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last or Timeout(f"produce to {topic}/{partition} timed out")
-            address = self.router.leader_address(topic, partition)
+            remaining = route.remaining()
+            address = route.next_address()
             if address is None:
                 await self._refresh_quietly(topic)
-                address = self.router.leader_address(topic, partition)
+                address = route.next_address()
             if address is not None:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
@@ -202,19 +201,11 @@ class Client:
                     response = await self._stub(address).Produce(request, timeout=remaining)
                     return int(response.base_offset)
                 except grpc.aio.AioRpcError as error:
-                    last = from_rpc_error(error)
-                    lagging = isinstance(last, TopicNotFound) and time.monotonic() < grace_until
-                    if not isinstance(last, _RETRIABLE) and not lagging:
-                        raise last from None
-                    if isinstance(last, NotLeader) and last.leader:
-                        self.router.note_leader(topic, partition, last.leader)
+                    if route.failed(address, from_rpc_error(error)):
                         continue
-                    self.router.forget_leader(topic, partition)
-            await asyncio.sleep(
-                min(backoff * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
-            )
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
-            await self._refresh_quietly(topic)
+            await asyncio.sleep(route.pause_s())
+            if route.pauses > 1:  # the cached routes failed twice: ask the cluster afresh
+                await self._refresh_quietly(topic)
 
     async def _refresh_quietly(self, topic: str) -> None:
         try:
@@ -238,6 +229,7 @@ class Client:
         )
         last: FlotillaError | None = None
         deadline = time.monotonic() + self.timeout_s
+        grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
             for address in self.router.read_addresses(topic, partition, replica):
                 try:
@@ -245,7 +237,7 @@ class Client:
                     return decode_fetch(response, offset, max_records)
                 except grpc.aio.AioRpcError as error:
                     last = from_rpc_error(error)
-                    if not isinstance(last, _RETRIABLE):
+                    if not worth_retrying(last, grace_until):
                         raise last from None
             await asyncio.sleep(0.05)
             await self._refresh_quietly(topic)
@@ -267,7 +259,7 @@ class Client:
                         yield record
             except grpc.aio.AioRpcError as error:
                 failure = from_rpc_error(error)
-                if not isinstance(failure, _RETRIABLE):
+                if not isinstance(failure, RETRIABLE):
                     raise failure from None
                 await asyncio.sleep(0.1)
             finally:
@@ -278,6 +270,7 @@ class Client:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._stubs.clear()
 
     async def __aenter__(self) -> Client:
         return self

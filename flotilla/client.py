@@ -14,6 +14,7 @@ sequence number, and a retry resends the very same bytes, so the server never wr
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -21,8 +22,11 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from flotilla._routing import (
+    METADATA_GRACE_S,
+    RETRIABLE,
     Headers,
     Member,
+    ProduceRoute,
     Record,
     RecordMetadata,
     Router,
@@ -32,11 +36,11 @@ from flotilla._routing import (
     member,
     now_ms,
     topic_info,
+    worth_retrying,
 )
 from flotilla.errors import (
     FlotillaError,
     InvalidArgument,
-    NotLeader,
     Timeout,
     TopicNotFound,
     Unavailable,
@@ -58,9 +62,6 @@ _OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-_RETRIABLE = (NotLeader, Unavailable, Timeout)
-METADATA_GRACE_S = 3.0
-MAX_BACKOFF_S = 0.1  # a failover takes about an election timeout: retry soon after it ends
 
 
 class Client:
@@ -78,13 +79,20 @@ class Client:
         self.timeout_s = timeout_s
         self.acks = pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
         self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, flotilla_pb2_grpc.FlotillaStub] = {}  # one per channel: cheap calls
+        self._stub_lock = threading.Lock()
 
     # -- plumbing --------------------------------------------------------------------------------
     def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address, options=_OPTIONS)
-        return flotilla_pb2_grpc.FlotillaStub(channel)
+        stub = self._stubs.get(address)
+        if stub is None:
+            with self._stub_lock:  # threads share the client: one channel per address
+                stub = self._stubs.get(address)
+                if stub is None:
+                    channel = grpc.insecure_channel(address, options=_OPTIONS)
+                    self._channels[address] = channel
+                    stub = self._stubs[address] = flotilla_pb2_grpc.FlotillaStub(channel)
+        return stub
 
     def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], T]) -> T:
         """Runs `call` on the first node that answers; errors other than unavailability raise."""
@@ -209,19 +217,15 @@ class Client:
         return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
 
     def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
-        """Sends an encoded batch to the partition's leader until it commits; its base offset."""
-        deadline = time.monotonic() + self.timeout_s
-        grace_until = time.monotonic() + METADATA_GRACE_S  # a node may not know a new topic yet
-        backoff = 0.02
-        last: FlotillaError | None = None
+        """Sends an encoded batch to the partition's leader until it commits; its base offset.
+        A retry resends the very same bytes, so the server never writes the batch twice."""
+        route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last or Timeout(f"produce to {topic}/{partition} timed out")
-            address = self.router.leader_address(topic, partition)
+            remaining = route.remaining()
+            address = route.next_address()
             if address is None:
                 self._refresh_quietly(topic)
-                address = self.router.leader_address(topic, partition)
+                address = route.next_address()
             if address is not None:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
@@ -230,19 +234,11 @@ class Client:
                 try:
                     return int(self._stub(address).Produce(request, timeout=remaining).base_offset)
                 except grpc.RpcError as error:
-                    last = from_rpc_error(error)
-                    lagging = isinstance(last, TopicNotFound) and time.monotonic() < grace_until
-                    if not isinstance(last, _RETRIABLE) and not lagging:
-                        raise last from None
-                    if isinstance(last, NotLeader) and last.leader:
-                        self.router.note_leader(topic, partition, last.leader)
+                    if route.failed(address, from_rpc_error(error)):
                         continue
-                    self.router.forget_leader(topic, partition)
-            time.sleep(
-                min(backoff * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
-            )
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
-            self._refresh_quietly(topic)
+            time.sleep(route.pause_s())
+            if route.pauses > 1:  # the cached routes failed twice: ask the cluster afresh
+                self._refresh_quietly(topic)
 
     def _refresh_quietly(self, topic: str) -> None:
         try:
@@ -290,13 +286,14 @@ class Client:
         )
         last: FlotillaError | None = None
         deadline = time.monotonic() + self.timeout_s
+        grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
             for address in self.router.read_addresses(topic, partition, replica):
                 try:
                     return self._stub(address).Fetch(request, timeout=5 + max_wait_ms / 1000)
                 except grpc.RpcError as error:
                     last = from_rpc_error(error)
-                    if not isinstance(last, _RETRIABLE):
+                    if not worth_retrying(last, grace_until):
                         raise last from None
             time.sleep(0.05)
             self._refresh_quietly(topic)
@@ -336,7 +333,7 @@ class Client:
                         yield record
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
-                if not isinstance(failure, _RETRIABLE):
+                if not isinstance(failure, RETRIABLE):
                     raise failure from None
                 time.sleep(0.1)
             finally:
@@ -348,6 +345,7 @@ class Client:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
+        self._stubs.clear()
 
     def __enter__(self) -> Client:
         return self

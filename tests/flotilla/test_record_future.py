@@ -23,6 +23,13 @@ def _settle(condition: threading.Condition, futures: list[RecordFuture]) -> None
             future.set_result(RecordMetadata("t", 0, offset))
 
 
+def _wait(future: RecordFuture, errors: list[BaseException], timeout: float | None) -> None:
+    try:
+        future.result(timeout=timeout)
+    except BaseException as error:  # collected for the test's assertion
+        errors.append(error)
+
+
 def test_results_callbacks_wait_and_as_completed() -> None:
     condition, futures = _batch(5)
     seen: list[int] = []
@@ -62,14 +69,7 @@ def test_waiters_on_later_futures_never_wake_early() -> None:
     for _ in range(20):
         condition, futures = _batch(200)
         errors: list[BaseException] = []
-
-        def wait(future: RecordFuture) -> None:
-            try:
-                future.result(timeout=30)
-            except BaseException as error:  # noqa: BLE001 - collected for the assertion
-                errors.append(error)
-
-        waiters = [threading.Thread(target=wait, args=(f,)) for f in futures[-10:]]
+        waiters = [threading.Thread(target=_wait, args=(f, errors, 30)) for f in futures[-10:]]
         for thread in waiters:
             thread.start()
         _settle(condition, futures)
@@ -86,21 +86,14 @@ def test_settling_outside_the_shared_lock_is_caught() -> None:
     for _ in range(50):
         condition, futures = _batch(2000)
         errors: list[BaseException] = []
-
-        def wait(future: RecordFuture) -> None:
-            try:
-                future.result()
-            except concurrent.futures.TimeoutError as error:
-                errors.append(error)
-
-        waiter = threading.Thread(target=wait, args=(futures[-1],))
+        waiter = threading.Thread(target=_wait, args=(futures[-1], errors, None))
         waiter.start()
         while not condition._waiters:  # type: ignore[attr-defined]  # the waiter is parked
             pass
         for offset, future in enumerate(futures):  # broken: no shared lock around the batch
             future.set_result(RecordMetadata("t", 0, offset))
         waiter.join(timeout=30)
-        hits += bool(errors)
+        hits += any(isinstance(e, concurrent.futures.TimeoutError) for e in errors)
         if hits:
             break
     assert hits, "settling outside the lock should let a waiter wake early"
