@@ -1,0 +1,69 @@
+"""ProduceRoute: where a batch goes next across retries (pure; both clients use it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flotilla._routing import MAX_HINT_HOPS, ProduceRoute, Router
+from flotilla.errors import InvalidArgument, NotLeader, TopicNotFound, Unavailable
+from proto import flotilla_pb2 as pb
+
+ADDRESS = {"n1": "127.0.0.1:1", "n2": "127.0.0.2:1", "n3": "127.0.0.3:1"}
+
+
+def _router(leader: str = "n1") -> Router:
+    router = Router(["127.0.0.1:1"])
+    router.absorb(
+        pb.MetadataResponse(
+            members=[pb.Member(id=i, address=a, state=pb.ALIVE) for i, a in ADDRESS.items()],
+            topics=[
+                pb.TopicInfo(
+                    name="t",
+                    partitions=[pb.PartitionInfo(index=0, leader=leader, replicas=list(ADDRESS))],
+                )
+            ],
+        )
+    )
+    return router
+
+
+def test_a_dead_leader_sends_the_batch_to_the_survivors_at_once() -> None:
+    route = ProduceRoute(_router("n1"), "t", 0, timeout_s=10)
+    assert route.next_address() == ADDRESS["n1"]
+    assert route.failed(ADDRESS["n1"], Unavailable("connection refused"))
+    assert route.next_address() == ADDRESS["n2"]
+    assert route.failed(ADDRESS["n2"], Unavailable("no leader is known yet"))
+    assert route.next_address() == ADDRESS["n3"]
+    assert not route.failed(ADDRESS["n3"], Unavailable("no leader is known yet"))
+    assert 0 <= route.pause_s() <= 0.05 and route.pauses == 1
+    assert route.next_address() in ADDRESS.values()  # after a pause, every replica again
+
+
+def test_a_leader_hint_is_followed_but_not_forever() -> None:
+    route = ProduceRoute(_router("n1"), "t", 0, timeout_s=10)
+    for _ in range(MAX_HINT_HOPS):
+        assert route.failed(
+            route.next_address() or "", NotLeader("moved", leader="n2=" + ADDRESS["n2"])
+        )
+        assert route.next_address() == ADDRESS["n2"]
+    # views that bounce between stale leaders: stop hopping, try the others, then pause
+    route.failed(ADDRESS["n2"], NotLeader("moved", leader="n1=" + ADDRESS["n1"]))
+    assert route.next_address() != ADDRESS["n2"]
+
+
+def test_errors_that_a_retry_cannot_cure_raise_at_once() -> None:
+    route = ProduceRoute(_router(), "t", 0, timeout_s=10)
+    with pytest.raises(InvalidArgument):
+        route.failed(ADDRESS["n1"], InvalidArgument("bad batch"))
+    assert route.failed(ADDRESS["n1"], TopicNotFound("lagging node"))  # within the grace
+    route.grace_until = 0
+    with pytest.raises(TopicNotFound):
+        route.failed(ADDRESS["n2"], TopicNotFound("gone"))
+
+
+def test_the_deadline_raises_the_last_error() -> None:
+    route = ProduceRoute(_router(), "t", 0, timeout_s=10)
+    route.failed(ADDRESS["n1"], Unavailable("down"))
+    route.deadline = 0
+    with pytest.raises(Unavailable, match="down"):
+        route.remaining()
