@@ -161,6 +161,7 @@ class Producer:
             batch = state.open
             if batch is None:
                 batch = state.open = _Batch(topic, partition)
+                self._condition.notify_all()  # the sender times this batch's linger from now
             future = RecordFuture(batch.condition)
             batch.records.append((key, value, headers, timestamp))
             batch.futures.append(future)
