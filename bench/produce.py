@@ -6,7 +6,8 @@ Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB 
 - synchronous produce, one record in flight: records/s, p50 and p99 latency;
 - the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
 - the ceiling: a bare grpc.aio bidirectional stream between two processes carrying the same
-  batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk).
+  batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk),
+  and a bare unary call's round trip (the floor under a synchronous produce).
 Prints a table and, last, one JSON line with the figures and `produce_vs_grpc_ceiling` (best
 batching-producer MB/s over the ceiling's MB/s at the same batch size).
 """
@@ -39,8 +40,15 @@ async def _serve_ceiling(port: int) -> None:
         async for _ in requests:
             yield b"ok"
 
+    async def ping(request, context):  # type: ignore[no-untyped-def]
+        return b"ok"
+
     handler = grpc.method_handlers_generic_handler(
-        "bench.Ceiling", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
+        "bench.Ceiling",
+        {
+            "Stream": grpc.stream_stream_rpc_method_handler(stream),
+            "Ping": grpc.unary_unary_rpc_method_handler(ping),
+        },
     )
     options = [
         ("grpc.max_receive_message_length", 64 << 20),
@@ -78,7 +86,22 @@ async def _drive_ceiling(
     return count * batch_bytes / elapsed / 1e6
 
 
-def ceiling(batch_sizes: list[int], total_bytes: int) -> dict[int, float]:
+def unary_rtt_ms(port: int, count: int = 500) -> float:
+    """p50 of a bare unary call carrying one record, sync client to grpc.aio server: the floor
+    under a synchronous produce, which makes one such call plus the replication round trip."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        ping = channel.unary_unary("/bench.Ceiling/Ping")
+        ping(RECORD)
+        latencies = []
+        for _ in range(count):
+            started = time.perf_counter()
+            ping(RECORD)
+            latencies.append(time.perf_counter() - started)
+    latencies.sort()
+    return latencies[len(latencies) // 2] * 1000
+
+
+def ceiling(batch_sizes: list[int], total_bytes: int) -> tuple[dict[int, float], float]:
     port = free_port("127.0.0.1")
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.produce", "--ceiling-server", str(port)],
@@ -86,7 +109,10 @@ def ceiling(batch_sizes: list[int], total_bytes: int) -> dict[int, float]:
     )  # fmt: skip
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
-        return {size: asyncio.run(_drive_ceiling(port, size, total_bytes)) for size in batch_sizes}
+        limits = {
+            size: asyncio.run(_drive_ceiling(port, size, total_bytes)) for size in batch_sizes
+        }
+        return limits, unary_rtt_ms(port)
     finally:
         server.kill()
         server.wait(timeout=10)
@@ -152,13 +178,16 @@ def main(argv: list[str] | None = None) -> int:
                         rate * len(RECORD) / 1e6,
                     )
                 )
-    limits = ceiling(sorted({b for _, b in SETTINGS}), total_bytes=args.records * len(RECORD))
+    limits, rtt_ms = ceiling(
+        sorted({b for _, b in SETTINGS}), total_bytes=args.records * len(RECORD)
+    )
     for size, mb_s in limits.items():
         rows.append((f"grpc ceiling, {size // 1024}KiB messages", mb_s * 1e6 / len(RECORD), mb_s))
     print(f"{'case':<42}{'records/s':>12}{'MB/s':>10}")
     for name, rate, mb_s in rows:
         print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
     print(f"sync produce latency: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
+    print(f"bare gRPC unary round trip (sync client, aio server, 1 KiB): p50 {rtt_ms:.2f} ms")
     (best_linger, best_batch), best_rate = max(batching.items(), key=lambda item: item[1])
     best_mb_s = best_rate * len(RECORD) / 1e6
     print(json.dumps({
@@ -168,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "grpc_ceiling_mb_per_s": {str(k): round(v, 1) for k, v in limits.items()},
         "produce_vs_grpc_ceiling": round(best_mb_s / limits[best_batch], 3),
         "sync_p50_vs_target_1ms": round(p50_ms / 1.0, 2),
+        "grpc_unary_rtt_p50_ms": round(rtt_ms, 2),
     }))  # fmt: skip
     return 0
 
