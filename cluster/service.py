@@ -107,7 +107,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     ) -> pb.ProduceResponse:
         node = self.node
         replica = await self._leader_replica(request.topic, request.partition, context)
-        size = len(request.batch)
+        batch = request.batch  # each access to a bytes field copies it: read it once
+        size = len(batch)
         if size > node.config.max_batch_bytes:
             await _abort(
                 context,
@@ -115,7 +116,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 f"batch of {size} bytes exceeds max_batch_bytes={node.config.max_batch_bytes}",
             )
         try:
-            header = read_header(request.batch)
+            header = read_header(batch)
         except InvalidBatch as error:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
         timeout_s = (request.timeout_ms or node.config.produce_timeout_ms) / 1000
@@ -134,7 +135,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
         started = time.perf_counter()
         node.multiraft.propose(
-            Proposal(replica, request.batch, header.record_count, int(time.time() * 1000), waiter)
+            Proposal(replica, batch, header.record_count, int(time.time() * 1000), waiter)
         )
         # await the waiter itself (one hop when it settles); a timer fails it on the deadline
         expiry = loop.call_later(timeout_s, _expire, waiter.future)
