@@ -5,7 +5,8 @@ queue in an inbox; each round the driver:
 
 1. steps the queued messages, makes the queued proposals, ticks the active groups;
 2. takes the Ready of every group that has one;
-3. sends at once the messages a leader may send before its own fsync (Raft thesis §10.2.1);
+3. sends at once the messages a leader may send before its own fsync (Raft thesis §10.2.1),
+   and those of Readies with no disk work (they speak for state already durable);
 4. does the disk work of *all* those Readies in one storage-thread call, ending with one group
    commit (`sync_logs`: one fsync per dirty file however many groups wrote);
 5. sends the remaining messages — now backed by durable state, as the contract demands;
@@ -53,6 +54,12 @@ class Proposal:
     waiter: Waiter
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    action: Callable[[], object]
+    replica: Replica | None  # the one group the action touches; None: any
+
+
 class MultiRaft:
     def __init__(
         self,
@@ -69,13 +76,13 @@ class MultiRaft:
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
         self.unknown_group: Callable[[str, str], Replica | None] = lambda group, sender: None
-        self.on_round: Callable[[], None] = lambda: None
-        self._inbox: deque[
-            tuple[str, list[tuple[str, bytes]]] | Proposal | Callable[[], object]
-        ] = deque()
+        # after a round, with the groups whose role may have changed since the last call
+        self.on_round: Callable[[set[Replica]], None] = lambda touched: None
+        self._inbox: deque[tuple[str, list[tuple[str, bytes]]] | Proposal | _Call] = deque()
         self._ticks_due = 0
         self._active: set[Replica] = set()
         self._dirty: set[Replica] = set()
+        self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
         self._wake = asyncio.Event()
         self._storage = concurrent.futures.ThreadPoolExecutor(1, "flotilla-storage")
         self._tasks: list[asyncio.Task[None]] = []
@@ -95,6 +102,7 @@ class MultiRaft:
         if replica is not None:
             self._active.discard(replica)
             self._dirty.discard(replica)
+            self._touched.discard(replica)
         return replica
 
     def wake(self, group: str) -> None:
@@ -117,10 +125,12 @@ class MultiRaft:
         self._inbox.append(proposal)
         self._wake.set()
 
-    def call(self, action: Callable[[], object]) -> None:
+    def call(self, action: Callable[[], object], replica: Replica | None = None) -> None:
         """Runs `action` in the driver, between rounds (e.g. a leadership transfer): the only
-        safe place to touch a Raft node from outside the driver."""
-        self._inbox.append(action)
+        safe place to touch a Raft node from outside the driver. `replica`: the only group the
+        action touches (None: any group may have changed, so every group is checked for a
+        Ready — O(groups))."""
+        self._inbox.append(_Call(action, replica))
         self._wake.set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -176,18 +186,29 @@ class MultiRaft:
         for item in inbox:
             if isinstance(item, Proposal):
                 self._make_proposal(item)
-            elif isinstance(item, tuple):
-                self._step_all(*item)
-            else:
+            elif isinstance(item, _Call):
                 try:
-                    item()
+                    item.action()
                 except Exception:
                     log.exception("a driver call failed")
-                self._dirty.update(self.replicas.values())
+                if item.replica is None:
+                    self._dirty.update(self.replicas.values())
+                else:
+                    self._dirty.add(item.replica)
+                    if not item.replica.node.quiesced:
+                        self._active.add(item.replica)
+            else:
+                self._step_all(*item)
         ticks, self._ticks_due = self._ticks_due, 0
         if ticks:
+            self._touched.update(self._active)
             for replica in list(self._active):
                 node = replica.node
+                if node.quiesced:
+                    # quiesced by a message this round: a tick would wake it again, and a
+                    # woken follower whose leader sleeps ends up campaigning
+                    self._active.discard(replica)
+                    continue
                 for _ in range(min(ticks, 3)):
                     node.tick()
                 replica.idle_ticks += ticks
@@ -220,7 +241,9 @@ class MultiRaft:
                 )
                 continue
             replica.node.step(message)
-            if not replica.node.quiesced:
+            if replica.node.quiesced:
+                self._active.discard(replica)
+            else:
                 self._active.add(replica)
             self._dirty.add(replica)
 
@@ -245,29 +268,39 @@ class MultiRaft:
         self.rounds += 1
         self._take_inputs()
         readies: list[tuple[Replica, Ready]] = []
+        self._touched.update(self._dirty)
         for replica in self._dirty:
             if replica.node.has_ready():
                 readies.append((replica, replica.node.ready()))
         self._dirty = set()
         if not readies:
+            self._end_round()
             return
-        for replica, ready in readies:
-            if ready.send_before_persist:
+        # Messages go out before the disk work when they may: a leader's appends (thesis
+        # §10.2.1), and every message of a Ready with no disk work at all — it speaks only for
+        # state earlier rounds made durable (e.g. a heartbeat's answer), so it need not wait
+        # for this round's fsyncs of other groups.
+        disk_work = [_has_disk_work(replica, ready) for replica, ready in readies]
+        late: list[bool] = []
+        for (replica, ready), writes in zip(readies, disk_work, strict=True):
+            early = ready.send_before_persist or not writes
+            if early:
                 self._send(replica.group, ready.messages)
-        if any(_has_disk_work(replica, ready) for replica, ready in readies):
+            late.append(not early)
+        if any(disk_work):
             started = time.perf_counter()
             await asyncio.get_running_loop().run_in_executor(
                 self._storage, _write_all, readies, self.journal
             )
             self.last_fsync_s = time.perf_counter() - started
-        for replica, ready in readies:
+        for (replica, ready), send_now in zip(readies, late, strict=True):
             replica.note_appended(ready)
             replica.node.advance(ready)
             # settle the produce waiters before queueing the messages: their replies then go
             # out ahead of this round's stream writes (the order does not matter to Raft)
             replica.apply(ready.committed)
             replica.settle_durable(replica.node.durable_index)
-            if not ready.send_before_persist:
+            if send_now:
                 self._send(replica.group, ready.messages)
             if replica.node.has_ready():
                 self._dirty.add(replica)
@@ -277,7 +310,12 @@ class MultiRaft:
                 self._active.add(replica)
         if self._dirty:
             self._wake.set()
-        self.on_round()
+        self._end_round()
+
+    def _end_round(self) -> None:
+        if self._touched:
+            touched, self._touched = self._touched, set()
+            self.on_round(touched)
 
     def _send(self, group: str, messages: tuple[Message, ...]) -> None:
         for message in messages:
@@ -296,14 +334,22 @@ def _has_disk_work(replica: Replica, ready: Ready) -> bool:
     )
 
 
+# Groups whose writes one group commit covers. Bounded so that the files written and not yet
+# fsynced stay well below the node's open-file cap: the handle cache fsyncs a dirty file it has
+# to evict, one at a time, which would serialise the fsyncs a group commit runs in parallel.
+WRITE_CHUNK_GROUPS = 512
+
+
 def _write_all(readies: list[tuple[Replica, Ready]], journal: StateJournal) -> None:
-    """Storage thread: every Ready's writes, then one group commit across all groups (one
-    fsync per dirty log, one for the state journal)."""
+    """Storage thread: every Ready's writes, group-committed (one fsync per dirty log, in
+    parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal."""
     states: dict[str, HardState | None] = {}
-    for replica, ready in readies:
-        state = replica.write_ready(ready)
-        if state is not None:
-            states[replica.group] = state
+    for start in range(0, len(readies), WRITE_CHUNK_GROUPS):
+        chunk = readies[start : start + WRITE_CHUNK_GROUPS]
+        for replica, ready in chunk:
+            state = replica.write_ready(ready)
+            if state is not None:
+                states[replica.group] = state
+        # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
+        sync_logs(replica.segmented for replica, _ in chunk)
     journal.save_many(states)
-    # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
-    sync_logs(replica.segmented for replica, _ in readies)

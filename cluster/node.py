@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -68,6 +69,19 @@ _STATE = {
 VERSION = "0.1.0"
 
 
+# Replicas opened per storage-thread call (the driver's writes interleave with the opening of
+# thousands of replicas), and how many lately opened ones may be settling (electing, not yet
+# quiesced) before the next batch opens; one counts for at most SETTLING_MAX_S.
+OPEN_BATCH_REPLICAS = 250
+SETTLING_LIMIT = 1000
+SETTLING_MAX_S = 10.0
+# Election timeouts a new group's non-preferred replicas wait, on top of their own, before
+# their first campaign (see `_open_replica`).
+FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
+# How often every led group is compared with its placement even if nothing seems to have changed.
+RECHECK_ALL_S = 30.0
+
+
 class Node:
     manage_interval_s = 0.2
 
@@ -114,11 +128,19 @@ class Node:
         self._reader = None
         self._rng = random.Random()
         self._leaders: set[str] = set()
-        self._opening: set[str] = set()
+        self._opening: set[str] = set()  # being opened on the storage thread right now
+        # replicas to open, in order (`_open_pending`), and the ones opened lately that have
+        # not settled yet (group -> when opened): admission control for mass creation
+        self._pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
+        self._settling: dict[str, float] = {}
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
-        self._settled: dict[str, tuple[object, int]] = {}  # group -> (placement key, config index)
+        # groups this node leads whose members may differ from their placement (checked by
+        # `_reconcile_groups`); a group leaves the set once its members are its placement
+        self._unsettled: set[str] = set()
+        self._placement_key: object = None  # the candidates and topics `_unsettled` assumes
+        self._all_checked_at = 0.0
         self.started = asyncio.Event()
 
     @property
@@ -186,7 +208,7 @@ class Node:
             for replica in leading:
                 target = self._transfer_target(replica)
                 if target is not None and replica.node.transferee is None:
-                    self.multiraft.call(partial(replica.node.transfer_leader, target))
+                    self.multiraft.call(partial(replica.node.transfer_leader, target), replica)
             await asyncio.sleep(self.config.tick_ms / 1000)
 
     def _transfer_target(self, replica: Replica) -> str | None:
@@ -491,6 +513,7 @@ class Node:
                 if time.monotonic() - self._local_checked_at > 5.0:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
+                await self._open_pending()
                 self._reconcile_groups()
             except asyncio.CancelledError:
                 raise
@@ -499,19 +522,25 @@ class Node:
             await asyncio.sleep(self.manage_interval_s)
 
     async def _reconcile_local(self) -> None:
-        wanted: list[tuple[TopicSpec, int, Configuration]] = []
+        """Queues for opening every replica the topics assign here or that is on disk, and
+        drops the replicas of deleted topics. O(partitions), so it runs every 5 s or when the
+        topics change, not every pass."""
+        on_disk = await asyncio.to_thread(self._replica_dirs_on_disk, list(self.topics))
+        replicas, opening, pending = self.multiraft.replicas, self._opening, self._pending
+        node_id = self.config.node_id
+        for group in [g for g, (spec, _, _) in pending.items() if spec.name not in self.topics]:
+            del pending[group]
         for spec in self.topics.values():
+            present = on_disk.get(spec.name, set())
             for index in range(spec.partitions):
                 group = f"{spec.name}/{index}"
-                if group in self.multiraft.replicas or group in self._opening:
+                if group in replicas or group in opening or group in pending:
                     continue
                 assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-                if self.config.node_id in assigned:
-                    wanted.append((spec, index, Configuration(voters=frozenset(assigned))))
-                elif os.path.isdir(self._replica_dir(spec.name, index)):
-                    wanted.append((spec, index, Configuration()))
-        if wanted:
-            await self._open_replicas(wanted)
+                if node_id in assigned:
+                    pending[group] = (spec, index, Configuration(voters=frozenset(assigned)))
+                elif str(index) in present:
+                    pending[group] = (spec, index, Configuration())
         # Only replicas of deleted topics are deleted. A replica removed from its group keeps its
         # log and hard state: Raft's safety assumes no member ever forgets what it voted and
         # stored, and a replica deleted and re-created empty (with the topic's initial
@@ -522,6 +551,7 @@ class Node:
         ]
         for group in deleted_topics:
             replica = self.multiraft.remove(group)
+            self._leaders.discard(group)
             if replica is not None:
                 await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
         if self.topics:
@@ -532,12 +562,29 @@ class Node:
                         await asyncio.to_thread(shutil.rmtree, path, True)
 
     def _reconcile_groups(self) -> None:
-        """Each local leader takes one step toward its partition's placement."""
+        """Each local leader takes one step toward its partition's placement.
+
+        Incremental: only groups in `_unsettled` are looked at. A group enters it when this node
+        becomes its leader (`_after_round`), and every led group does when the candidates or
+        the topics change, and every `RECHECK_ALL_S` as a safety net; it leaves once its
+        voters are exactly its placement. So an idle node costs nothing here."""
         candidates = self.placement_candidates()
-        for replica in list(self.multiraft.replicas.values()):
-            node = replica.node
-            spec = self.topics.get(replica.topic)
-            if node.role is not Role.LEADER or spec is None or node.transferee is not None:
+        key = (
+            tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)),
+            self._topics_version,
+        )
+        now = time.monotonic()
+        if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
+            self._placement_key, self._all_checked_at = key, now
+            self._unsettled = set(self._leaders)
+        for group in list(self._unsettled):
+            replica = self.multiraft.replicas.get(group)
+            node = replica.node if replica is not None else None
+            spec = self.topics.get(replica.topic) if replica is not None else None
+            if replica is None or node is None or spec is None or node.role is not Role.LEADER:
+                self._unsettled.discard(group)  # `_after_round` adds it back if it leads again
+                continue
+            if node.transferee is not None:
                 continue
             desired = place(
                 partition_id(replica.topic, replica.partition), candidates, spec.replication_factor
@@ -545,37 +592,76 @@ class Node:
             config = node.configuration
             step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
             if step is not None:
-                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id))
+                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
+            elif not config.learners and config.voters == frozenset(desired):
+                self._unsettled.discard(group)
 
     def _replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
 
-    async def _open_replicas(self, wanted: list[tuple[TopicSpec, int, Configuration]]) -> None:
-        groups = [f"{spec.name}/{index}" for spec, index, _ in wanted]
-        self._opening.update(groups)
-        try:
-            opened = await self.multiraft.run_storage(
-                lambda: [self._open_replica(*item) for item in wanted]
-            )
-        finally:
-            self._opening.difference_update(groups)
-        for replica in opened:  # type: ignore[attr-defined]
-            if replica.topic in self.topics:
-                self.multiraft.add(replica)
+    def _replica_dirs_on_disk(self, topics: list[str]) -> dict[str, set[str]]:
+        """Thread: the partition directories each topic has here (one listing per topic)."""
+        found: dict[str, set[str]] = {}
+        for topic in topics:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                found[topic] = set(os.listdir(os.path.join(self.partitions_dir, topic)))
+        return found
+
+    async def _open_pending(self) -> None:
+        """Opens queued replicas on the storage thread, `OPEN_BATCH_REPLICAS` per call, while
+        fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
+        quiesced, for at most `SETTLING_MAX_S`). Ten thousand groups created at once thus
+        elect and quiesce a few batches at a time instead of all ticking, heartbeating and
+        campaigning together (which starves every node's event loop, so leaders lose their
+        quorum and elections never end). A message for a queued group opens it at once."""
+        now = time.monotonic()
+        replicas, settling = self.multiraft.replicas, self._settling
+        for group, opened_at in list(settling.items()):
+            replica = replicas.get(group)
+            if replica is None or replica.node.quiesced or now - opened_at > SETTLING_MAX_S:
+                del settling[group]
+        while self._pending and len(settling) < SETTLING_LIMIT:
+            groups = list(itertools.islice(self._pending, OPEN_BATCH_REPLICAS))
+            batch = [self._pending.pop(group) for group in groups]
+            self._opening.update(groups)
+            try:
+                opened = await self.multiraft.run_storage(partial(self._open_batch, batch))
+            finally:
+                self._opening.difference_update(groups)
+            now = time.monotonic()
+            for replica in opened:  # type: ignore[attr-defined]
+                if replica.topic in self.topics and replica.group not in replicas:
+                    self.multiraft.add(replica)
+                    settling[replica.group] = now
+
+    def _open_batch(self, batch: list[tuple[TopicSpec, int, Configuration]]) -> list[Replica]:
+        return [self._open_replica(*item) for item in batch]
 
     def _open_replica(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> Replica:
-        return Replica.open(
+        hard_state = self.journal.load(f"{spec.name}/{index}")
+        replica = Replica.open(
             node_id=self.config.node_id,
             topic=spec.name,
             partition=index,
             directory=self._replica_dir(spec.name, index),
             bootstrap=bootstrap,
-            hard_state=self.journal.load(f"{spec.name}/{index}"),
+            hard_state=hard_state,
             raft_config=self.raft_config,
             log_config=self.log_config,
             handles=self.handles,
             rng=random.Random(self._rng.getrandbits(64)),
         )
+        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+        if (
+            hard_state.term == 0
+            and replica.segmented.last_index == 0
+            and assigned
+            and assigned[0] != self.config.node_id
+        ):
+            # A new group: let its preferred replica (first in placement order) campaign first,
+            # so that thousands of new groups do not split their votes. Timing only.
+            replica.node.defer_campaign(FIRST_CAMPAIGN_DEFER_ELECTIONS * self.config.election_ticks)
+        return replica
 
     def _open_on_message(self, group: str, sender: str) -> Replica | None:
         """A Raft message for a partition not hosted here: a leader is adding this node."""
@@ -592,17 +678,27 @@ class Node:
         )
         if group in self._opening:
             return None
+        queued = self._pending.pop(group, None)
+        if queued is not None:
+            bootstrap = queued[2]
         replica = self._open_replica(spec, index, bootstrap)  # small and new: opening is quick
         self.multiraft.add(replica)
         return replica
 
-    def _after_round(self) -> None:
+    def _after_round(self, touched: set[Replica]) -> None:
+        """`touched`: the groups whose role may have changed since the last call."""
         self.metrics.observe_fsync(self.multiraft.last_fsync_s)
-        leaders = {g for g, r in self.multiraft.replicas.items() if r.node.role is Role.LEADER}
-        changed = leaders ^ self._leaders
-        for _ in changed:
-            self.metrics.leader_changed()
-        self._leaders = leaders
+        leaders, replicas = self._leaders, self.multiraft.replicas
+        for replica in touched:
+            group = replica.group
+            leads = replica.node.role is Role.LEADER and replicas.get(group) is replica
+            if leads != (group in leaders):
+                self.metrics.leader_changed()
+                if leads:
+                    leaders.add(group)
+                    self._unsettled.add(group)
+                else:
+                    leaders.discard(group)
 
 
 def _read_committed(

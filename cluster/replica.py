@@ -176,6 +176,8 @@ class Replica:
 
     def settle_durable(self, durable_index: int) -> None:
         """acks=LEADER waiters whose entry the leader holds durably."""
+        if not self.waiters:
+            return
         for index in [i for i, w in self.waiters.items() if w.on_append and i <= durable_index]:
             self._settle(self.waiters.pop(index))
 

@@ -49,7 +49,13 @@ from collections import deque
 from raft.codec import decode_config_entry
 from raft.config import RaftConfig
 from raft.election import Campaign, ElectionMixin
-from raft.errors import InvalidProposal, InvariantViolation, NotLeader, ProposalDropped
+from raft.errors import (
+    InvalidProposal,
+    InvariantViolation,
+    NotLeader,
+    ProposalDropped,
+    RaftConfigError,
+)
 from raft.faults import NO_FAULTS, RaftFaults
 from raft.follower import FollowerMixin
 from raft.leader import LeaderMixin
@@ -344,6 +350,16 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         """The host's fsync has made every entry up to (index, term) durable."""
         if index <= self.log.stable_last_index and self.log.term(index) == term:
             self._mark_durable(index)
+
+    def defer_campaign(self, ticks: int) -> None:
+        """Waits `ticks` more before this node's next campaign (this election timeout only;
+        the next one is drawn as usual). A host's hint that another member should campaign
+        first — e.g. every member of a new group but its preferred leader, so that thousands
+        of new groups elect without split votes. Timing only: no safety property depends on it."""
+        if ticks < 0:
+            raise RaftConfigError(f"defer_campaign(ticks={ticks}): ticks must be >= 0")
+        if self.role is not Role.LEADER:
+            self._randomized_timeout += ticks
 
     # -- quiescence ---------------------------------------------------------------------------------
     def wake(self) -> None:

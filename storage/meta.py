@@ -3,6 +3,12 @@
 `log.meta` marks a directory as a Flotilla log and records its logical start: the first retained
 Raft index, the term of the entry just before it, and the offset of its first record (needed
 when no entry is retained). It is replaced atomically, so a crash leaves the old or the new one.
+
+A new log's `log.meta` (start `FRESH_START`) is written without fsync (`write_fresh_meta`):
+creating ten thousand logs must not cost ten thousand fsyncs. The log makes it durable with its
+first flush, before any entry is durable. A crash before that can leave the file empty; an empty
+`log.meta` therefore reads as `FRESH_START`, the only start a non-durable header can hold (every
+other start is written with `write_meta`, atomically and durably).
 """
 
 from __future__ import annotations
@@ -15,11 +21,20 @@ from dataclasses import dataclass
 from storage.atomic import write_atomic
 from storage.errors import CorruptLog, NotALogDirectory
 
-__all__ = ["META_NAME", "RecoveryReport", "read_meta", "segment_bases", "write_meta"]
+__all__ = [
+    "FRESH_START",
+    "META_NAME",
+    "RecoveryReport",
+    "read_meta",
+    "segment_bases",
+    "write_fresh_meta",
+    "write_meta",
+]
 
 META_NAME = "log.meta"
 _META_FORMAT = "flotilla-log/1"
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+FRESH_START = (1, 0, 0)  # (start_index, start_term, start_offset) of a new log
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +51,35 @@ class RecoveryReport:
         return self.torn_tail is None and not self.rebuilt_indexes and not self.removed_segments
 
 
-def write_meta(directory: str, start_index: int, start_term: int, start_offset: int) -> None:
+def _encode(start_index: int, start_term: int, start_offset: int) -> bytes:
     meta = {
         "format": _META_FORMAT,
         "start_index": start_index,
         "start_term": start_term,
         "start_offset": start_offset,
     }
-    write_atomic(os.path.join(directory, META_NAME), json.dumps(meta).encode())
+    return json.dumps(meta).encode()
+
+
+def write_meta(directory: str, start_index: int, start_term: int, start_offset: int) -> None:
+    """Durable on return (temp file, fsync, rename, fsync of the directory)."""
+    write_atomic(os.path.join(directory, META_NAME), _encode(start_index, start_term, start_offset))
+
+
+def write_fresh_meta(directory: str) -> None:
+    """A new log's header, not yet durable: the caller fsyncs the directory (and its parent)
+    before anything in the log is durable. Fails if a header exists."""
+    fd = os.open(
+        os.path.join(directory, META_NAME),
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+        0o644,
+    )
+    try:
+        view = memoryview(_encode(*FRESH_START))
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def read_meta(directory: str) -> tuple[int, int, int] | None:
@@ -54,6 +90,8 @@ def read_meta(directory: str) -> tuple[int, int, int] | None:
             raw = file.read()
     except FileNotFoundError:
         return None
+    if not raw:
+        return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
     try:
         meta = json.loads(raw)
         if meta.get("format") != _META_FORMAT:

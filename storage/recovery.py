@@ -1,5 +1,8 @@
 """Opening a log directory: validation, index loading or rebuilding, torn-tail repair.
 
+A new log costs no fsync when created (see `storage.meta.write_fresh_meta`): its first flush
+makes the directory durable.
+
 What is repaired silently (and reported in `SegmentedLog.recovery`): a torn or corrupt tail of
 the active segment (cut off: those bytes were never acknowledged as durable, or are damaged),
 a missing, short or damaged `.index` of a sealed segment (rebuilt from its `.log`), segments
@@ -19,7 +22,14 @@ from typing import TYPE_CHECKING
 
 from storage.atomic import fsync_directory
 from storage.errors import CorruptEntry, CorruptLog, NotALogDirectory
-from storage.meta import META_NAME, RecoveryReport, read_meta, segment_bases, write_meta
+from storage.meta import (
+    FRESH_START,
+    META_NAME,
+    RecoveryReport,
+    read_meta,
+    segment_bases,
+    write_fresh_meta,
+)
 from storage.segment import Segment
 
 if TYPE_CHECKING:
@@ -36,7 +46,8 @@ def recover(target: SegmentedLog, create: bool) -> None:
         if not create:
             raise NotALogDirectory(f"{directory} does not exist (and create=False)")
         os.makedirs(directory)
-        fsync_directory(os.path.dirname(os.path.abspath(directory)))
+        _create(target)
+        return
     start = read_meta(directory)
     if start is None:
         names = sorted(os.listdir(directory))
@@ -48,9 +59,7 @@ def recover(target: SegmentedLog, create: bool) -> None:
             )
         if not create:
             raise NotALogDirectory(f"{directory} is empty (and create=False)")
-        start = (1, 0, 0)
-        write_meta(directory, *start)
-        target._install([], start, RecoveryReport())
+        _create(target)
         return
 
     for name in os.listdir(directory):
@@ -114,3 +123,12 @@ def recover(target: SegmentedLog, create: bool) -> None:
         fsync_directory(directory)
     report = RecoveryReport(torn, truncated, tuple(rebuilt), tuple(removed))
     target._install(segments, start, report)
+
+
+def _create(target: SegmentedLog) -> None:
+    """A new, empty log: its header is written without fsync, and the log fsyncs its directory
+    and the parent before anything it holds is durable (see `storage.meta`). Until then a crash
+    may lose the directory or leave the header empty: either way an empty log, as it was."""
+    write_fresh_meta(target.directory)
+    target._install([], FRESH_START, RecoveryReport())
+    target._creation_unsynced = True

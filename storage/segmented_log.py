@@ -27,6 +27,7 @@ Every public method takes the log's lock, so a writer thread and readers may sha
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -77,6 +78,7 @@ class SegmentedLog:
         self._start_offset = 0
         self._unsynced: list[Segment] = []
         self._directory_dirty = False
+        self._creation_unsynced = False  # a new log's directory and header are not durable yet
         self._last_fsync_s = time.monotonic()
         self._closed = False
         self.recovery = RecoveryReport()
@@ -382,6 +384,8 @@ class SegmentedLog:
         for segment in self._unsynced:
             segment.fsync()
         self._unsynced.clear()
+        if self._creation_unsynced and self._segments:
+            self._make_creation_durable()
         if self._directory_dirty:
             fsync_directory(self.directory)
             self._directory_dirty = False
@@ -411,7 +415,16 @@ class SegmentedLog:
         if self._closed:
             raise LogClosed(f"log {self.directory} is closed")
 
+    def _make_creation_durable(self) -> None:
+        """The first time anything in a new log is to be durable: its directory entry (in the
+        parent) and its header's entry (in the directory) must be, too."""
+        fsync_directory(os.path.dirname(os.path.abspath(self.directory)))
+        self._directory_dirty = True
+        self._creation_unsynced = False
+
     def _write_meta(self, index: int, term: int, offset: int) -> None:
+        if self._creation_unsynced:
+            self._make_creation_durable()
         write_meta(self.directory, index, term, offset)
         self._start_index, self._start_term, self._start_offset = index, term, offset
 
@@ -435,13 +448,33 @@ def _first_offset(segment: Segment) -> int:
     return segment.first_offset
 
 
+SYNC_THREADS = 8
+_sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_sync_pool_lock = threading.Lock()
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _sync_pool
+    with _sync_pool_lock:
+        if _sync_pool is None:
+            _sync_pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, "flotilla-fsync")
+        return _sync_pool
+
+
 def sync_logs(logs: Iterable[SegmentedLog]) -> int:
-    """Group commit: makes every given log durable with one fsync per dirty file.
+    """Group commit: makes every given log durable with one fsync per dirty file, the fsyncs of
+    different logs running in parallel on `SYNC_THREADS` threads (concurrent fsyncs share the
+    file system's journal commits: on ext4 eight cost little more than one). Returns only when
+    every log is durable, or raises the first error met (after every fsync has finished).
 
     Returns how many logs had something to sync."""
-    synced = 0
-    for each in logs:
-        if each.needs_sync:
+    dirty = [each for each in logs if each.needs_sync]
+    if len(dirty) <= 1:
+        for each in dirty:
             each.flush()
-            synced += 1
-    return synced
+        return len(dirty)
+    futures = [_pool().submit(each.flush) for each in dirty]
+    concurrent.futures.wait(futures)
+    for future in futures:
+        future.result()  # raises the first failure
+    return len(dirty)

@@ -489,3 +489,29 @@ def test_config_validation() -> None:
         RaftConfig(max_msg_bytes=0)
     with pytest.raises(ValueError):
         Configuration(frozenset({"a"}), frozenset({"a"}))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_deferred_members_let_the_preferred_one_win_the_first_election(group, seed) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC, seed=seed)
+    for other in ("b", "c"):
+        g.nodes[other].defer_campaign(2 * E)
+    for _ in range(3 * E):  # everyone ticks in lockstep: no split votes, one election
+        g.tick(1)
+        if g.leaders():
+            break
+    assert g.leaders() == ["a"] and g.nodes["a"].term == 1
+    assert all(not (isinstance(m, VoteRequest) and m.sender != "a") for m in g.sent), (
+        "a deferred member campaigned"
+    )
+
+
+def test_deferred_members_still_elect_without_the_preferred_one(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    for other in ("b", "c"):
+        g.nodes[other].defer_campaign(2 * E)
+    g.isolate("a")
+    g.tick(3 * E + 1, only=("b", "c"))
+    assert g.leaders() in (["b"], ["c"])
+    with pytest.raises(RaftConfigError, match="ticks must be >= 0"):
+        g.nodes["a"].defer_campaign(-1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import CorruptEntry, CorruptLog, LogConfig, SegmentedLog
+from storage import CorruptEntry, CorruptLog, LogConfig, SegmentedLog, sync_logs
 from storage.entry import HEADER_SIZE
 
 CONFIG = LogConfig(segment_bytes=8192, max_batch_bytes=4096)
@@ -173,3 +173,63 @@ def test_truncating_back_to_a_compacted_start_leaves_an_empty_log(tmp_path: Path
     with SegmentedLog(tmp_path / "log", CONFIG) as log:
         assert bytes(log.read(2).data) == b"c"
         assert log.find_offset(1) == 2
+
+
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_creating_a_log_costs_no_fsync_until_its_first_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = _count_fsyncs(monkeypatch)
+    directory = tmp_path / "replica" / "log"
+    log = SegmentedLog(directory, CONFIG)
+    assert fsyncs == [] and (directory / "log.meta").exists()
+    log.flush()  # nothing written yet: an empty log needs nothing durable
+    assert fsyncs == []
+    log.append(b"first", 1, 1, 0, sync=False)
+    log.flush()
+    # the segment, then the parent (the log's own entry) and the directory (segment and header)
+    assert len(fsyncs) == 3
+    log.append(b"second", 1, 1, 0, sync=False)
+    log.flush()
+    assert len(fsyncs) == 4  # from now on, one fsync per dirty file
+    log.close()
+
+
+@pytest.mark.parametrize("leftover", ["empty header", "no header"])
+def test_a_creation_cut_short_by_a_crash_reopens_as_a_new_log(
+    tmp_path: Path, leftover: str
+) -> None:
+    directory = tmp_path / "log"
+    SegmentedLog(directory, CONFIG).close()
+    if leftover == "empty header":
+        (directory / "log.meta").write_bytes(b"")  # its data never reached the disk
+    else:
+        (directory / "log.meta").unlink()
+    with SegmentedLog(directory, CONFIG) as log:
+        assert (log.first_index, log.last_index, log.next_offset) == (1, 0, 0)
+        assert log.append(b"x", 1, 1, 0) == 1
+    with SegmentedLog(directory, CONFIG, create=False) as log:
+        assert log.last_index == 1 and log.recovery.clean
+
+
+def test_sync_logs_makes_many_logs_durable_in_parallel(tmp_path: Path) -> None:
+    logs = [SegmentedLog(tmp_path / f"log{n}", CONFIG) for n in range(40)]
+    for n, log in enumerate(logs):
+        log.append(_payload(n), 1, 2, 0, sync=False)
+    assert sync_logs(logs[:1]) == 1  # a single log syncs on the calling thread
+    assert sync_logs(logs) == 39  # the others, on the sync threads
+    assert not any(log.needs_sync for log in logs)
+    assert sync_logs(logs) == 0
+    for log in logs:
+        log.close()

@@ -1,0 +1,101 @@
+"""The MultiRaft host on one node, driven round by round: ticking, quiescence, and when a
+Ready's messages may leave before the round's disk work."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from cluster.multiraft import MultiRaft
+from cluster.replica import Replica
+from raft.codec import decode_message, encode_message
+from raft.config import RaftConfig
+from raft.types import Configuration, Heartbeat, HeartbeatResponse, VoteRequest, VoteResponse
+from storage import FileHandles, HardState, LogConfig, StateJournal
+
+GROUP = "t/0"
+
+
+def _open(tmp_path: Path, group: str) -> Replica:
+    topic, _, partition = group.partition("/")
+    return Replica.open(
+        node_id="b",
+        topic=topic,
+        partition=int(partition),
+        directory=str(tmp_path / topic / partition),
+        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
+        hard_state=HardState(),
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(16),
+        rng=random.Random(1),
+    )
+
+
+def _host(tmp_path: Path) -> tuple[MultiRaft, Replica, list[tuple[str, object]]]:
+    sent: list[tuple[str, object]] = []
+    journal = StateJournal(tmp_path / "journal")
+    multiraft = MultiRaft(
+        "b", lambda to, group, payload: sent.append((to, decode_message(payload))), 0.05, journal
+    )
+    replica = _open(tmp_path, GROUP)
+    multiraft.add(replica)
+    return multiraft, replica, sent
+
+
+def test_a_follower_quiesced_in_a_round_with_ticks_due_stays_quiesced(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        multiraft, replica, sent = _host(tmp_path)
+        await multiraft._round()
+        # the leader's quiescing heartbeat arrives in the same round as a tick
+        heartbeat = Heartbeat(1, "a", "b", 0, quiesce=True, lease_tick=7)
+        multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
+        multiraft._ticks_due = 1
+        await multiraft._round()
+        assert replica.node.quiesced and multiraft.active_count == 0
+        assert ("a", HeartbeatResponse(1, "b", "a", 7)) in sent
+        # later ticks leave it alone: a quiesced follower never times out and campaigns
+        for _ in range(5 * RaftConfig().election_ticks):
+            multiraft._ticks_due = 1
+            await multiraft._round()
+        assert replica.node.quiesced and replica.node.leader_id == "a"
+        assert not any(isinstance(m, VoteRequest) for _, m in sent)
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_messages_wait_for_the_disk_only_when_their_ready_writes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        multiraft, voting, sent = _host(tmp_path)
+        multiraft.add(_open(tmp_path, "t/1"))
+        await multiraft._round()
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Event()
+        # hold the storage thread until the test has looked at what was sent
+        blocked = loop.run_in_executor(
+            multiraft._storage,
+            lambda: asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(),
+        )
+        # one round: a vote in t/0 (must be durable before it is sent) and a pre-vote in t/1
+        # (changes nothing durable, so its answer need not wait for t/0's disk work)
+        multiraft.deliver(
+            "a",
+            [
+                (GROUP, encode_message(VoteRequest(1, "a", "b", 0, 0))),
+                ("t/1", encode_message(VoteRequest(1, "a", "b", 0, 0, pre_vote=True))),
+            ],
+        )
+        round_task = asyncio.ensure_future(multiraft._round())
+        await asyncio.sleep(0.1)
+        assert not round_task.done()
+        assert sent == [("a", VoteResponse(1, "b", "a", True, True))]  # t/1's answer only
+        gate.set()
+        await blocked
+        await round_task
+        assert ("a", VoteResponse(1, "b", "a", True, False)) in sent
+        assert voting.node.vote == "a" and multiraft.journal.load(GROUP).vote == "a"
+        await multiraft.stop()
+
+    asyncio.run(scenario())
