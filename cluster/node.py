@@ -80,6 +80,8 @@ SETTLING_MAX_S = 10.0
 FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
 # How often every led group is compared with its placement even if nothing seems to have changed.
 RECHECK_ALL_S = 30.0
+# How often a node that is not a controller asks a controller for the topic table.
+TOPICS_POLL_S = 1.0
 
 
 class Node:
@@ -141,6 +143,7 @@ class Node:
         self._unsettled: set[str] = set()
         self._placement_key: object = None  # the candidates and topics `_unsettled` assumes
         self._all_checked_at = 0.0
+        self._topics_polled_at = 0.0
         self.started = asyncio.Event()
 
     @property
@@ -358,7 +361,11 @@ class Node:
                 self._local_checked_at = 0.0
             return
         # not a controller, or a controller whose control plane has not caught up yet: ask
-        # the other controllers over gRPC
+        # the other controllers over gRPC, at most every TOPICS_POLL_S once loaded
+        now = time.monotonic()
+        if self.topics_loaded and now - self._topics_polled_at < TOPICS_POLL_S:
+            return
+        self._topics_polled_at = now
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
             if not address or controller_id == self.config.node_id:
@@ -405,17 +412,22 @@ class Node:
         )
 
     async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False
+        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
     ) -> pb.MetadataResponse:
+        """Members and topics. Each partition's live view (leader, voters, high watermark) comes
+        from this node's replica, and unless `local_only` from the other members' too;
+        `topics_only` skips all that and gives each partition its assigned replicas (what a
+        node that is not a controller needs to build its topic table: cheap to poll)."""
         names = list(topics) or sorted(self.topics)
         infos: dict[tuple[str, int], pb.PartitionInfo] = {}
-        for name in names:
-            for index in range(self.topics[name].partitions):
-                info = self._local_partition(name, index)
-                if info is not None:
-                    infos[(name, index)] = info
-        if not local_only:
-            await self._gather_remote(names, infos)
+        if not topics_only:
+            for name in names:
+                for index in range(self.topics[name].partitions):
+                    info = self._local_partition(name, index)
+                    if info is not None:
+                        infos[(name, index)] = info
+            if not local_only:
+                await self._gather_remote(names, infos)
         response = pb.MetadataResponse(node_id=self.config.node_id)
         for record in self.gossip.swim.records():
             member = record.member

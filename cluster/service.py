@@ -91,10 +91,12 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     ) -> pb.MetadataResponse:
         for name in request.topics:
             await self._topic(name, context)
-        local_only = any(
-            key == "flotilla-local-only" for key, _ in context.invocation_metadata() or ()
+        keys = {key for key, _ in context.invocation_metadata() or ()}
+        return await self.node.metadata(
+            list(request.topics),
+            local_only="flotilla-local-only" in keys,
+            topics_only="flotilla-topics-only" in keys,
         )
-        return await self.node.metadata(list(request.topics), local_only=local_only)
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext

@@ -79,6 +79,23 @@ def test_replicas_hold_the_same_records(cluster: LocalCluster, client: Client) -
             )
 
 
+def test_topics_only_metadata_skips_the_live_view(cluster: LocalCluster, client: Client) -> None:
+    """What nodes that are not controllers poll for their topic table: each partition's assigned
+    replicas, without asking every member for its live view (leader, high watermark)."""
+    client.create_topic("specs", partitions=4, replication_factor=3)
+    _wait_leader(client, "specs", 0)
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        request = pb.MetadataRequest(topics=["specs"])
+        full = stub.Metadata(request, timeout=10)
+        specs = stub.Metadata(request, timeout=10, metadata=(("flotilla-topics-only", "1"),))
+    assert full.topics[0].partitions[0].leader
+    [topic] = specs.topics
+    assert topic.name == "specs" and topic.replication_factor == 3
+    assert [len(p.replicas) for p in topic.partitions] == [3, 3, 3, 3]
+    assert not any(p.leader or p.high_watermark for p in topic.partitions)
+
+
 def test_a_killed_leader_is_replaced_and_no_acknowledged_write_is_lost(
     cluster: LocalCluster, client: Client
 ) -> None:
