@@ -61,6 +61,7 @@ _OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.http2.lookahead_bytes", 16 * 1024 * 1024),  # large fetches arrive without stalls
 ]
 
 
