@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import signal
 import socket
@@ -29,8 +30,27 @@ from proto import flotilla_pb2_grpc
 __all__ = ["LocalCluster", "NodeSpec"]
 
 
+_PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
+_handed_out: set[tuple[str, int]] = set()
+
+
 def free_port(host: str) -> int:
-    with socket.socket() as sock:
+    """A port free on `host` now, for a server started a moment later. It is drawn below the
+    ephemeral range: a port from the kernel's own pick (bind to 0) can be taken by an outgoing
+    connection of any process before the server binds it."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(*_PORTS_BELOW_EPHEMERAL)
+        if (host, port) in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add((host, port))
+        return port
+    with socket.socket() as sock:  # a crowded range: let the kernel pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
