@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.replica import Replica, Waiter
+from cluster.replica import OutOfOrderSequence, Replica, Waiter
 from raft.codec import decode_message, encode_message
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
@@ -52,6 +52,8 @@ class Proposal:
     record_count: int
     timestamp_ms: int
     waiter: Waiter
+    producer_id: int = 0
+    base_sequence: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +254,15 @@ class MultiRaft:
         if waiter.future.done():
             return
         try:
+            if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
+                replica.check_sequence(proposal.producer_id, proposal.base_sequence)
             index = replica.node.propose(
                 proposal.batch, proposal.record_count, proposal.timestamp_ms
             )
-        except (NotLeader, ProposalDropped) as error:
+        except (NotLeader, ProposalDropped, OutOfOrderSequence) as error:
             waiter.future.set_exception(error)
             return
+        replica.proposed(proposal.producer_id, proposal.base_sequence + proposal.record_count)
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
         replica.idle_ticks = 0

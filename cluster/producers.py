@@ -64,6 +64,15 @@ class ProducerTable:
         batches = self._producers.get(producer_id)
         return None if batches is None else batches.get(base_sequence)
 
+    def next_sequence(self, producer_id: int) -> int | None:
+        """The sequence this producer's next batch must start at (after its latest batch in the
+        log), or None when the producer is not known here."""
+        batches = self._producers.get(producer_id) if producer_id else None
+        if not batches:
+            return None
+        base, ref = next(reversed(batches.items()))
+        return base + ref.record_count
+
     def forget_from(self, index: int) -> None:
         """Entries from `index` on were truncated away (a Raft conflict): forget them."""
         for producer_id in list(self._producers):

@@ -26,9 +26,14 @@ from raft.storage_log import SegmentedRaftLog
 from raft.types import Configuration, EntryKind
 from storage import FileHandles, HardState, LogConfig, SegmentedLog
 
-__all__ = ["NotCommitted", "ProduceResult", "Replica", "Waiter"]
+__all__ = ["NotCommitted", "OutOfOrderSequence", "ProduceResult", "Replica", "Waiter"]
 
 REBUILD_SCAN_ENTRIES = 4096
+
+
+class OutOfOrderSequence(Exception):
+    """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
+    of the same producer is not written yet (it is in flight or being retried). Retriable."""
 
 
 class NotCommitted(Exception):
@@ -71,6 +76,9 @@ class Replica:
     hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
     saved_term_vote: tuple[int, str | None] = (0, None)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
+    # producer id -> (term, sequence after its latest batch proposed in that term): what the
+    # leader expects next before the batch reaches the producer table (which follows the log)
+    proposed_next: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -115,6 +123,33 @@ class Replica:
                 self.producers.note(
                     producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
                 )
+
+    def check_sequence(self, producer_id: int, base_sequence: int) -> None:
+        """Leader, in the driver, right before proposing: a producer's batches are written in
+        sequence order, so batches it pipelines (several in flight) or retries cannot overtake
+        each other, and a retry racing its first copy is refused rather than written twice.
+        A producer not known here may start anywhere (a new producer starts at 0; one whose
+        state aged out resumes where it is). Raises OutOfOrderSequence."""
+        if not producer_id:
+            return
+        proposed = self.proposed_next.get(producer_id)
+        if proposed is not None and proposed[0] == self.node.term:
+            expected: int | None = proposed[1]
+        else:
+            expected = self.producers.next_sequence(producer_id)
+        if expected is not None and base_sequence != expected:
+            raise OutOfOrderSequence(
+                f"batch of producer {producer_id} on {self.group} starts at sequence "
+                f"{base_sequence}, but {expected} comes next: an earlier batch of this producer "
+                "is not written yet; retry once it is"
+            )
+
+    def proposed(self, producer_id: int, next_sequence: int) -> None:
+        """A batch of this producer was proposed (appended to the leader's log)."""
+        if producer_id:
+            if len(self.proposed_next) >= 2 * self.producers.max_producers:
+                self.proposed_next.clear()  # bounded; the producer table still knows the log
+            self.proposed_next[producer_id] = (self.node.term, next_sequence)
 
     # -- the storage thread -------------------------------------------------------------------
     def write_ready(self, ready: Ready) -> HardState | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import grpc
 
 from cluster.multiraft import Proposal
-from cluster.replica import NotCommitted, ProduceResult, Replica, Waiter
+from cluster.replica import NotCommitted, OutOfOrderSequence, ProduceResult, Replica, Waiter
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
 from proto import flotilla_pb2 as pb
@@ -137,7 +137,15 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
         started = time.perf_counter()
         node.multiraft.propose(
-            Proposal(replica, batch, header.record_count, int(time.time() * 1000), waiter)
+            Proposal(
+                replica,
+                batch,
+                header.record_count,
+                int(time.time() * 1000),
+                waiter,
+                header.producer_id,
+                header.base_sequence,
+            )
         )
         # await the waiter itself (one hop when it settles); a timer fails it on the deadline
         expiry = loop.call_later(timeout_s, _expire, waiter.future)
@@ -152,6 +160,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             )
         except ProposalDropped as error:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        except OutOfOrderSequence as error:
+            await _abort(context, grpc.StatusCode.ABORTED, str(error))
         except NotCommitted as error:
             code = (
                 grpc.StatusCode.UNAVAILABLE

@@ -10,7 +10,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import xxhash
@@ -19,6 +19,7 @@ from flotilla.errors import (
     FlotillaError,
     InvalidArgument,
     NotLeader,
+    OutOfOrder,
     Timeout,
     TopicNotFound,
     Unavailable,
@@ -28,6 +29,7 @@ from proto.records import Record, decode_batch, encode_batch
 
 __all__ = [
     "Member",
+    "Once",
     "PartitionInfo",
     "ProduceRoute",
     "Record",
@@ -107,18 +109,30 @@ def decode_fetch(response: pb.FetchResponse, offset: int, max_records: int) -> l
 
 
 @dataclass(slots=True)
-class _Sequences:
-    """Per-partition sequence numbers of this client's idempotent producer."""
+class Sequences:
+    """The idempotent producer's identity and sequence numbers, per partition: every batch
+    carries (producer id, sequence of its first record), and the leader writes a producer's
+    batches of a partition only in sequence order, each once."""
 
-    next: dict[tuple[str, int], int] = field(default_factory=dict)
+    next: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, topic: str, partition: int, count: int) -> int:
+    def take(self, topic: str, partition: int, count: int) -> tuple[int, int]:
+        """(producer id, first sequence) for a batch of `count` records."""
         with self.lock:
             key = (topic, partition)
-            first = self.next.get(key, 0)
-            self.next[key] = first + count
-            return first
+            producer_id, first = self.next.get(key) or (secrets.randbits(63) or 1, 0)
+            self.next[key] = (producer_id, first + count)
+            return producer_id, first
+
+    def reset(self, topic: str, partition: int, producer_id: int) -> None:
+        """A batch of `producer_id` failed for good: its sequences left a gap the leader would
+        wait for forever, so the partition's later batches go out under a new producer id,
+        from sequence 0 (a batch whose outcome was unknown keeps whatever outcome it had)."""
+        with self.lock:
+            current = self.next.get((topic, partition))
+            if current is not None and current[0] == producer_id:
+                del self.next[(topic, partition)]
 
 
 class Router:
@@ -128,8 +142,7 @@ class Router:
         if not bootstrap:
             raise InvalidArgument("give at least one bootstrap address, e.g. '127.0.0.1:7001'")
         self.bootstrap = list(bootstrap)
-        self.producer_id = secrets.randbits(63) or 1
-        self.sequences = _Sequences()
+        self.sequences = Sequences()
         self._lock = threading.Lock()
         self._addresses: dict[str, str] = {}
         self._topics: dict[str, TopicInfo] = {}
@@ -246,8 +259,8 @@ class Router:
         partition: int,
         records: Sequence[tuple[bytes | None, bytes, Headers | None, int]],
     ) -> bytes:
-        sequence = self.sequences.take(topic, partition, len(records))
-        return encode_batch(records, producer_id=self.producer_id, base_sequence=sequence)
+        producer_id, sequence = self.sequences.take(topic, partition, len(records))
+        return encode_batch(records, producer_id=producer_id, base_sequence=sequence)
 
 
 def check_value(value: object, what: str = "value") -> bytes:
@@ -266,6 +279,22 @@ def worth_retrying(error: FlotillaError, grace_until: float) -> bool:
     if isinstance(error, RETRIABLE):
         return True
     return isinstance(error, TopicNotFound) and time.monotonic() < grace_until
+
+
+class Once:
+    """Calls `callback` (if any) the first time it is called; `done` afterwards."""
+
+    __slots__ = ("callback", "done")
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self.callback = callback
+        self.done = callback is None
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            assert self.callback is not None
+            self.callback()
 
 
 class ProduceRoute:
@@ -307,6 +336,8 @@ class ProduceRoute:
         if not worth_retrying(error, self.grace_until):
             raise error
         self.last = error
+        if isinstance(error, OutOfOrder):
+            return False  # an earlier batch is still on its way: pause, then the same leader
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1
             self.router.note_leader(self.topic, self.partition, error.leader)

@@ -48,6 +48,7 @@ from flotilla.errors import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.records import peek_producer
 
 __all__ = ["Client"]
 
@@ -185,6 +186,16 @@ class Client:
         return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
 
     async def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
+        """Sends an encoded batch to the partition's leader until it commits; its base offset.
+        A batch that fails for good moves the partition to a new producer id (see
+        `flotilla._routing.Sequences.reset`)."""
+        try:
+            return await self._send_batch(topic, partition, batch)
+        except FlotillaError:
+            self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
+            raise
+
+    async def _send_batch(self, topic: str, partition: int, batch: bytes) -> int:
         route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
             remaining = route.remaining()

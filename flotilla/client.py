@@ -26,6 +26,7 @@ from flotilla._routing import (
     RETRIABLE,
     Headers,
     Member,
+    Once,
     ProduceRoute,
     Record,
     RecordMetadata,
@@ -48,6 +49,7 @@ from flotilla.errors import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.records import peek_producer
 
 if TYPE_CHECKING:
     from flotilla.producer import Producer
@@ -217,9 +219,27 @@ class Client:
         base = self.send_batch(topic, chosen, batch)
         return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
 
-    def send_batch(self, topic: str, partition: int, batch: bytes) -> int:
+    def send_batch(
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        on_issued: Callable[[], None] | None = None,
+    ) -> int:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
-        A retry resends the very same bytes, so the server never writes the batch twice."""
+        A retry resends the very same bytes, so the server never writes the batch twice.
+        `on_issued` runs once the first attempt is on its way (the batching producer starts a
+        partition's next batch only then, so they reach the leader in order)."""
+        issued = Once(on_issued)
+        try:
+            return self._send_batch(topic, partition, batch, issued)
+        except FlotillaError:
+            self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
+            raise
+        finally:
+            issued()  # a batch that never went out releases the next one too
+
+    def _send_batch(self, topic: str, partition: int, batch: bytes, issued: Once) -> int:
         route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
             remaining = route.remaining()
@@ -233,7 +253,13 @@ class Client:
                     timeout_ms=max(1, int(remaining * 1000)),
                 )  # fmt: skip
                 try:
-                    return int(self._stub(address).Produce(request, timeout=remaining).base_offset)
+                    if issued.done:
+                        response = self._stub(address).Produce(request, timeout=remaining)
+                    else:
+                        call = self._stub(address).Produce.future(request, timeout=remaining)
+                        issued()
+                        response = call.result()
+                    return int(response.base_offset)
                 except grpc.RpcError as error:
                     if route.failed(address, from_rpc_error(error)):
                         continue

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidArgument",
     "NotLeader",
     "OffsetOutOfRange",
+    "OutOfOrder",
     "Timeout",
     "TopicNotFound",
     "Unavailable",
@@ -45,6 +46,11 @@ class Unavailable(FlotillaError):
     """No node could serve the request (no leader yet, no quorum, or unreachable); retry later."""
 
 
+class OutOfOrder(Unavailable):
+    """The leader refused a batch because an earlier batch of the same producer and partition
+    is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
+
+
 class Timeout(FlotillaError, TimeoutError):
     """The request did not complete in time; for a produce, the outcome is unknown (a retry with
     the same idempotent producer will not write it twice)."""
@@ -73,4 +79,6 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
         return NotLeader(details, leader_from(error))
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Timeout(details)
+    if code == grpc.StatusCode.ABORTED:
+        return OutOfOrder(details)
     return Unavailable(f"{details} ({code.name})")

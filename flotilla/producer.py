@@ -28,12 +28,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import xxhash
 
-from flotilla._routing import Headers, RecordMetadata, check_value, now_ms
+from flotilla._routing import Headers, Once, RecordMetadata, check_value, now_ms
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
+from proto.records import encode_batch
 
 if TYPE_CHECKING:
     from flotilla.client import Client
@@ -67,7 +69,18 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
 
 
 class _Batch:
-    __slots__ = ("bytes", "condition", "futures", "opened_at", "partition", "records", "topic")
+    __slots__ = (
+        "bytes",
+        "condition",
+        "futures",
+        "opened_at",
+        "partition",
+        "producer_id",
+        "records",
+        "sequence",
+        "ticket",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -77,15 +90,19 @@ class _Batch:
         self.bytes = 0
         self.opened_at = time.monotonic()
         self.condition = threading.Condition()
+        self.producer_id = self.sequence = self.ticket = 0  # set when dispatched
 
 
 class _Partition:
-    __slots__ = ("closed", "in_flight", "open")
+    __slots__ = ("closed", "in_flight", "issued", "open", "proven", "tickets")
 
     def __init__(self) -> None:
         self.open: _Batch | None = None
         self.closed: deque[_Batch] = deque()  # full or lingered, waiting for their turn
-        self.in_flight = False
+        self.in_flight = 0
+        self.tickets = 0  # batches dispatched so far: each one's place in the sending order
+        self.issued = 0  # of those, how many have gone out (the next may go now)
+        self.proven = False  # a batch under the current producer id has been acknowledged
 
 
 class Producer:
@@ -97,13 +114,22 @@ class Producer:
         batch_bytes: int,
         max_in_flight: int,
         buffer_bytes: int = 64 * 1024 * 1024,
+        max_in_flight_per_partition: int = 4,
     ) -> None:
-        if linger_ms < 0 or batch_bytes < 1024 or max_in_flight < 1 or buffer_bytes < batch_bytes:
+        if (
+            linger_ms < 0
+            or batch_bytes < 1024
+            or max_in_flight < 1
+            or buffer_bytes < batch_bytes
+            or max_in_flight_per_partition < 1
+        ):
             raise InvalidArgument(
                 f"linger_ms={linger_ms}, batch_bytes={batch_bytes}, max_in_flight={max_in_flight}, "
-                f"buffer_bytes={buffer_bytes}: need linger_ms >= 0, batch_bytes >= 1024, "
-                "max_in_flight >= 1 and buffer_bytes >= batch_bytes"
+                f"buffer_bytes={buffer_bytes}, max_in_flight_per_partition="
+                f"{max_in_flight_per_partition}: need linger_ms >= 0, batch_bytes >= 1024, "
+                "max_in_flight >= 1, buffer_bytes >= batch_bytes, max_in_flight_per_partition >= 1"
             )
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self.client = client
         self.linger_s = linger_ms / 1000
         self.batch_bytes = batch_bytes
@@ -248,20 +274,36 @@ class Producer:
                     self._close_batch(state, batch, len(info.partitions) if info else 1)
                 else:
                     next_due = min(next_due, due_at - now)
-            if not state.closed or state.in_flight:
-                continue
-            if self._in_flight >= self._max_in_flight:
-                continue
-            state.in_flight = True
-            self._in_flight += 1
-            self._pool.submit(self._send, state, state.closed.popleft())
+            # several batches of a partition may be in flight once one under the current
+            # producer id was acknowledged (the leader then holds them to sequence order)
+            limit = self.max_in_flight_per_partition if state.proven else 1
+            while (
+                state.closed and state.in_flight < limit and self._in_flight < self._max_in_flight
+            ):
+                batch = state.closed.popleft()
+                batch.producer_id, batch.sequence = self.client.router.sequences.take(
+                    batch.topic, batch.partition, len(batch.records)
+                )
+                batch.ticket = state.tickets
+                state.tickets += 1
+                state.in_flight += 1
+                self._in_flight += 1
+                self._pool.submit(self._send, state, batch)
         return next_due
 
     def _send(self, state: _Partition, batch: _Batch) -> None:
         topic, partition = batch.topic, batch.partition
+        acknowledged = False
+        issued = Once(partial(self._issued, state))  # this batch has gone out (or never will)
         try:
-            encoded = self.client.router.encode(topic, partition, batch.records)
-            base = self.client.send_batch(topic, partition, encoded)
+            encoded = encode_batch(
+                batch.records, producer_id=batch.producer_id, base_sequence=batch.sequence
+            )
+            with self._condition:  # go out in dispatch order: the leader wants them in sequence
+                while state.issued != batch.ticket:
+                    self._condition.wait()
+            base = self.client.send_batch(topic, partition, encoded, on_issued=issued)
+            acknowledged = True
             with batch.condition:  # every future of the batch settles before a waiter wakes
                 for position, future in enumerate(batch.futures):
                     future.set_result(RecordMetadata(topic, partition, base + position))
@@ -276,8 +318,25 @@ class Producer:
                     if not future.done():
                         future.set_exception(failure)
         finally:
+            if not issued.done:  # failed before its turn came: wait for it, then pass it on
+                with self._condition:
+                    while state.issued != batch.ticket:
+                        self._condition.wait()
+                issued()
             with self._condition:
-                state.in_flight = False
+                state.in_flight -= 1
+                state.proven = acknowledged and batch.producer_id == self._current_producer(
+                    topic, partition
+                )
                 self._in_flight -= 1
                 self._buffered -= batch.bytes
                 self._condition.notify_all()
+
+    def _issued(self, state: _Partition) -> None:
+        with self._condition:
+            state.issued += 1
+            self._condition.notify_all()
+
+    def _current_producer(self, topic: str, partition: int) -> int | None:
+        current = self.client.router.sequences.next.get((topic, partition))
+        return current[0] if current is not None else None

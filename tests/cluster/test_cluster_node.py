@@ -225,6 +225,48 @@ def test_bad_input_gets_a_precise_status_and_changes_nothing(
     assert client.produce("t", b"second", partition=0).offset == 1
 
 
+def test_a_producer_s_batches_are_written_in_sequence_order_only(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The leader holds each producer's batches to sequence order (so pipelined batches and
+    retries cannot overtake each other), answers a retry with its first copy, and lets a
+    producer it does not know start anywhere."""
+    client.create_topic("seq", partitions=1, replication_factor=3)
+    leader = _wait_leader(client, "seq", 0)
+
+    def produce(stub: flotilla_pb2_grpc.FlotillaStub, sequence: int, count: int = 1) -> int:
+        rows = [(None, f"s{sequence + n}".encode(), None, 0) for n in range(count)]
+        batch = encode_batch(rows, producer_id=77, base_sequence=sequence)
+        request = pb.ProduceRequest(topic="seq", partition=0, batch=batch)
+        return int(stub.Produce(request, timeout=10).base_offset)
+
+    with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        assert produce(stub, 100, 2) == 0  # unknown producer: any start
+        for early in (103, 105, 0):
+            with pytest.raises(grpc.RpcError) as error:
+                produce(stub, early)
+            assert error.value.code() == grpc.StatusCode.ABORTED
+            assert "but 102 comes next" in error.value.details()
+        assert produce(stub, 100, 2) == 0  # a retry: the first copy's offsets
+        assert produce(stub, 102) == 2
+    assert [r.value for r in client.read("seq", 0, 0)] == [b"s100", b"s101", b"s102"]
+
+
+def test_a_batch_that_fails_for_good_does_not_wedge_the_partition(
+    cluster: LocalCluster,
+) -> None:
+    """A batch refused for good leaves a gap in its producer's sequences; the client moves the
+    partition to a new producer id, so the next batch is written (not refused forever)."""
+    with Client(cluster.addresses(), timeout_s=5) as client:
+        client.create_topic("gap", partitions=1, replication_factor=3)
+        _wait_leader(client, "gap", 0)
+        assert client.produce("gap", b"one", partition=0).offset == 0
+        with pytest.raises(InvalidArgument, match="exceeds max_batch_bytes"):
+            client.produce("gap", b"x" * (5 * 1024 * 1024), partition=0)
+        assert client.produce("gap", b"two", partition=0).offset == 1
+
+
 def _placement(topic: str, partitions: int, nodes: list[str]) -> dict[int, set[str]]:
     from cluster.placement import Candidate, partition_id, place
 

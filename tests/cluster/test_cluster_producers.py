@@ -16,6 +16,16 @@ def test_a_retry_finds_the_first_copy() -> None:
     assert table.lookup(0, 0) is None  # producer id 0: not idempotent
 
 
+def test_the_next_sequence_follows_the_latest_batch() -> None:
+    table = ProducerTable()
+    assert table.next_sequence(7) is None and table.next_sequence(0) is None
+    table.note(7, 0, BatchRef(10, 2, 5))
+    table.note(7, 5, BatchRef(11, 2, 3))
+    assert table.next_sequence(7) == 8
+    table.forget_from(11)
+    assert table.next_sequence(7) == 5
+
+
 def test_truncated_batches_are_forgotten() -> None:
     table = ProducerTable()
     for n in range(5):
