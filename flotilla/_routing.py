@@ -44,6 +44,7 @@ RETRIABLE = (NotLeader, Unavailable, Timeout)
 METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
 MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
 MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
+ATTEMPT_S = 2.0  # one attempt's deadline: a leader that hangs (paused, overloaded) is left soon
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +325,12 @@ class ProduceRoute:
         if remaining <= 0:
             raise self.last or Timeout(f"produce to {self.topic}/{self.partition} timed out")
         return remaining
+
+    def attempt_s(self) -> float:
+        """The deadline of the next attempt: at most `ATTEMPT_S`, so a leader that stopped
+        answering without closing its connections (a paused process) costs one attempt, not
+        the whole timeout; the retry then goes to the other replicas. Raises like `remaining`."""
+        return min(self.remaining(), ATTEMPT_S)
 
     def next_address(self) -> str | None:
         address = self.router.leader_address(self.topic, self.partition)

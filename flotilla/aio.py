@@ -198,7 +198,7 @@ class Client:
     async def _send_batch(self, topic: str, partition: int, batch: bytes) -> int:
         route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
-            remaining = route.remaining()
+            attempt_s = route.attempt_s()
             address = route.next_address()
             if address is None:
                 await self._refresh_quietly(topic)
@@ -206,10 +206,10 @@ class Client:
             if address is not None:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
-                    timeout_ms=max(1, int(remaining * 1000)),
+                    timeout_ms=max(1, int(attempt_s * 1000)),
                 )  # fmt: skip
                 try:
-                    response = await self._stub(address).Produce(request, timeout=remaining)
+                    response = await self._stub(address).Produce(request, timeout=attempt_s)
                     return int(response.base_offset)
                 except grpc.aio.AioRpcError as error:
                     if route.failed(address, from_rpc_error(error)):

@@ -242,7 +242,7 @@ class Client:
     def _send_batch(self, topic: str, partition: int, batch: bytes, issued: Once) -> int:
         route = ProduceRoute(self.router, topic, partition, self.timeout_s)
         while True:
-            remaining = route.remaining()
+            attempt_s = route.attempt_s()
             address = route.next_address()
             if address is None:
                 self._refresh_quietly(topic)
@@ -250,13 +250,13 @@ class Client:
             if address is not None:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
-                    timeout_ms=max(1, int(remaining * 1000)),
+                    timeout_ms=max(1, int(attempt_s * 1000)),
                 )  # fmt: skip
                 try:
                     if issued.done:
-                        response = self._stub(address).Produce(request, timeout=remaining)
+                        response = self._stub(address).Produce(request, timeout=attempt_s)
                     else:
-                        call = self._stub(address).Produce.future(request, timeout=remaining)
+                        call = self._stub(address).Produce.future(request, timeout=attempt_s)
                         issued()
                         response = call.result()
                     return int(response.base_offset)

@@ -267,6 +267,22 @@ def test_a_batch_that_fails_for_good_does_not_wedge_the_partition(
         assert client.produce("gap", b"two", partition=0).offset == 1
 
 
+def test_a_paused_leader_costs_one_attempt_not_the_whole_timeout(cluster: LocalCluster) -> None:
+    """A leader that stops answering without closing its connections (SIGSTOP): the SDK gives
+    up on it after one attempt's deadline and finds the new leader through the other replicas,
+    well within the produce's timeout."""
+    with Client(cluster.addresses(), timeout_s=20) as client:
+        client.create_topic("paused", partitions=1, replication_factor=3)
+        leader = _wait_leader(client, "paused", 0)
+        client.produce("paused", b"before", partition=0)
+        cluster.pause(leader)
+        try:
+            meta = client.produce("paused", b"during", partition=0)
+        finally:
+            cluster.resume(leader)
+        assert meta.offset == 1
+
+
 def _placement(topic: str, partitions: int, nodes: list[str]) -> dict[int, set[str]]:
     from cluster.placement import Candidate, partition_id, place
 
