@@ -307,8 +307,18 @@ class ProduceRoute:
     replica has failed does the caller pause (jittered, doubling up to `MAX_BACKOFF_S`) and
     refresh metadata. Non-retriable errors raise; the deadline raises the last error seen."""
 
-    def __init__(self, router: Router, topic: str, partition: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        router: Router,
+        topic: str,
+        partition: int,
+        timeout_s: float,
+        abandoned: Callable[[], bool] | None = None,
+    ) -> None:
         self.router = router
+        # says when an earlier batch of the same producer id failed for good: then a refusal as
+        # out of order is final (the gap will never be filled), not a reason to wait
+        self.abandoned = abandoned
         self.topic = topic
         self.partition = partition
         self.deadline = time.monotonic() + timeout_s
@@ -344,6 +354,12 @@ class ProduceRoute:
             raise error
         self.last = error
         if isinstance(error, OutOfOrder):
+            if self.abandoned is not None and self.abandoned():
+                raise Unavailable(
+                    f"an earlier batch to {self.topic}/{self.partition} failed for good, so this "
+                    "one cannot follow it under the same producer id; it was not written by this "
+                    "attempt (send it again)"
+                ) from None
             return False  # an earlier batch is still on its way: pause, then the same leader
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1

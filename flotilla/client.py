@@ -225,22 +225,25 @@ class Client:
         partition: int,
         batch: bytes,
         on_issued: Callable[[], None] | None = None,
+        abandoned: Callable[[], bool] | None = None,
     ) -> int:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
         A retry resends the very same bytes, so the server never writes the batch twice.
         `on_issued` runs once the first attempt is on its way (the batching producer starts a
-        partition's next batch only then, so they reach the leader in order)."""
+        partition's next batch only then, so they reach the leader in order); `abandoned`
+        says when an earlier batch of this one's producer id failed for good."""
         issued = Once(on_issued)
         try:
-            return self._send_batch(topic, partition, batch, issued)
+            route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
+            return self._send_batch(route, batch, issued)
         except FlotillaError:
             self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
             raise
         finally:
             issued()  # a batch that never went out releases the next one too
 
-    def _send_batch(self, topic: str, partition: int, batch: bytes, issued: Once) -> int:
-        route = ProduceRoute(self.router, topic, partition, self.timeout_s)
+    def _send_batch(self, route: ProduceRoute, batch: bytes, issued: Once) -> int:
+        topic, partition = route.topic, route.partition
         while True:
             attempt_s = route.attempt_s()
             address = route.next_address()
@@ -279,6 +282,7 @@ class Client:
         batch_bytes: int = 1 << 20,
         max_in_flight: int = 16,
         buffer_bytes: int = 64 << 20,
+        max_in_flight_per_partition: int = 4,
     ) -> Producer:
         """A batching producer (`flotilla.producer`): `send` returns a Future; `flush`, `close`.
         At most `buffer_bytes` of records wait to be sent; `send` blocks while it is full."""
@@ -290,6 +294,7 @@ class Client:
             batch_bytes=batch_bytes,
             max_in_flight=max_in_flight,
             buffer_bytes=buffer_bytes,
+            max_in_flight_per_partition=max_in_flight_per_partition,
         )
 
     # -- read --------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ class _Batch:
 
 
 class _Partition:
-    __slots__ = ("closed", "in_flight", "issued", "open", "proven", "tickets")
+    __slots__ = ("closed", "failed_producers", "in_flight", "issued", "open", "proven", "tickets")
 
     def __init__(self) -> None:
         self.open: _Batch | None = None
@@ -103,6 +103,7 @@ class _Partition:
         self.tickets = 0  # batches dispatched so far: each one's place in the sending order
         self.issued = 0  # of those, how many have gone out (the next may go now)
         self.proven = False  # a batch under the current producer id has been acknowledged
+        self.failed_producers: set[int] = set()  # ids one of whose batches failed for good
 
 
 class Producer:
@@ -302,7 +303,13 @@ class Producer:
             with self._condition:  # go out in dispatch order: the leader wants them in sequence
                 while state.issued != batch.ticket:
                     self._condition.wait()
-            base = self.client.send_batch(topic, partition, encoded, on_issued=issued)
+            base = self.client.send_batch(
+                topic,
+                partition,
+                encoded,
+                on_issued=issued,
+                abandoned=partial(self._abandoned, state, batch.producer_id),
+            )
             acknowledged = True
             with batch.condition:  # every future of the batch settles before a waiter wakes
                 for position, future in enumerate(batch.futures):
@@ -317,6 +324,10 @@ class Producer:
                 for future in batch.futures:
                     if not future.done():
                         future.set_exception(failure)
+            with self._condition:
+                if len(state.failed_producers) >= 64:
+                    state.failed_producers.clear()  # bounded: old ids have nothing in flight
+                state.failed_producers.add(batch.producer_id)
         finally:
             if not issued.done:  # failed before its turn came: wait for it, then pass it on
                 with self._condition:
@@ -331,6 +342,10 @@ class Producer:
                 self._in_flight -= 1
                 self._buffered -= batch.bytes
                 self._condition.notify_all()
+
+    def _abandoned(self, state: _Partition, producer_id: int) -> bool:
+        with self._condition:
+            return producer_id in state.failed_producers
 
     def _issued(self, state: _Partition) -> None:
         with self._condition:

@@ -13,7 +13,14 @@ import pytest
 import xxhash
 
 from cluster.local import LocalCluster
-from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
+from flotilla import (
+    Client,
+    InvalidArgument,
+    OffsetOutOfRange,
+    OutOfOrder,
+    Timeout,
+    TopicNotFound,
+)
 from flotilla import aio as flotilla_aio
 
 pytestmark = pytest.mark.integration
@@ -65,6 +72,30 @@ def test_batching_producer_keeps_per_partition_order(cluster: LocalCluster) -> N
             values = [int(r.value) for r in client.read("batched", partition, 0, 10_000)]
             assert values == [n for _, n in sorted(mine)]
             assert values == sorted(values)
+
+
+def test_batches_behind_one_that_failed_for_good_fail_at_once(cluster: LocalCluster) -> None:
+    """A batch refused for good (too large) leaves a gap in its producer's sequences: the
+    batches pipelined behind it can never follow it, so they fail at once with Unavailable
+    rather than wait out the timeout; the producer then goes on under a new producer id."""
+    with Client(cluster.bootstrap, timeout_s=20) as client:
+        client.create_topic("gapped", partitions=1, replication_factor=3)
+        with client.producer(linger_ms=1, batch_bytes=1024) as producer:
+            producer.send("gapped", b"x" * 2000).result(timeout=30)  # the partition is proven
+            huge = producer.send("gapped", b"y" * (5 << 20))  # over the node's max_batch_bytes
+            behind = [producer.send("gapped", b"z" * 2000) for _ in range(6)]
+            with pytest.raises(InvalidArgument, match="exceeds max_batch_bytes"):
+                huge.result(timeout=30)
+            outcomes = [f.exception(timeout=30) for f in behind]
+        # without the fast path they would retry as OutOfOrder until the timeout, then fail
+        assert not any(isinstance(e, Timeout | OutOfOrder) for e in outcomes), outcomes
+        assert all(e is None or "failed for good" in str(e) for e in outcomes), outcomes
+        assert producer_writes_again(client)
+
+
+def producer_writes_again(client: Client) -> bool:
+    with client.producer(linger_ms=1) as producer:
+        return producer.send("gapped", b"after").result(timeout=30).offset >= 1
 
 
 def test_reads_spread_and_pin_replicas(cluster: LocalCluster) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flotilla._routing import MAX_HINT_HOPS, ProduceRoute, Router
-from flotilla.errors import InvalidArgument, NotLeader, TopicNotFound, Unavailable
+from flotilla.errors import InvalidArgument, NotLeader, OutOfOrder, TopicNotFound, Unavailable
 from proto import flotilla_pb2 as pb
 
 ADDRESS = {"n1": "127.0.0.1:1", "n2": "127.0.0.2:1", "n3": "127.0.0.3:1"}
@@ -67,3 +67,13 @@ def test_the_deadline_raises_the_last_error() -> None:
     route.deadline = 0
     with pytest.raises(Unavailable, match="down"):
         route.remaining()
+
+
+def test_an_early_batch_waits_unless_the_one_before_it_failed_for_good() -> None:
+    failed: list[bool] = [False]
+    route = ProduceRoute(_router("n1"), "t", 0, timeout_s=10, abandoned=lambda: failed[0])
+    assert not route.failed(ADDRESS["n1"], OutOfOrder("102 comes next"))  # pause, same leader
+    assert route.next_address() == ADDRESS["n1"]
+    failed[0] = True
+    with pytest.raises(Unavailable, match="failed for good"):
+        route.failed(ADDRESS["n1"], OutOfOrder("102 comes next"))
