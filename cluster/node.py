@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
-import random
 import shutil
 import time
 import uuid
@@ -37,6 +35,7 @@ from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
+from cluster.opener import ReplicaOpener
 from cluster.placement import Candidate, partition_id, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
@@ -69,15 +68,6 @@ _STATE = {
 VERSION = "0.1.0"
 
 
-# Replicas opened per storage-thread call (the driver's writes interleave with the opening of
-# thousands of replicas), and how many lately opened ones may be settling (electing, not yet
-# quiesced) before the next batch opens; one counts for at most SETTLING_MAX_S.
-OPEN_BATCH_REPLICAS = 250
-SETTLING_LIMIT = 1000
-SETTLING_MAX_S = 10.0
-# Election timeouts a new group's non-preferred replicas wait, on top of their own, before
-# their first campaign (see `_open_replica`).
-FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
 # How often every led group is compared with its placement even if nothing seems to have changed.
 RECHECK_ALL_S = 30.0
 # How often a node that is not a controller asks a controller for the topic table.
@@ -110,7 +100,6 @@ class Node:
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
         )
-        self.multiraft.unknown_group = self._open_on_message
         self.raft_config = RaftConfig(
             election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks
         )
@@ -128,13 +117,18 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reader = None
-        self._rng = random.Random()
         self._leaders: set[str] = set()
-        self._opening: set[str] = set()  # being opened on the storage thread right now
-        # replicas to open, in order (`_open_pending`), and the ones opened lately that have
-        # not settled yet (group -> when opened): admission control for mass creation
-        self._pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
-        self._settling: dict[str, float] = {}
+        self.opener = ReplicaOpener(
+            node_id=config.node_id,
+            partitions_dir=self.partitions_dir,
+            journal=self.journal,
+            raft_config=self.raft_config,
+            log_config=self.log_config,
+            handles=self.handles,
+            multiraft=self.multiraft,
+            topics=lambda: self.topics,
+        )
+        self.multiraft.unknown_group = self.opener.open_on_message
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
@@ -525,7 +519,7 @@ class Node:
                 if time.monotonic() - self._local_checked_at > 5.0:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
-                await self._open_pending()
+                await self.opener.open_pending()
                 self._reconcile_groups()
             except asyncio.CancelledError:
                 raise
@@ -537,22 +531,19 @@ class Node:
         """Queues for opening every replica the topics assign here or that is on disk, and
         drops the replicas of deleted topics. O(partitions), so it runs every 5 s or when the
         topics change, not every pass."""
-        on_disk = await asyncio.to_thread(self._replica_dirs_on_disk, list(self.topics))
-        replicas, opening, pending = self.multiraft.replicas, self._opening, self._pending
-        node_id = self.config.node_id
-        for group in [g for g, (spec, _, _) in pending.items() if spec.name not in self.topics]:
-            del pending[group]
+        opener, node_id = self.opener, self.config.node_id
+        on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
+        opener.forget_deleted()
         for spec in self.topics.values():
             present = on_disk.get(spec.name, set())
             for index in range(spec.partitions):
-                group = f"{spec.name}/{index}"
-                if group in replicas or group in opening or group in pending:
+                if opener.knows(f"{spec.name}/{index}"):
                     continue
                 assigned = spec.assignment[index] if index < len(spec.assignment) else ()
                 if node_id in assigned:
-                    pending[group] = (spec, index, Configuration(voters=frozenset(assigned)))
+                    opener.queue(spec, index, Configuration(voters=frozenset(assigned)))
                 elif str(index) in present:
-                    pending[group] = (spec, index, Configuration())
+                    opener.queue(spec, index, Configuration())
         # Only replicas of deleted topics are deleted. A replica removed from its group keeps its
         # log and hard state: Raft's safety assumes no member ever forgets what it voted and
         # stored, and a replica deleted and re-created empty (with the topic's initial
@@ -607,95 +598,6 @@ class Node:
                 self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
             elif not config.learners and config.voters == frozenset(desired):
                 self._unsettled.discard(group)
-
-    def _replica_dir(self, topic: str, index: int) -> str:
-        return os.path.join(self.partitions_dir, topic, str(index))
-
-    def _replica_dirs_on_disk(self, topics: list[str]) -> dict[str, set[str]]:
-        """Thread: the partition directories each topic has here (one listing per topic)."""
-        found: dict[str, set[str]] = {}
-        for topic in topics:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                found[topic] = set(os.listdir(os.path.join(self.partitions_dir, topic)))
-        return found
-
-    async def _open_pending(self) -> None:
-        """Opens queued replicas on the storage thread, `OPEN_BATCH_REPLICAS` per call, while
-        fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
-        quiesced, for at most `SETTLING_MAX_S`). Ten thousand groups created at once thus
-        elect and quiesce a few batches at a time instead of all ticking, heartbeating and
-        campaigning together (which starves every node's event loop, so leaders lose their
-        quorum and elections never end). A message for a queued group opens it at once."""
-        now = time.monotonic()
-        replicas, settling = self.multiraft.replicas, self._settling
-        for group, opened_at in list(settling.items()):
-            replica = replicas.get(group)
-            if replica is None or replica.node.quiesced or now - opened_at > SETTLING_MAX_S:
-                del settling[group]
-        while self._pending and len(settling) < SETTLING_LIMIT:
-            groups = list(itertools.islice(self._pending, OPEN_BATCH_REPLICAS))
-            batch = [self._pending.pop(group) for group in groups]
-            self._opening.update(groups)
-            try:
-                opened = await self.multiraft.run_storage(partial(self._open_batch, batch))
-            finally:
-                self._opening.difference_update(groups)
-            now = time.monotonic()
-            for replica in opened:  # type: ignore[attr-defined]
-                if replica.topic in self.topics and replica.group not in replicas:
-                    self.multiraft.add(replica)
-                    settling[replica.group] = now
-
-    def _open_batch(self, batch: list[tuple[TopicSpec, int, Configuration]]) -> list[Replica]:
-        return [self._open_replica(*item) for item in batch]
-
-    def _open_replica(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> Replica:
-        hard_state = self.journal.load(f"{spec.name}/{index}")
-        replica = Replica.open(
-            node_id=self.config.node_id,
-            topic=spec.name,
-            partition=index,
-            directory=self._replica_dir(spec.name, index),
-            bootstrap=bootstrap,
-            hard_state=hard_state,
-            raft_config=self.raft_config,
-            log_config=self.log_config,
-            handles=self.handles,
-            rng=random.Random(self._rng.getrandbits(64)),
-        )
-        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-        if (
-            hard_state.term == 0
-            and replica.segmented.last_index == 0
-            and assigned
-            and assigned[0] != self.config.node_id
-        ):
-            # A new group: let its preferred replica (first in placement order) campaign first,
-            # so that thousands of new groups do not split their votes. Timing only.
-            replica.node.defer_campaign(FIRST_CAMPAIGN_DEFER_ELECTIONS * self.config.election_ticks)
-        return replica
-
-    def _open_on_message(self, group: str, sender: str) -> Replica | None:
-        """A Raft message for a partition not hosted here: a leader is adding this node."""
-        topic, _, index_text = group.rpartition("/")
-        spec = self.topics.get(topic)
-        if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
-            return None
-        index = int(index_text)
-        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-        bootstrap = (
-            Configuration(voters=frozenset(assigned))
-            if self.config.node_id in assigned
-            else Configuration()
-        )
-        if group in self._opening:
-            return None
-        queued = self._pending.pop(group, None)
-        if queued is not None:
-            bootstrap = queued[2]
-        replica = self._open_replica(spec, index, bootstrap)  # small and new: opening is quick
-        self.multiraft.add(replica)
-        return replica
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""

@@ -88,7 +88,9 @@ def test_messages_wait_for_the_disk_only_when_their_ready_writes(tmp_path: Path)
             ],
         )
         round_task = asyncio.ensure_future(multiraft._round())
-        await asyncio.sleep(0.1)
+        deadline = loop.time() + 30  # the round sends t/1's answer, then waits on the disk
+        while not sent and not round_task.done() and loop.time() < deadline:
+            await asyncio.sleep(0.005)
         assert not round_task.done()
         assert sent == [("a", VoteResponse(1, "b", "a", True, True))]  # t/1's answer only
         gate.set()

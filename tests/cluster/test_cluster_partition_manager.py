@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import node as node_module
+from cluster import opener as opener_module
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.node import Node
@@ -31,24 +31,24 @@ def _node(tmp_path: Path, node_id: str = "n1") -> Node:
 def test_new_replicas_open_in_batches_while_few_groups_settle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(node_module, "OPEN_BATCH_REPLICAS", 4)
-    monkeypatch.setattr(node_module, "SETTLING_LIMIT", 8)
+    monkeypatch.setattr(opener_module, "OPEN_BATCH_REPLICAS", 4)
+    monkeypatch.setattr(opener_module, "SETTLING_LIMIT", 8)
 
     async def scenario() -> None:
         node = _node(tmp_path)
         await node._reconcile_local()
-        assert len(node._pending) == PARTITIONS and not node.multiraft.replicas
-        await node._open_pending()
+        assert len(node.opener.pending) == PARTITIONS and not node.multiraft.replicas
+        await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 8  # two batches, then the limit holds
-        await node._open_pending()
+        await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 8  # nothing settled yet
-        for group in list(node._settling)[:4]:
+        for group in list(node.opener.settling)[:4]:
             node.multiraft.replicas[group].node.quiesced = True  # as a quiesced group is
-        await node._open_pending()
+        await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 12
         # a message for a queued group opens it at once, with its assigned members
-        replica = node._open_on_message("t/29", "n3")
-        assert replica is not None and "t/29" not in node._pending
+        replica = node.opener.open_on_message("t/29", "n3")
+        assert replica is not None and "t/29" not in node.opener.pending
         assert replica.node.configuration.voters == frozenset({"n1", "n2", "n3"})
         await node.multiraft.stop()
 
@@ -59,7 +59,7 @@ def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: P
     async def scenario() -> None:
         node = _node(tmp_path)
         await node._reconcile_local()
-        await node._open_pending()
+        await node.opener.open_pending()
         election_ticks = node.config.election_ticks
         for replica in node.multiraft.replicas.values():
             preferred = node.topics["t"].assignment[replica.partition][0] == "n1"

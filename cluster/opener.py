@@ -1,0 +1,170 @@
+"""Opening this node's replicas: queued, in batches on the storage thread, under admission
+control, so that thousands of partitions created at once elect and quiesce a few batches at a
+time instead of all ticking, heartbeating and campaigning together (which starves every node's
+event loop, so leaders lose their quorum and elections never end).
+
+The partition manager (`cluster.node`) decides which replicas this node should hold and queues
+them here; a Raft message for a group not hosted yet opens it at once (a leader is adding this
+node). In a brand-new group the replicas other than the preferred one (first in placement order)
+wait before their first campaign, so new groups do not split their votes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+
+from cluster.controller import TopicSpec
+from cluster.multiraft import MultiRaft
+from cluster.replica import Replica
+from raft.config import RaftConfig
+from raft.types import Configuration
+from storage import FileHandles, LogConfig, StateJournal
+
+__all__ = ["ReplicaOpener"]
+
+# Replicas opened per storage-thread call (the driver's writes interleave with the opening of
+# thousands of replicas), and how many lately opened ones may be settling (electing, not yet
+# quiesced) before the next batch opens; one counts for at most SETTLING_MAX_S.
+OPEN_BATCH_REPLICAS = 250
+SETTLING_LIMIT = 1000
+SETTLING_MAX_S = 10.0
+# Election timeouts a new group's non-preferred replicas wait, on top of their own, before
+# their first campaign (see `open_replica`).
+FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
+
+
+class ReplicaOpener:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        partitions_dir: str,
+        journal: StateJournal,
+        raft_config: RaftConfig,
+        log_config: LogConfig,
+        handles: FileHandles,
+        multiraft: MultiRaft,
+        topics: Callable[[], Mapping[str, TopicSpec]],
+    ) -> None:
+        self.node_id = node_id
+        self.partitions_dir = partitions_dir
+        self.journal = journal
+        self.raft_config = raft_config
+        self.log_config = log_config
+        self.handles = handles
+        self.multiraft = multiraft
+        self.topics = topics
+        self.opening: set[str] = set()  # being opened on the storage thread right now
+        # replicas to open, in order, and the ones opened lately that have not settled yet
+        # (group -> when opened)
+        self.pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
+        self.settling: dict[str, float] = {}
+        self._rng = random.Random()
+
+    def knows(self, group: str) -> bool:
+        """Is the group hosted, being opened, or queued?"""
+        return group in self.multiraft.replicas or group in self.opening or group in self.pending
+
+    def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
+        self.pending[f"{spec.name}/{index}"] = (spec, index, bootstrap)
+
+    def forget_deleted(self) -> None:
+        """Drops queued replicas of topics that no longer exist."""
+        topics = self.topics()
+        for group in [g for g, (spec, _, _) in self.pending.items() if spec.name not in topics]:
+            del self.pending[group]
+
+    def replica_dir(self, topic: str, index: int) -> str:
+        return os.path.join(self.partitions_dir, topic, str(index))
+
+    def dirs_on_disk(self, topics: list[str]) -> dict[str, set[str]]:
+        """Thread: the partition directories each topic has here (one listing per topic)."""
+        found: dict[str, set[str]] = {}
+        for topic in topics:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                found[topic] = set(os.listdir(os.path.join(self.partitions_dir, topic)))
+        return found
+
+    async def open_pending(self) -> None:
+        """Opens queued replicas on the storage thread, `OPEN_BATCH_REPLICAS` per call, while
+        fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
+        quiesced, for at most `SETTLING_MAX_S`)."""
+        now = time.monotonic()
+        replicas, settling = self.multiraft.replicas, self.settling
+        for group, opened_at in list(settling.items()):
+            replica = replicas.get(group)
+            if replica is None or replica.node.quiesced or now - opened_at > SETTLING_MAX_S:
+                del settling[group]
+        while self.pending and len(settling) < SETTLING_LIMIT:
+            groups = list(itertools.islice(self.pending, OPEN_BATCH_REPLICAS))
+            batch = [self.pending.pop(group) for group in groups]
+            self.opening.update(groups)
+            try:
+                opened = await self.multiraft.run_storage(partial(self._open_batch, batch))
+            finally:
+                self.opening.difference_update(groups)
+            now = time.monotonic()
+            topics = self.topics()
+            for replica in opened:  # type: ignore[attr-defined]
+                if replica.topic in topics and replica.group not in replicas:
+                    self.multiraft.add(replica)
+                    settling[replica.group] = now
+
+    def _open_batch(self, batch: list[tuple[TopicSpec, int, Configuration]]) -> list[Replica]:
+        return [self.open_replica(*item) for item in batch]
+
+    def open_replica(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> Replica:
+        hard_state = self.journal.load(f"{spec.name}/{index}")
+        replica = Replica.open(
+            node_id=self.node_id,
+            topic=spec.name,
+            partition=index,
+            directory=self.replica_dir(spec.name, index),
+            bootstrap=bootstrap,
+            hard_state=hard_state,
+            raft_config=self.raft_config,
+            log_config=self.log_config,
+            handles=self.handles,
+            rng=random.Random(self._rng.getrandbits(64)),
+        )
+        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+        if (
+            hard_state.term == 0
+            and replica.segmented.last_index == 0
+            and assigned
+            and assigned[0] != self.node_id
+        ):
+            # A new group: let its preferred replica (first in placement order) campaign first,
+            # so that thousands of new groups do not split their votes. Timing only.
+            replica.node.defer_campaign(
+                FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
+            )
+        return replica
+
+    def open_on_message(self, group: str, sender: str) -> Replica | None:
+        """A Raft message for a partition not hosted here: a leader is adding this node."""
+        topic, _, index_text = group.rpartition("/")
+        spec = self.topics().get(topic)
+        if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
+            return None
+        index = int(index_text)
+        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+        bootstrap = (
+            Configuration(voters=frozenset(assigned))
+            if self.node_id in assigned
+            else Configuration()
+        )
+        if group in self.opening:
+            return None
+        queued = self.pending.pop(group, None)
+        if queued is not None:
+            bootstrap = queued[2]
+        replica = self.open_replica(spec, index, bootstrap)  # small and new: opening is quick
+        self.multiraft.add(replica)
+        return replica
