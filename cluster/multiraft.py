@@ -281,41 +281,48 @@ class MultiRaft:
         if not readies:
             self._end_round()
             return
-        # Messages go out before the disk work when they may: a leader's appends (thesis
-        # §10.2.1), and every message of a Ready with no disk work at all — it speaks only for
-        # state earlier rounds made durable (e.g. a heartbeat's answer), so it need not wait
-        # for this round's fsyncs of other groups.
-        disk_work = [_has_disk_work(replica, ready) for replica, ready in readies]
-        late: list[bool] = []
-        for (replica, ready), writes in zip(readies, disk_work, strict=True):
-            early = ready.send_before_persist or not writes
-            if early:
+        # A Ready with no disk work speaks only for state earlier rounds made durable (e.g. a
+        # commit learnt from followers' answers, a heartbeat's answer): it is finished at once,
+        # its produce waiters settled before its messages are queued, so the replies are not
+        # held behind this round's stream writes or fsyncs. A leader's appends go out before
+        # its own disk work (thesis §10.2.1); every other message waits for the disk.
+        heavy: list[tuple[Replica, Ready, bool]] = []  # (replica, ready, messages still due)
+        for replica, ready in readies:
+            if not _has_disk_work(replica, ready):
+                self._finish(replica, ready, send=True)
+                continue
+            if ready.send_before_persist:
                 self._send(replica.group, ready.messages)
-            late.append(not early)
-        if any(disk_work):
+            heavy.append((replica, ready, not ready.send_before_persist))
+        if heavy:
             started = time.perf_counter()
             await asyncio.get_running_loop().run_in_executor(
-                self._storage, _write_all, readies, self.journal
+                self._storage, _write_all, [(r, ready) for r, ready, _ in heavy], self.journal
             )
             self.last_fsync_s = time.perf_counter() - started
-        for (replica, ready), send_now in zip(readies, late, strict=True):
-            replica.note_appended(ready)
-            replica.node.advance(ready)
-            # settle the produce waiters before queueing the messages: their replies then go
-            # out ahead of this round's stream writes (the order does not matter to Raft)
-            replica.apply(ready.committed)
-            replica.settle_durable(replica.node.durable_index)
-            if send_now:
-                self._send(replica.group, ready.messages)
-            if replica.node.has_ready():
-                self._dirty.add(replica)
-            if replica.node.quiesced:
-                self._active.discard(replica)
-            else:
-                self._active.add(replica)
+        for replica, ready, send_now in heavy:
+            self._finish(replica, ready, send=send_now)
         if self._dirty:
             self._wake.set()
         self._end_round()
+
+    def _finish(self, replica: Replica, ready: Ready, *, send: bool) -> None:
+        """After a Ready's disk work: tells the node, applies what committed, settles waiters
+        and (if still due) sends its messages."""
+        replica.note_appended(ready)
+        replica.node.advance(ready)
+        # settle the produce waiters before queueing the messages: their replies then go
+        # out ahead of this round's stream writes (the order does not matter to Raft)
+        replica.apply(ready.committed)
+        replica.settle_durable(replica.node.durable_index)
+        if send:
+            self._send(replica.group, ready.messages)
+        if replica.node.has_ready():
+            self._dirty.add(replica)
+        if replica.node.quiesced:
+            self._active.discard(replica)
+        else:
+            self._active.add(replica)
 
     def _end_round(self) -> None:
         if self._touched:

@@ -66,6 +66,7 @@ def _node_parser(sub: Any) -> None:
 
 
 def _run_node(args: argparse.Namespace) -> int:
+    from cluster import allocator  # noqa: PLC0415
     from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
     from cluster.node import Node  # noqa: PLC0415
 
@@ -104,6 +105,8 @@ def _run_node(args: argparse.Namespace) -> int:
         level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
         format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
     )
+
+    allocator.tune()  # large buffers from the heap, not fresh mappings (see cluster.allocator)
 
     async def serve() -> None:
         node = Node(config)

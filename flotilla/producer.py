@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "RecordFuture"]
 
 _RECORD_OVERHEAD = 16
-_PENDING = "PENDING"  # concurrent.futures' state names
+_PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
 class RecordFuture(concurrent.futures.Future[RecordMetadata]):
@@ -66,6 +66,34 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
 
     def cancel(self) -> bool:
         return False
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        # settled futures answer without taking the shared lock: `_settle` stores the result
+        # before the state, so a FINISHED state always comes with its result
+        if self._state == _FINISHED and self._exception is None:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+
+def _settle(
+    condition: threading.Condition,
+    futures: list[RecordFuture],
+    topic: str,
+    partition: int,
+    base: int,
+) -> None:
+    """Settles a batch's futures with their metadata in one pass under their shared lock (what
+    `set_result` does per future, without taking the lock and notifying once per record)."""
+    with condition:
+        for position, future in enumerate(futures):
+            future._result = RecordMetadata(topic, partition, base + position)
+            future._state = _FINISHED
+            for waiter in future._waiters:  # concurrent.futures.wait / as_completed
+                waiter.add_result(future)
+        condition.notify_all()
+    for future in futures:
+        if future._done_callbacks:
+            future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 class _Batch:
@@ -311,9 +339,8 @@ class Producer:
                 abandoned=partial(self._abandoned, state, batch.producer_id),
             )
             acknowledged = True
-            with batch.condition:  # every future of the batch settles before a waiter wakes
-                for position, future in enumerate(batch.futures):
-                    future.set_result(RecordMetadata(topic, partition, base + position))
+            # every future of the batch settles before a waiter wakes
+            _settle(batch.condition, batch.futures, topic, partition, base)
         except Exception as error:  # never leave a future unsettled
             failure = (
                 error

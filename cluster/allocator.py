@@ -1,0 +1,53 @@
+"""Keeps large buffers on the heap instead of fresh `mmap`s (glibc only; elsewhere a no-op).
+
+A node moves batches of up to megabytes through several buffers each (the request, the frame to
+each follower, the read for a consumer). glibc serves an allocation above its mmap threshold
+(128 KiB until the first such buffer is freed) with a fresh mapping, and every page of a fresh
+mapping costs a page fault when first touched: about a quarter of a millisecond per MiB, paid for
+every copy of every batch. Measured with 3 local nodes and 1 MiB batches: the leader spent 25-30%
+less CPU and throughput rose by a fifth when large buffers were reused from the heap.
+
+`tune()` raises the mmap threshold to the largest glibc accepts (32 MiB, above any message a node
+takes) and keeps up to 256 MiB of freed heap instead of returning it to the kernel at once. The
+cost is memory: the heap keeps what the busiest moment needed, as a JVM keeps its heap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import platform
+
+__all__ = ["tune"]
+
+log = logging.getLogger("flotilla.allocator")
+
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_THRESHOLD = -3
+
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # glibc's ceiling for this setting on 64-bit
+TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
+TOP_PAD_BYTES = 16 * 1024 * 1024
+
+
+def tune() -> bool:
+    """Applies the settings; True if the C library took all of them."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    results = [
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES),
+        mallopt(_M_TOP_PAD, TOP_PAD_BYTES),
+    ]
+    if not all(results):
+        log.info("the C library refused some allocator settings: %s", results)
+    return all(results)
