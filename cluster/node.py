@@ -36,7 +36,7 @@ from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener
-from cluster.placement import Candidate, partition_id, place
+from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
 from cluster.service import ClientService, PeerService
@@ -275,9 +275,14 @@ class Node:
         check_replication_factor(factor, len(live))
         if self.controller is None:
             return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
-        assignment = tuple(
-            tuple(place(partition_id(request.name, p), live, factor))
-            for p in range(request.partitions)
+        preferred: dict[str, int] = {}  # preferred leaderships of the existing topics
+        for known in self.topics.values():
+            for replicas in known.assignment:
+                if replicas:
+                    preferred[replicas[0]] = preferred.get(replicas[0], 0) + 1
+        assignment = balance_leaders(
+            [place(partition_id(request.name, p), live, factor) for p in range(request.partitions)],
+            preferred,
         )
         spec = TopicSpec(
             request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,

@@ -3,10 +3,15 @@
     u(node, partition)     = (xxh64(partition_id || 0x00 || node_id) + 1) / (2^64 + 1)   in (0, 1)
     score(node, partition) = -weight(node) / ln(u)
 
-The `replication_factor` highest scores host the replicas, the highest first (the preferred
-leader). With racks known, the top scores across *distinct* racks are taken first and the
+The `replication_factor` highest scores host the replicas, the highest first. With racks known, the top scores across *distinct* racks are taken first and the
 remaining seats filled by score. Anyone holding the member list computes the same answer, and a
 node joining or leaving moves only the partitions whose top-R set changed (about R/n of them).
+
+Preferred leaders: the highest score is a random pick per partition, so leaderships would pile up
+on some nodes (three partitions on three nodes all prefer one node 1 time in 9).
+`balance_leaders` moves to the front of each replica list the replica that prefers the fewest
+partitions so far (as Kafka's assignment rotates its first replica), which leaves the replica
+sets, and so the data placement, unchanged.
 
 Pure: no I/O, no clock, no randomness beyond the hash.
 """
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-__all__ = ["Candidate", "moved", "partition_id", "place", "score"]
+__all__ = ["Candidate", "balance_leaders", "moved", "partition_id", "place", "score"]
 
 _TWO_64_PLUS_1 = float(2**64 + 1)
 
@@ -75,3 +80,22 @@ def place(partition: str, candidates: Iterable[Candidate], replication_factor: i
 def moved(before: Sequence[str], after: Sequence[str]) -> int:
     """How many replicas changed hosts between two placements of one partition."""
     return len(set(after) - set(before))
+
+
+def balance_leaders(
+    assignment: Sequence[Sequence[str]], already: dict[str, int] | None = None
+) -> tuple[tuple[str, ...], ...]:
+    """`assignment` with each partition's preferred leader (its first replica) chosen so that
+    preferences spread evenly: the replica preferred by the fewest partitions so far, counting
+    `already` (node id -> preferred leaderships elsewhere, e.g. of other topics); ties go to
+    the higher placement score. The other replicas keep their order."""
+    counts = dict(already or {})
+    balanced: list[tuple[str, ...]] = []
+    for replicas in assignment:
+        if not replicas:
+            balanced.append(())
+            continue
+        leader = min(replicas, key=lambda node: (counts.get(node, 0), replicas.index(node)))
+        counts[leader] = counts.get(leader, 0) + 1
+        balanced.append((leader, *(node for node in replicas if node != leader)))
+    return tuple(balanced)

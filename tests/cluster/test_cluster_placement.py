@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import pytest
 import xxhash
 
-from cluster.placement import Candidate, moved, partition_id, place
+from cluster.placement import Candidate, balance_leaders, moved, partition_id, place
 
 PARTITIONS = [partition_id(f"topic{t}", p) for t in range(20) for p in range(150)]
 Placer = Callable[[str, Iterable[Candidate], int], list[str]]
@@ -25,6 +25,39 @@ def _load(placer: Placer, nodes: list[Candidate], rf: int = 3) -> Counter[str]:
 def _movement(placer: Placer, before: list[Candidate], after: list[Candidate]) -> float:
     changed = sum(moved(placer(p, before, 3), placer(p, after, 3)) for p in PARTITIONS)
     return changed / (3 * len(PARTITIONS))
+
+
+def _leader_spread(assignment: Iterable[Iterable[str]]) -> Counter[str]:
+    return Counter(next(iter(replicas)) for replicas in assignment)
+
+
+def test_balanced_preferred_leaders_spread_evenly_and_keep_the_replica_sets() -> None:
+    nodes = _nodes(3)
+    raw = [place(partition_id("bench", p), nodes, 3) for p in range(3)]
+    balanced = balance_leaders(raw)
+    assert [set(r) for r in balanced] == [set(r) for r in raw]
+    assert sorted(_leader_spread(balanced).values()) == [1, 1, 1]
+    # over many topics of few partitions, counting the leaderships the earlier topics prefer
+    nodes = _nodes(7)
+    counts: Counter[str] = Counter()
+    for topic in range(200):
+        raw = [place(partition_id(f"t{topic}", p), nodes, 3) for p in range(2)]
+        balanced = balance_leaders(raw, dict(counts))
+        assert [set(r) for r in balanced] == [set(r) for r in raw]
+        assert all(
+            list(b[1:]) == [n for n in r if n != b[0]] for b, r in zip(balanced, raw, strict=True)
+        )
+        counts.update(_leader_spread(balanced))
+    assert max(counts.values()) - min(counts.values()) <= 2, counts
+
+
+def test_the_leader_spread_check_catches_placement_order_alone() -> None:
+    # the checker above can fail: the placement order alone piles leaders up
+    nodes = _nodes(7)
+    counts = _leader_spread(
+        place(partition_id(f"t{topic}", p), nodes, 3) for topic in range(200) for p in range(2)
+    )
+    assert max(counts.values()) - min(counts.values()) > 2, counts
 
 
 def test_placement_is_deterministic_distinct_and_sized() -> None:
