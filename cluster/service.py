@@ -8,6 +8,7 @@ metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, NoReturn
@@ -32,6 +33,10 @@ __all__ = ["ClientService", "PeerService"]
 DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
+# A read whose `min_high_watermark` (read-your-writes) is above this replica's high watermark
+# waits this long at most for it: a follower learns a commit within one Raft tick. After that
+# the read is served as it stands, and the client tries another replica.
+READ_YOUR_WRITES_WAIT_S = 0.5
 
 
 async def _abort(
@@ -234,6 +239,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_wait_ms={request.max_wait_ms} exceeds {MAX_WAIT_MS}",
             )
+        if request.min_high_watermark > replica.high_watermark:
+            await _catch_up(replica, request.min_high_watermark)
         log_start = replica.segmented.first_offset
         high_watermark = replica.high_watermark
         offset = request.offset
@@ -345,6 +352,18 @@ class PeerService(peer_pb2_grpc.PeerServicer):
 def _expire(future: asyncio.Future[ProduceResult]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
+
+
+async def _catch_up(replica: Replica, high_watermark: int) -> None:
+    """Waits (up to READ_YOUR_WRITES_WAIT_S) for the replica to commit up to `high_watermark`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + READ_YOUR_WRITES_WAIT_S
+    while replica.high_watermark < high_watermark:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(replica.hw_changed.wait(), remaining)
 
 
 def _retrieve(future: asyncio.Future[ProduceResult]) -> None:

@@ -25,7 +25,7 @@ from flotilla.errors import (
     Unavailable,
 )
 from proto import flotilla_pb2 as pb
-from proto.records import Record, decode_batch, encode_batch
+from proto.records import Record, decode_batch, encode_batch, peek_record_count
 
 __all__ = [
     "Member",
@@ -149,7 +149,21 @@ class Router:
         self._topics: dict[str, TopicInfo] = {}
         self._leaders: dict[tuple[str, int], str] = {}
         self._round_robin = itertools.count(random.randrange(1 << 16))
+        self._written: dict[tuple[str, int], int] = {}  # offset after our last acked batch
         self.refreshed_at = 0.0
+
+    # -- read-your-writes -------------------------------------------------------------------------
+    def note_written(self, topic: str, partition: int, base_offset: int, batch: bytes) -> None:
+        """Remembers the end of a batch this client saw acknowledged: reads of the partition
+        ask any replica to have committed at least that far (`written_to`)."""
+        end = base_offset + peek_record_count(batch)
+        key = (topic, partition)
+        with self._lock:
+            if end > self._written.get(key, 0):
+                self._written[key] = end
+
+    def written_to(self, topic: str, partition: int) -> int:
+        return self._written.get((topic, partition), 0)
 
     # -- metadata ---------------------------------------------------------------------------------
     def absorb(self, response: pb.MetadataResponse) -> None:
@@ -168,6 +182,8 @@ class Router:
     def forget_topic(self, name: str) -> None:
         with self._lock:
             self._topics.pop(name, None)
+            for key in [key for key in self._written if key[0] == name]:
+                del self._written[key]  # a topic created again under the name starts at 0
 
     def topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
@@ -280,6 +296,31 @@ def worth_retrying(error: FlotillaError, grace_until: float) -> bool:
     if isinstance(error, RETRIABLE):
         return True
     return isinstance(error, TopicNotFound) and time.monotonic() < grace_until
+
+
+# How long a replica behind a read's `min_high_watermark` may wait for its high watermark to get
+# there (the node's READ_YOUR_WRITES_WAIT_S): the client's read deadline includes it.
+RYW_WAIT_S = 0.5
+
+
+class ReadYourWrites:
+    """Which replica's answer a read takes: the first that has committed everything this client
+    saw acknowledged (`wanted`); a pinned read takes its replica's answer as it is. If every
+    replica lags, the most advanced answer (`best`) is served: a read never fails for it."""
+
+    __slots__ = ("best", "pinned", "wanted")
+
+    def __init__(self, wanted: int, *, pinned: bool) -> None:
+        self.wanted = wanted
+        self.pinned = pinned
+        self.best: pb.FetchResponse | None = None
+
+    def accept(self, response: pb.FetchResponse) -> bool:
+        if self.pinned or response.high_watermark >= self.wanted:
+            return True
+        if self.best is None or response.high_watermark > self.best.high_watermark:
+            self.best = response
+        return False
 
 
 class Once:

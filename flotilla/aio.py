@@ -23,9 +23,11 @@ import grpc
 from flotilla._routing import (
     METADATA_GRACE_S,
     RETRIABLE,
+    RYW_WAIT_S,
     Headers,
     Member,
     ProduceRoute,
+    ReadYourWrites,
     Record,
     RecordMetadata,
     Router,
@@ -190,10 +192,12 @@ class Client:
         A batch that fails for good moves the partition to a new producer id (see
         `flotilla._routing.Sequences.reset`)."""
         try:
-            return await self._send_batch(topic, partition, batch)
+            base = await self._send_batch(topic, partition, batch)
         except FlotillaError:
             self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
             raise
+        self.router.note_written(topic, partition, base, batch)
+        return base
 
     async def _send_batch(self, topic: str, partition: int, batch: bytes) -> int:
         route = ProduceRoute(self.router, topic, partition, self.timeout_s)
@@ -236,20 +240,29 @@ class Client:
         await self._topic(topic)
         self.router.partition_for(topic, None, partition)
         request = pb.FetchRequest(
-            topic=topic, partition=partition, offset=offset, max_records=max_records
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_records=max_records,
+            min_high_watermark=self.router.written_to(topic, partition),
         )
         last: FlotillaError | None = None
         deadline = time.monotonic() + self.timeout_s
         grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
+            behind = ReadYourWrites(request.min_high_watermark, pinned=replica is not None)
             for address in self.router.read_addresses(topic, partition, replica):
                 try:
-                    response = await self._stub(address).Fetch(request, timeout=5)
-                    return decode_fetch(response, offset, max_records)
+                    response = await self._stub(address).Fetch(request, timeout=5 + RYW_WAIT_S)
                 except grpc.aio.AioRpcError as error:
                     last = from_rpc_error(error)
                     if not worth_retrying(last, grace_until):
                         raise last from None
+                    continue
+                if behind.accept(response):
+                    return decode_fetch(response, offset, max_records)
+            if behind.best is not None:
+                return decode_fetch(behind.best, offset, max_records)
             await asyncio.sleep(0.05)
             await self._refresh_quietly(topic)
         raise last or Unavailable(f"no replica of {topic}/{partition} answered")

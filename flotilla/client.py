@@ -24,10 +24,12 @@ import grpc
 from flotilla._routing import (
     METADATA_GRACE_S,
     RETRIABLE,
+    RYW_WAIT_S,
     Headers,
     Member,
     Once,
     ProduceRoute,
+    ReadYourWrites,
     Record,
     RecordMetadata,
     Router,
@@ -235,7 +237,9 @@ class Client:
         issued = Once(on_issued)
         try:
             route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
-            return self._send_batch(route, batch, issued)
+            base = self._send_batch(route, batch, issued)
+            self.router.note_written(topic, partition, base, batch)
+            return base
         except FlotillaError:
             self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
             raise
@@ -315,18 +319,27 @@ class Client:
             offset=offset,
             max_records=max_records,
             max_wait_ms=max_wait_ms,
+            min_high_watermark=self.router.written_to(topic, partition),
         )
         last: FlotillaError | None = None
         deadline = time.monotonic() + self.timeout_s
         grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
+            behind = ReadYourWrites(request.min_high_watermark, pinned=replica is not None)
             for address in self.router.read_addresses(topic, partition, replica):
                 try:
-                    return self._stub(address).Fetch(request, timeout=5 + max_wait_ms / 1000)
+                    response = self._stub(address).Fetch(
+                        request, timeout=5 + max_wait_ms / 1000 + RYW_WAIT_S
+                    )
                 except grpc.RpcError as error:
                     last = from_rpc_error(error)
                     if not worth_retrying(last, grace_until):
                         raise last from None
+                    continue
+                if behind.accept(response):
+                    return response
+            if behind.best is not None:
+                return behind.best
             time.sleep(0.05)
             self._refresh_quietly(topic)
         raise last or Unavailable(f"no replica of {topic}/{partition} answered")

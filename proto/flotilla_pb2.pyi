@@ -152,20 +152,22 @@ class ProduceResponse(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes", "max_wait_ms")
+    __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes", "max_wait_ms", "min_high_watermark")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     max_records: int
     max_bytes: int
     max_wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+    min_high_watermark: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_high_watermark: _Optional[int] = ...) -> None: ...
 
 class StoredBatch(_message.Message):
     __slots__ = ("base_offset", "record_count", "data")

@@ -36,6 +36,7 @@ __all__ = [
     "decode_batch",
     "encode_batch",
     "peek_producer",
+    "peek_record_count",
     "read_header",
 ]
 
@@ -139,6 +140,11 @@ def peek_producer(batch: bytes | memoryview) -> tuple[int, int]:
     """(producer_id, base_sequence) of an already validated batch, without checksum work."""
     _, _, _, _, producer_id, sequence, _, _ = _HEADER.unpack_from(batch, 0)
     return producer_id, sequence
+
+
+def peek_record_count(batch: bytes | memoryview) -> int:
+    """The record count of an already validated batch, without checksum work."""
+    return int(_HEADER.unpack_from(batch, 0)[3])
 
 
 def decode_batch(batch: bytes | memoryview, base_offset: int) -> list[Record]:

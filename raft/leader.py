@@ -141,6 +141,8 @@ class LeaderMixin(NodeState):
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._broadcast_heartbeat()
+        else:
+            self._send_commit_updates()
 
     def _sync_progress(self) -> None:
         """Progress for exactly the members of the configuration in force."""
@@ -180,6 +182,13 @@ class LeaderMixin(NodeState):
             if node_id != self.id:
                 self._send_append(node_id)
 
+    def _broadcast_new_entries(self) -> None:
+        """After a commit: appends to the followers that have entries to receive (they carry
+        the new commit index); the others learn it on the next tick (`_send_commit_updates`)."""
+        for node_id in self._progress:
+            if node_id != self.id:
+                self._send_append(node_id, send_if_empty=False)
+
     def _broadcast_heartbeat(self, *, quiesce: bool = False) -> None:
         for node_id, progress in self._progress.items():
             if node_id != self.id:
@@ -187,6 +196,15 @@ class LeaderMixin(NodeState):
                 heartbeat = Heartbeat(self.term, self.id, node_id, commit, quiesce, self._clock)
                 self._send(heartbeat)
                 progress.commit_sent = max(progress.commit_sent, commit)
+
+    def _send_commit_updates(self) -> None:
+        """A commit index followers have not been told yet goes out with the next tick: a
+        commit does not send a message of its own to a follower with nothing new to append
+        (that message and its answer would delay the very replies the commit releases); the
+        next append carries it, or this tick's (empty) append does."""
+        for node_id, progress in self._progress.items():
+            if node_id != self.id and progress.commit_sent < min(progress.match_index, self.commit):
+                self._send_append(node_id)
 
     def _send_append(self, to: NodeId, *, send_if_empty: bool = True) -> bool:
         """Sends `to` what it needs next, if flow control allows; True if something went."""
@@ -242,7 +260,7 @@ class LeaderMixin(NodeState):
         else:
             progress.free_to(m.index)
         if self._maybe_commit():
-            self._broadcast_append()
+            self._broadcast_new_entries()
         while self._send_append(m.sender, send_if_empty=False):
             pass
         if m.sender == self._transferee and progress.match_index == self.log.last_index:
@@ -267,7 +285,7 @@ class LeaderMixin(NodeState):
     def _self_durable(self, index: int) -> None:
         progress = self._progress.get(self.id)
         if progress is not None and progress.maybe_update(index) and self._maybe_commit():
-            self._broadcast_append()
+            self._broadcast_new_entries()
 
     def _maybe_commit(self) -> bool:
         """Advances the commit index to what a quorum of voters holds durably — only through

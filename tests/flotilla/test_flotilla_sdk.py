@@ -9,8 +9,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import xxhash
+from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import (
@@ -22,6 +24,8 @@ from flotilla import (
     TopicNotFound,
 )
 from flotilla import aio as flotilla_aio
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
 
 pytestmark = pytest.mark.integration
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\n"
@@ -111,6 +115,57 @@ def test_reads_spread_and_pin_replicas(cluster: LocalCluster) -> None:
             assert deadline_records == [b"one"]
         with pytest.raises(InvalidArgument, match="not a known member"):
             client.read("pinned", 0, 0, replica="n9")
+
+
+def test_a_client_reads_its_own_writes_on_every_replica(cluster: LocalCluster) -> None:
+    """Followers learn a commit up to a tick after the leader acknowledges it; a client's reads
+    carry the end of its own acknowledged writes, and a replica behind it waits to catch up."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("ryw", partitions=1, replication_factor=3)
+        for n in range(15):
+            meta = client.produce("ryw", f"v{n}".encode(), partition=0)
+            for replica in ("n1", "n2", "n3"):
+                records = client.read("ryw", 0, meta.offset, replica=replica)
+                assert [r.value for r in records] == [f"v{n}".encode()], (n, replica)
+            assert client.read("ryw", 0, meta.offset)[0].value == f"v{n}".encode()
+
+
+def test_the_read_your_writes_check_sees_followers_lag_without_it(cluster: LocalCluster) -> None:
+    """The checker above can fail: the same reads without `min_high_watermark` find a
+    follower that has not yet learnt the commit of a write just acknowledged."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("lag", partitions=1, replication_factor=3)
+        leader = _wait_leader(client, "lag")
+        followers = [cluster.nodes[n].address for n in ("n1", "n2", "n3") if n != leader]
+        channels = [grpc.insecure_channel(address) for address in followers]
+        try:
+            stubs = [flotilla_pb2_grpc.FlotillaStub(channel) for channel in channels]
+            lagging = 0
+            for n in range(15):
+                meta = client.produce("lag", f"v{n}".encode(), partition=0)
+                for stub in stubs:
+                    request = pb.FetchRequest(topic="lag", partition=0, offset=0)
+                    response = stub.Fetch(request, timeout=10)
+                    lagging += response.high_watermark <= meta.offset
+            assert lagging > 0
+        finally:
+            for channel in channels:
+                channel.close()
+
+
+def _wait_leader(client: Client, topic: str) -> str:
+    found: list[str] = []
+
+    def has_leader() -> bool:
+        try:
+            leader = client.describe_topic(topic).partitions[0].leader
+        except TopicNotFound:  # a node whose metadata lags the creation
+            return False
+        found.extend([leader] if leader else [])
+        return bool(leader)
+
+    wait_until(has_leader, 30, f"a leader of {topic}/0")
+    return found[-1]
 
 
 def test_errors_are_actionable(cluster: LocalCluster) -> None:

@@ -515,3 +515,26 @@ def test_deferred_members_still_elect_without_the_preferred_one(group) -> None: 
     assert g.leaders() in (["b"], ["c"])
     with pytest.raises(RaftConfigError, match="ticks must be >= 0"):
         g.nodes["a"].defer_campaign(-1)
+
+
+def test_a_commit_sends_nothing_of_its_own_and_followers_learn_it_on_the_next_tick(group) -> None:  # type: ignore[no-untyped-def]
+    """The commit releases the producer's reply at once; the followers hear of it with the next
+    append or, with nothing to append, on the leader's next tick (within one tick)."""
+    g = group(ABC)
+    leader = g.elect("a")
+    g.tick(2)
+    before = len(g.sent)
+    g.run("a", lambda n: n.propose(b"batch", 1))
+    g.deliver()
+    assert leader.commit == 2
+    after_commit = [m for m in g.sent[before:] if m.sender == "a"]
+    # the appends of the batch itself, and nothing more once their answers committed it
+    assert [type(m).__name__ for m in after_commit] == ["AppendRequest", "AppendRequest"]
+    assert all(m.commit == 1 for m in after_commit)
+    assert g.nodes["b"].commit == g.nodes["c"].commit == 1
+    g.tick(1, only=["a"])
+    assert g.nodes["b"].commit == g.nodes["c"].commit == 2
+    # told once: the next tick sends no further update
+    told = len(g.sent)
+    g.tick(1, only=["a"])
+    assert not [m for m in g.sent[told:] if type(m).__name__ == "AppendRequest"]

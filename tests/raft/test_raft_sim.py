@@ -61,9 +61,14 @@ def _hunt(fault: str, seeds: range, steps: int, nodes: tuple[int, ...]) -> SeedR
     return summary.failures[0]
 
 
+# Seeds searched per fault. A stale lease shows only when a new leader commits inside the old
+# one's last election timeout: about 1 seed in 70 of the random schedule (5-6 in 400).
+HUNT_SEEDS = {"stale_lease": 400}
+
+
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
 def test_each_fault_is_caught_with_a_replayable_seed(fault: str) -> None:
-    found = _hunt(fault, range(60), 1500, (3, 5))
+    found = _hunt(fault, range(HUNT_SEEDS.get(fault, 60)), 1500, (3, 5))
     assert found.violation in EXPECTED[fault], f"{found.violation}: {found.detail}"
     assert f"--seed {found.seed} " in found.replay and f"--fault {fault}" in found.replay
     again = run_seed(found.seed, found.steps, found.nodes, fault)
@@ -80,8 +85,9 @@ def test_each_fault_is_caught_with_a_replayable_seed(fault: str) -> None:
 # or the simulator moves the trajectory, find a new one with
 #   python -m raft.sim --seeds 1500 --steps 3000 --nodes 3 --fault commit_previous_term \
 #       --stop-on-failure
-# (it took 170 seeds when recorded) and update it here.
-FIGURE_8_SEED = 169
+# (it took 882 seeds when last recorded, after the lazy commit updates of leader.py; 170
+# before them) and update it here.
+FIGURE_8_SEED = 881
 
 
 def test_committing_a_previous_term_entry_is_caught_by_the_random_simulator() -> None:
