@@ -76,6 +76,9 @@ class NodeConfig:
     # behaviour
     produce_timeout_ms: int = 10_000  # default wait for commit of an acks=all produce
     replace_after_s: float = 30.0  # a dead member's replicas are replaced after this long
+    # a partition's preferred leader takes it back once alive this long and caught up (Kafka's
+    # auto leader rebalance); 0: never
+    leader_balance_after_s: float = 10.0
     default_replication_factor: int = 3
 
     @property
@@ -125,6 +128,10 @@ class NodeConfig:
             )
         if self.replace_after_s < 0:
             raise ConfigError(f"replace_after_s={self.replace_after_s} must be >= 0")
+        if self.leader_balance_after_s < 0:
+            raise ConfigError(
+                f"leader_balance_after_s={self.leader_balance_after_s} must be >= 0 (0: never)"
+            )
         try:
             FsyncPolicy.parse(self.fsync)
         except InvalidArgument as error:

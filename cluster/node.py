@@ -72,6 +72,12 @@ VERSION = "0.1.0"
 RECHECK_ALL_S = 30.0
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
+# Leadership transfers a node starts per partition-manager pass (every 0.2 s) to give partitions
+# back to their preferred leaders: a returning node takes its share back gradually.
+BALANCE_TRANSFERS_PER_PASS = 32
+# A balancing transfer that did not happen (it is abandoned after an election timeout) is tried
+# again only after this many election timeouts, so a flaky link costs little availability.
+BALANCE_RETRY_ELECTIONS = 5
 
 
 class Node:
@@ -130,6 +136,8 @@ class Node:
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
+        self._alive_since: dict[str, float] = {}  # member id -> when this node first saw it alive
+        self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         # groups this node leads whose members may differ from their placement (checked by
@@ -225,8 +233,10 @@ class Node:
         for event in events:
             if event.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(event.member.id, now)
+                self._alive_since.pop(event.member.id, None)
             else:
                 self._gone_since.pop(event.member.id, None)
+                self._alive_since.setdefault(event.member.id, now)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
             return
@@ -575,8 +585,10 @@ class Node:
         Incremental: only groups in `_unsettled` are looked at. A group enters it when this node
         becomes its leader (`_after_round`), and every led group does when the candidates or
         the topics change, and every `RECHECK_ALL_S` as a safety net; it leaves once its
-        voters are exactly its placement. So an idle node costs nothing here."""
+        voters are exactly its placement and it is led by its preferred leader (or that one is
+        not available: see `_preferred_leader`). So an idle node costs nothing here."""
         candidates = self.placement_candidates()
+        transfers = 0
         key = (
             tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)),
             self._topics_version,
@@ -602,7 +614,46 @@ class Node:
             if step is not None:
                 self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
             elif not config.learners and config.voters == frozenset(desired):
-                self._unsettled.discard(group)
+                preferred = self._preferred_leader(replica, spec.assignment)
+                if preferred is None:
+                    self._unsettled.discard(group)
+                elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
+                    transfers += 1
+                    transfer = partial(_apply_step, replica, StepKind.TRANSFER, preferred)
+                    self.multiraft.call(transfer, replica)
+
+    def _preferred_leader(
+        self, replica: Replica, assignment: tuple[tuple[str, ...], ...]
+    ) -> str | None:
+        """Leader balancing, for a group this node leads: its preferred leader (the first of
+        its balanced assignment) to hand it to; "" to wait (it is alive but not for
+        `leader_balance_after_s` yet, or not caught up); None when there is nothing to do (this
+        node is the preferred one, or that one is no voter, is down, or balancing is off)."""
+        after_s = self.config.leader_balance_after_s
+        node = replica.node
+        index = replica.partition
+        if not after_s or index >= len(assignment) or not assignment[index]:
+            return None
+        preferred = assignment[index][0]
+        if preferred == node.id or preferred not in node.configuration.voters:
+            return None
+        since = self._alive_since.get(preferred)
+        state = self.gossip.swim.member_state(preferred)
+        if since is None or state is None or not state.is_live:
+            return None  # down: whoever leads now keeps it; its return re-checks every group
+        now = time.monotonic()
+        tried = self._balance_tried.get(replica.group, -1e9)
+        if (
+            now - since < after_s
+            or now - tried < BALANCE_RETRY_ELECTIONS * self.config.election_timeout_ms / 1000
+            or not node.is_caught_up(preferred)
+            or not node.recently_active(preferred)  # SWIM-alive, yet cut off from this leader
+        ):
+            return ""
+        if len(self._balance_tried) > 4 * BALANCE_TRANSFERS_PER_PASS:
+            self._balance_tried = {g: t for g, t in self._balance_tried.items() if now - t < 60}
+        self._balance_tried[replica.group] = now
+        return preferred
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""

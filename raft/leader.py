@@ -91,6 +91,11 @@ class LeaderMixin(NodeState):
         match = self.match_index(node_id)
         return match is not None and match >= self.commit
 
+    def recently_active(self, node_id: NodeId) -> bool:
+        """Whether `node_id` answered within the current check-quorum window."""
+        progress = self._progress.get(node_id)
+        return progress is not None and progress.recent_active
+
     def quiesce(self) -> bool:
         """Tries to put an idle group to sleep; True if it is (now) quiesced. Idle: every member
         holds the whole log and it is all committed and durable. The leader then sends one
