@@ -138,6 +138,7 @@ class Node:
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
         self._alive_since: dict[str, float] = {}  # member id -> when this node first saw it alive
         self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
+        self._led_since: dict[str, float] = {}  # group this node leads -> since when
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         # groups this node leads whose members may differ from their placement (checked by
@@ -570,6 +571,8 @@ class Node:
         for group in deleted_topics:
             replica = self.multiraft.remove(group)
             self._leaders.discard(group)
+            self._led_since.pop(group, None)
+            self._balance_tried.pop(group, None)
             if replica is not None:
                 await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
         if self.topics:
@@ -627,7 +630,8 @@ class Node:
     ) -> str | None:
         """Leader balancing, for a group this node leads: its preferred leader (the first of
         its balanced assignment) to hand it to; "" to wait (it is alive but not for
-        `leader_balance_after_s` yet, or not caught up); None when there is nothing to do (this
+        `leader_balance_after_s` yet, this node has not led the group that long, or it is not
+        caught up); None when there is nothing to do (this
         node is the preferred one, or that one is no voter, is down, or balancing is off)."""
         after_s = self.config.leader_balance_after_s
         node = replica.node
@@ -645,6 +649,8 @@ class Node:
         tried = self._balance_tried.get(replica.group, -1e9)
         if (
             now - since < after_s
+            # led for a while: leadership a stopping node just handed over is not handed back
+            or now - self._led_since.get(replica.group, now) < after_s
             or now - tried < BALANCE_RETRY_ELECTIONS * self.config.election_timeout_ms / 1000
             or not node.is_caught_up(preferred)
             or not node.recently_active(preferred)  # SWIM-alive, yet cut off from this leader
@@ -667,8 +673,10 @@ class Node:
                 if leads:
                     leaders.add(group)
                     self._unsettled.add(group)
+                    self._led_since[group] = time.monotonic()
                 else:
                     leaders.discard(group)
+                    self._led_since.pop(group, None)
 
 
 def _read_committed(
