@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.replica import OutOfOrderSequence, Replica, Waiter
-from raft.codec import decode_message, encode_message
+from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
 from raft.types import Message, Role
@@ -42,7 +42,7 @@ __all__ = ["MultiRaft", "Proposal"]
 
 log = logging.getLogger("flotilla.multiraft")
 
-Send = Callable[[str, str, bytes], None]  # (to node, group, payload)
+Send = Callable[[str, str, list[bytes]], None]  # (to node, group, payload pieces)
 
 
 @dataclass(slots=True)
@@ -80,7 +80,9 @@ class MultiRaft:
         self.unknown_group: Callable[[str, str], Replica | None] = lambda group, sender: None
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
-        self._inbox: deque[tuple[str, list[tuple[str, bytes]]] | Proposal | _Call] = deque()
+        self._inbox: deque[tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call] = (
+            deque()
+        )
         self._ticks_due = 0
         self._active: set[Replica] = set()
         self._dirty: set[Replica] = set()
@@ -119,7 +121,7 @@ class MultiRaft:
         return len(self._active)
 
     # -- inputs (event loop) -----------------------------------------------------------------
-    def deliver(self, sender: str, messages: list[tuple[str, bytes]]) -> None:
+    def deliver(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
         self._inbox.append((sender, messages))
         self._wake.set()
 
@@ -221,7 +223,7 @@ class MultiRaft:
                 if node.has_ready():
                     self._dirty.add(replica)
 
-    def _step_all(self, sender: str, messages: list[tuple[str, bytes]]) -> None:
+    def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
         for group, payload in messages:
             replica = self.replicas.get(group) or self.unknown_group(group, sender)
             if replica is None:
@@ -331,7 +333,7 @@ class MultiRaft:
 
     def _send(self, group: str, messages: tuple[Message, ...]) -> None:
         for message in messages:
-            self.send(message.recipient, group, encode_message(message))
+            self.send(message.recipient, group, encode_message_parts(message))
 
 
 def _has_disk_work(replica: Replica, ready: Ready) -> bool:

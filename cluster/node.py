@@ -40,7 +40,7 @@ from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
 from cluster.service import ClientService, PeerService
-from cluster.transport import PeerTransport, TransportLimits, channel_options
+from cluster.transport import PeerTransport, TransportLimits, channel_options, peer_handler
 from cluster.validation import (
     Invalid,
     check_partition_count,
@@ -49,7 +49,7 @@ from cluster.validation import (
 )
 from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
 from proto import flotilla_pb2 as pb
-from proto import flotilla_pb2_grpc, peer_pb2_grpc
+from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.errors import RaftError
 from raft.types import ConfigChange, ConfigChangeOp, Configuration, Role
@@ -168,7 +168,8 @@ class Node:
             )
         self.server = grpc.aio.server(options=channel_options(config.max_message_bytes))
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
-        peer_pb2_grpc.add_PeerServicer_to_server(PeerService(self), self.server)
+        peer = PeerService(self)
+        self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))
         host, port = parse_address(config.listen, "listen")
         self.server.add_insecure_port(f"{host}:{port}")
         await self.server.start()

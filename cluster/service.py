@@ -20,7 +20,7 @@ from cluster.replica import NotCommitted, OutOfOrderSequence, ProduceResult, Rep
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
 from proto import flotilla_pb2 as pb
-from proto import flotilla_pb2_grpc, peer_pb2, peer_pb2_grpc
+from proto import flotilla_pb2_grpc, peer_pb2
 from proto.records import InvalidBatch, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
@@ -329,12 +329,15 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         return replica
 
 
-class PeerService(peer_pb2_grpc.PeerServicer):
+class PeerService:
+    """`flotilla.v1.Peer`; registered with `cluster.transport.peer_handler` (Raft frames arrive
+    as bytes, not as protobuf objects)."""
+
     def __init__(self, node: Node) -> None:
         self.node = node
 
     async def Raft(
-        self, request_iterator: AsyncIterator[peer_pb2.RaftBatch], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[peer_pb2.RaftAck]:
         await serve_raft_stream(
             request_iterator, self.node.config.node_id, self.node.multiraft.deliver

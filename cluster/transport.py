@@ -1,9 +1,10 @@
 """Node-to-node transport over the one gRPC port: Raft batches on a stream per ordered node pair,
 SWIM packets as unary calls.
 
-Raft: `send_raft(to, group, payload)` queues an encoded message; one sender task per destination
-drains its queue into a single `RaftBatch` (messages of many groups, up to `max_batch_bytes`) and
-writes it to a long-lived client stream. A broken stream is re-dialled with backoff; messages
+Raft: `send_raft(to, group, parts)` queues an encoded message (its pieces: an AppendRequest's
+entry data are pieces of their own); one sender task per destination drains its queue into one
+frame (cluster/frames.py: messages of many groups, up to `max_batch_bytes`, joined with the one
+copy of their bytes) and writes it, already serialized, to a long-lived client stream. A broken stream is re-dialled with backoff; messages
 queued meanwhile are dropped once the queue passes its bound — Raft retries by itself, so loss is
 safe and memory stays bounded. The address dialled comes from the dial map when it names the
 member (chaos runs route each directed link through its own proxy), else the advertised address;
@@ -19,24 +20,26 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
 
 from cluster.dialmap import DialMap
+from cluster.frames import FrameError, encode_frame, parse_frame
 from proto import peer_pb2, peer_pb2_grpc
 
 __all__ = ["PeerTransport", "TransportLimits"]
 
 log = logging.getLogger("flotilla.transport")
 
-RaftHandler = Callable[[str, list[tuple[str, bytes]]], None]
+RaftHandler = Callable[[str, list[tuple[str, bytes | memoryview]]], None]
+_RAFT_METHOD = "/flotilla.v1.Peer/Raft"
 
 
 @dataclass(frozen=True, slots=True)
 class TransportLimits:
-    max_batch_bytes: int = 4 * 1024 * 1024  # one RaftBatch
+    max_batch_bytes: int = 4 * 1024 * 1024  # one frame
     max_queue_bytes: int = 64 * 1024 * 1024  # per destination, beyond which messages drop
     max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit
     reconnect_initial_s: float = 0.05
@@ -70,7 +73,7 @@ class _Outbox:
     """Pending messages for one destination and the task that sends them."""
 
     def __init__(self) -> None:
-        self.queue: deque[tuple[str, bytes]] = deque()
+        self.queue: deque[tuple[bytes, Sequence[bytes], int]] = deque()  # group, parts, size
         self.bytes = 0
         self.ready = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -111,7 +114,8 @@ class PeerTransport:
         return channel
 
     # -- Raft ------------------------------------------------------------------------------------
-    def send_raft(self, to: str, group: str, payload: bytes) -> None:
+    def send_raft(self, to: str, group: str, parts: Sequence[bytes]) -> None:
+        """Queues one encoded message (`parts` joined are its payload) for `to`."""
         if self._closed:
             return
         outbox = self._outboxes.get(to)
@@ -119,27 +123,27 @@ class PeerTransport:
             outbox = self._outboxes[to] = _Outbox()
         if outbox.task is None or outbox.task.done():
             outbox.task = asyncio.get_running_loop().create_task(self._sender(to, outbox))
-        if outbox.bytes + len(payload) > self.limits.max_queue_bytes:
+        size = sum(len(part) for part in parts)
+        if outbox.bytes + size > self.limits.max_queue_bytes:
             outbox.dropped += 1
             return
-        outbox.queue.append((group, payload))
-        outbox.bytes += len(payload)
+        outbox.queue.append((group.encode(), parts, size))
+        outbox.bytes += size
         outbox.ready.set()
 
-    def _take_batch(self, to: str, outbox: _Outbox) -> peer_pb2.RaftBatch:
-        messages: list[peer_pb2.GroupMessage] = []
+    def _take_frame(self, to: str, outbox: _Outbox) -> bytes:
+        """The next frame for `to`: queued messages up to `max_batch_bytes` (at least one)."""
+        messages: list[tuple[bytes, Sequence[bytes], int]] = []
         size = 0
         while outbox.queue and (not messages or size < self.limits.max_batch_bytes):
-            group, payload = outbox.queue.popleft()
-            outbox.bytes -= len(payload)
-            size += len(payload) + len(group) + 8
-            messages.append(peer_pb2.GroupMessage(group=group, payload=payload))
+            message = outbox.queue.popleft()
+            outbox.bytes -= message[2]
+            size += message[2] + len(message[0]) + 6
+            messages.append(message)
         if not outbox.queue:
             outbox.ready.clear()
         self._sequence += 1
-        return peer_pb2.RaftBatch(
-            from_node=self.self_id, to_node=to, messages=messages, sequence=self._sequence
-        )
+        return encode_frame(self._sequence, self.self_id, to, messages)
 
     async def _sender(self, to: str, outbox: _Outbox) -> None:
         backoff = self.limits.reconnect_initial_s
@@ -152,13 +156,15 @@ class PeerTransport:
                 continue
             call = None
             try:
-                stub = peer_pb2_grpc.PeerStub(self.channel(address))
-                call = stub.Raft()
+                # frames are written already serialized (request_serializer=None: bytes as-is)
+                call = self.channel(address).stream_stream(
+                    _RAFT_METHOD, response_deserializer=peer_pb2.RaftAck.FromString
+                )()
                 while not self._closed:
                     await outbox.ready.wait()
                     if self.address_of(to) != address:
                         break  # the dial map changed: re-dial
-                    await call.write(self._take_batch(to, outbox))
+                    await call.write(self._take_frame(to, outbox))
                     backoff = self.limits.reconnect_initial_s
                     outbox.failures = 0
             except asyncio.CancelledError:
@@ -203,19 +209,46 @@ class PeerTransport:
 
 
 async def serve_raft_stream(
-    requests: AsyncIterator[peer_pb2.RaftBatch], self_id: str, handler: RaftHandler
+    requests: AsyncIterator[bytes], self_id: str, handler: RaftHandler
 ) -> None:
-    """The server side of `Peer.Raft`: hands each batch's messages to `handler(from, messages)`."""
-    async for batch in requests:
-        if batch.to_node != self_id:
+    """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
+    (payloads are views into the received bytes). A malformed frame is dropped and logged."""
+    async for data in requests:
+        try:
+            frame = parse_frame(data)
+        except FrameError as error:
+            log.warning("dropped a malformed raft frame (%d bytes): %s", len(data), error)
+            continue
+        if frame.to_node != self_id:
             log.warning(
-                "dropped a raft batch for %r from %r (this is %r)",
-                batch.to_node,
-                batch.from_node,
+                "dropped a raft frame for %r from %r (this is %r)",
+                frame.to_node,
+                frame.from_node,
                 self_id,
             )
             continue
-        handler(batch.from_node, [(m.group, m.payload) for m in batch.messages])
+        handler(frame.from_node, frame.messages)
+
+
+def peer_handler(
+    raft: Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[object]],
+    swim: Callable[[peer_pb2.SwimPacket, grpc.aio.ServicerContext], Awaitable[peer_pb2.SwimAck]],
+) -> grpc.GenericRpcHandler:
+    """The `flotilla.v1.Peer` service, with Raft frames handed over as the received bytes
+    (no protobuf object: `parse_frame` reads RaftFrame's encoding itself)."""
+    return grpc.method_handlers_generic_handler(
+        "flotilla.v1.Peer",
+        {
+            "Raft": grpc.stream_stream_rpc_method_handler(
+                raft, response_serializer=peer_pb2.RaftAck.SerializeToString
+            ),
+            "Swim": grpc.unary_unary_rpc_method_handler(
+                swim,
+                request_deserializer=peer_pb2.SwimPacket.FromString,
+                response_serializer=peer_pb2.SwimAck.SerializeToString,
+            ),
+        },
+    )
 
 
 def _brief(error: Exception) -> str:

@@ -1,30 +1,14 @@
-from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class GroupMessage(_message.Message):
-    __slots__ = ("group", "payload")
-    GROUP_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
-    group: str
-    payload: bytes
-    def __init__(self, group: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
-
-class RaftBatch(_message.Message):
-    __slots__ = ("from_node", "to_node", "messages", "sequence")
-    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
-    TO_NODE_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
-    from_node: str
-    to_node: str
-    messages: _containers.RepeatedCompositeFieldContainer[GroupMessage]
-    sequence: int
-    def __init__(self, from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[GroupMessage, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
+class RaftFrame(_message.Message):
+    __slots__ = ("frame",)
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    frame: bytes
+    def __init__(self, frame: _Optional[bytes] = ...) -> None: ...
 
 class RaftAck(_message.Message):
     __slots__ = ("sequence",)

@@ -36,7 +36,7 @@ class PeerStub:
         """
         self.Raft = channel.stream_stream(
                 '/flotilla.v1.Peer/Raft',
-                request_serializer=proto_dot_peer__pb2.RaftBatch.SerializeToString,
+                request_serializer=proto_dot_peer__pb2.RaftFrame.SerializeToString,
                 response_deserializer=proto_dot_peer__pb2.RaftAck.FromString,
                 _registered_method=True)
         self.Swim = channel.unary_unary(
@@ -50,8 +50,8 @@ class PeerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Raft(self, request_iterator, context):
-        """One stream per ordered pair of nodes (sender -> receiver). Each RaftBatch carries the
-        messages of many groups, batched per destination; heartbeats are coalesced per pair.
+        """One stream per ordered pair of nodes (sender -> receiver). Each RaftFrame carries the
+        messages of many groups, batched per destination (heartbeats of many groups travel together).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -70,7 +70,7 @@ def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Raft': grpc.stream_stream_rpc_method_handler(
                     servicer.Raft,
-                    request_deserializer=proto_dot_peer__pb2.RaftBatch.FromString,
+                    request_deserializer=proto_dot_peer__pb2.RaftFrame.FromString,
                     response_serializer=proto_dot_peer__pb2.RaftAck.SerializeToString,
             ),
             'Swim': grpc.unary_unary_rpc_method_handler(
@@ -104,7 +104,7 @@ class Peer:
             request_iterator,
             target,
             '/flotilla.v1.Peer/Raft',
-            proto_dot_peer__pb2.RaftBatch.SerializeToString,
+            proto_dot_peer__pb2.RaftFrame.SerializeToString,
             proto_dot_peer__pb2.RaftAck.FromString,
             options,
             channel_credentials,

@@ -8,13 +8,21 @@ entries of an AppendRequest are consecutive, so only the first index is sent:
                       [[term, record_count, data, timestamp_ms], ...]]
     (entry i has index prev_index + 1 + i; its kind follows from record_count and data)
 
-Entry data is packed as msgpack `bin`, a single copy of the opaque batch bytes. Decoding checks
-shapes and types and raises `CodecError` on anything else, so bytes from the network never reach
-the core as a malformed message.
+An AppendRequest that carries entries keeps their data out of the msgpack, so the batch bytes are
+never packed: `encode_message_parts` returns the pieces, which the transport joins into its
+frame (the only copy of the data on the way out):
+
+    0xC1 (a byte msgpack never uses) | u32 little-endian head length | head | data of every entry
+    head = [2, term, sender, recipient, prev_index, prev_term, commit,
+            [[term, record_count, data_length, timestamp_ms], ...]]
+
+Decoding checks shapes, types and lengths and raises `CodecError` on anything else, so bytes
+from the network never reach the core as a malformed message.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgpack
@@ -45,19 +53,38 @@ __all__ = [
     "encode_config_entry",
     "encode_configuration",
     "encode_message",
+    "encode_message_parts",
 ]
+
+_SPLIT = 0xC1  # first byte of an AppendRequest whose entry data follows its msgpack head
+_SPLIT_HEAD = struct.Struct("<BI")
 
 _VOTE, _VOTE_RESP, _APPEND, _APPEND_RESP, _HEARTBEAT, _HEARTBEAT_RESP, _RESET, _TIMEOUT = range(8)
 _PRE_VOTE, _TRANSFER = 1, 2
 
 
 def encode_message(message: Message) -> bytes:
+    parts = encode_message_parts(message)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def encode_message_parts(message: Message) -> list[bytes]:
+    """The encoding of `message` as pieces to be concatenated; an AppendRequest's entry data
+    are pieces of their own (not copied here)."""
     m = message
-    fields: list[Any]
-    if isinstance(m, AppendRequest):
-        entries = [[e.term, e.record_count, e.data, e.timestamp_ms] for e in m.entries]
+    if isinstance(m, AppendRequest) and m.entries:
+        entries = [[e.term, e.record_count, len(e.data), e.timestamp_ms] for e in m.entries]
         fields = [_APPEND, m.term, m.sender, m.recipient, m.prev_index, m.prev_term, m.commit]
         fields.append(entries)
+        head: bytes = msgpack.packb(fields, use_bin_type=True)
+        return [_SPLIT_HEAD.pack(_SPLIT, len(head)), head, *(e.data for e in m.entries)]
+    return [_pack(m)]
+
+
+def _pack(m: Message) -> bytes:
+    fields: list[Any]
+    if isinstance(m, AppendRequest):
+        fields = [_APPEND, m.term, m.sender, m.recipient, m.prev_index, m.prev_term, m.commit, []]
     elif isinstance(m, AppendResponse):
         fields = [_APPEND_RESP, m.term, m.sender, m.recipient, m.index, m.reject]
         fields += [m.hint_index, m.hint_term]
@@ -83,6 +110,8 @@ def encode_message(message: Message) -> bytes:
 
 def decode_message(data: bytes | memoryview) -> Message:
     try:
+        if len(data) and data[0] == _SPLIT:
+            return _decode_split(memoryview(data))
         fields = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
         if not isinstance(fields, list) or len(fields) < 4:
             raise CodecError("a Raft message is a msgpack array of at least 4 fields")
@@ -95,6 +124,48 @@ def decode_message(data: bytes | memoryview) -> Message:
         raise
     except (ValueError, TypeError, IndexError, msgpack.ExtraData) as error:
         raise CodecError(f"malformed Raft message: {error}") from None
+
+
+def _decode_split(view: memoryview) -> AppendRequest:
+    """An AppendRequest whose entry data follow its head (see the module docstring)."""
+    if len(view) < _SPLIT_HEAD.size:
+        raise CodecError("a split AppendRequest is shorter than its 5-byte prefix")
+    _, head_length = _SPLIT_HEAD.unpack_from(view, 0)
+    start = _SPLIT_HEAD.size
+    if head_length > len(view) - start:
+        raise CodecError(f"split AppendRequest head of {head_length} bytes overruns the message")
+    fields = msgpack.unpackb(view[start : start + head_length], raw=False, use_list=True)
+    if not isinstance(fields, list) or len(fields) != 8 or fields[0] != _APPEND:
+        raise CodecError("a split AppendRequest head is [2, term, sender, recipient, ...]")
+    term, sender, recipient = _int(fields[1]), fields[2], fields[3]
+    if not isinstance(sender, str) or not isinstance(recipient, str):
+        raise CodecError(f"sender and recipient must be strings, got {sender!r}, {recipient!r}")
+    prev_index, prev_term, commit, rows = (
+        _int(fields[4]),
+        _int(fields[5]),
+        _int(fields[6]),
+        fields[7],
+    )
+    if not isinstance(rows, list) or not rows:
+        raise CodecError("a split AppendRequest carries a non-empty array of entries")
+    at = start + head_length
+    entries = []
+    for i, row in enumerate(rows):
+        index = prev_index + 1 + i
+        if not isinstance(row, list) or len(row) != 4:
+            raise CodecError(f"entry {index} must be [term, record_count, length, timestamp_ms]")
+        length = _int(row[2])
+        if at + length > len(view):
+            raise CodecError(f"entry {index} data ({length} bytes) overruns the message")
+        data = bytes(view[at : at + length])
+        at += length
+        count = _int(row[1])
+        entries.append(
+            Entry(index, _int(row[0]), entry_kind(count, length), count, data, _int(row[3]))
+        )
+    if at != len(view):
+        raise CodecError(f"{len(view) - at} bytes follow the last entry's data")
+    return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, tuple(entries))
 
 
 def _decode_body(code: object, term: int, sender: str, recipient: str, rest: list[Any]) -> Message:

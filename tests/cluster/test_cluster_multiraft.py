@@ -37,7 +37,10 @@ def _host(tmp_path: Path) -> tuple[MultiRaft, Replica, list[tuple[str, object]]]
     sent: list[tuple[str, object]] = []
     journal = StateJournal(tmp_path / "journal")
     multiraft = MultiRaft(
-        "b", lambda to, group, payload: sent.append((to, decode_message(payload))), 0.05, journal
+        "b",
+        lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+        0.05,
+        journal,
     )
     replica = _open(tmp_path, GROUP)
     multiraft.add(replica)

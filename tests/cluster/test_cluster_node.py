@@ -12,6 +12,7 @@ import grpc
 import pytest
 from harness import wait_until
 
+from cluster.frames import encode_frame
 from cluster.local import LocalCluster
 from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
 from proto import flotilla_pb2 as pb
@@ -215,12 +216,12 @@ def test_bad_input_gets_a_precise_status_and_changes_nothing(
         # a malformed peer message is dropped; the node keeps serving
         peer = peer_pb2_grpc.PeerStub(channel)
         peer.Swim(peer_pb2.SwimPacket(from_node="x", payload=b"\xff\x00junk"), timeout=5)
-        batch = peer_pb2.RaftBatch(
-            from_node="n9",
-            to_node=leader,
-            messages=[peer_pb2.GroupMessage(group="t/0", payload=b"junk")],
-        )
-        peer.Raft(iter([batch]), timeout=5)
+        well_framed_junk = encode_frame(1, "n9", leader, [(b"t/0", [b"junk"], 4)])
+        frames = [
+            peer_pb2.RaftFrame(frame=b"FR\x01junk"),  # a malformed frame
+            peer_pb2.RaftFrame.FromString(well_framed_junk),  # a malformed message in a frame
+        ]
+        peer.Raft(iter(frames), timeout=5)
     assert [r.value for r in client.read("t", 0, 0)] == [b"first"]
     assert client.produce("t", b"second", partition=0).offset == 1
 

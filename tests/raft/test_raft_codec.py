@@ -15,6 +15,7 @@ from raft.codec import (
     encode_config_entry,
     encode_configuration,
     encode_message,
+    encode_message_parts,
 )
 from raft.errors import CodecError
 from raft.types import (
@@ -98,6 +99,52 @@ def test_encoding_is_compact() -> None:
 def test_garbage_raises_codec_error_only(data: bytes) -> None:
     try:
         decode_message(data)
+    except CodecError:
+        pass
+
+
+def test_entry_data_are_pieces_of_their_own_never_packed() -> None:
+    data = b"batch" * 1000
+    entries = (
+        Entry(11, 3, entry_kind(2, len(data)), 2, data, 7),
+        Entry(12, 3, entry_kind(0, 0), 0, b"", 0),
+    )
+    request = AppendRequest(3, "n1", "n2", 10, 3, 9, entries)
+    parts = encode_message_parts(request)
+    assert parts[2] is data  # the very object: the transport's join is the one copy
+    assert decode_message(b"".join(parts)) == request
+    assert decode_message(memoryview(b"".join(parts))) == request
+
+
+def _split(head: list[object], tail: bytes = b"", length: int | None = None) -> bytes:
+    packed: bytes = msgpack.packb(head)
+    size = len(packed) if length is None else length
+    return b"\xc1" + size.to_bytes(4, "little") + packed + tail
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xc1\x05",  # shorter than the prefix
+        _split([2, 1, "a", "b", 0, 0, 0, [[1, 1, 3, 0]]], b"abc", length=500),  # head overruns
+        _split([2, 1, "a", "b", 0, 0, 0, [[1, 1, 9, 0]]], b"abc"),  # data overruns
+        _split([2, 1, "a", "b", 0, 0, 0, [[1, 1, 2, 0]]], b"abc"),  # bytes after the data
+        _split([2, 1, "a", "b", 0, 0, 0, []]),  # no entries
+        _split([3, 1, "a", "b", 0, 0, 0, [[1, 1, 0, 0]]]),  # not an AppendRequest
+        _split([2, 1, "a", "b", 0, 0, 0, [[1, 1, -1, 0]]]),  # negative length
+        _split([2, 1, "a", 7, 0, 0, 0, [[1, 1, 0, 0]]]),  # recipient not a string
+    ],
+)
+def test_malformed_split_appends_are_refused(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_message(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=60))
+def test_split_garbage_raises_codec_error_only(data: bytes) -> None:
+    try:
+        decode_message(b"\xc1" + data)
     except CodecError:
         pass
 
