@@ -29,13 +29,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from flotilla._routing import Headers, Once, RecordMetadata, check_value, now_ms
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
-from proto.records import encode_batch
+from proto.records import encode_rows
 
 if TYPE_CHECKING:
     from flotilla.client import Client
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "RecordFuture"]
 
 _RECORD_OVERHEAD = 16
+_NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads it
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
@@ -100,6 +101,7 @@ class _Batch:
     __slots__ = (
         "bytes",
         "condition",
+        "first_timestamp",
         "futures",
         "opened_at",
         "partition",
@@ -113,7 +115,9 @@ class _Batch:
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.records: list[tuple[bytes | None, bytes, Headers | None, int]] = []
+        # [key, value, [[name, data], ...], timestamp_ms - first_timestamp]: the stored shape
+        self.records: list[list[Any]] = []
+        self.first_timestamp = 0
         self.futures: list[RecordFuture] = []
         self.bytes = 0
         self.opened_at = time.monotonic()
@@ -122,14 +126,26 @@ class _Batch:
 
 
 class _Partition:
-    __slots__ = ("closed", "failed_producers", "in_flight", "issued", "open", "proven", "tickets")
+    __slots__ = (
+        "closed",
+        "failed_producers",
+        "in_flight",
+        "issued",
+        "open",
+        "proven",
+        "tickets",
+        "turn",
+    )
 
     def __init__(self) -> None:
         self.open: _Batch | None = None
         self.closed: deque[_Batch] = deque()  # full or lingered, waiting for their turn
         self.in_flight = 0
         self.tickets = 0  # batches dispatched so far: each one's place in the sending order
-        self.issued = 0  # of those, how many have gone out (the next may go now)
+        self.issued = 0  # of those, how many have gone out (the next may go now); under `turn`
+        # the partition's own lock for the sending order: its batches wait for their turn on it,
+        # not on the producer's condition (whose every notify would wake every sending thread)
+        self.turn = threading.Condition(threading.Lock())
         self.proven = False  # a batch under the current producer id has been acknowledged
         self.failed_producers: set[int] = set()  # ids one of whose batches failed for good
 
@@ -218,7 +234,10 @@ class Producer:
                 batch = state.open = _Batch(topic, partition)
                 self._condition.notify_all()  # the sender times this batch's linger from now
             future = RecordFuture(batch.condition)
-            batch.records.append((key, value, headers, timestamp))
+            if not batch.records:
+                batch.first_timestamp = timestamp
+            rows = [list(h) for h in headers] if headers else _NO_HEADERS
+            batch.records.append([key, value, rows, timestamp - batch.first_timestamp])
             batch.futures.append(future)
             batch.bytes += size
             self._buffered += size
@@ -325,12 +344,15 @@ class Producer:
         acknowledged = False
         issued = Once(partial(self._issued, state))  # this batch has gone out (or never will)
         try:
-            encoded = encode_batch(
-                batch.records, producer_id=batch.producer_id, base_sequence=batch.sequence
+            encoded = encode_rows(
+                batch.records,
+                batch.first_timestamp,
+                producer_id=batch.producer_id,
+                base_sequence=batch.sequence,
             )
-            with self._condition:  # go out in dispatch order: the leader wants them in sequence
+            with state.turn:  # go out in dispatch order: the leader wants them in sequence
                 while state.issued != batch.ticket:
-                    self._condition.wait()
+                    state.turn.wait()
             base = self.client.send_batch(
                 topic,
                 partition,
@@ -357,9 +379,9 @@ class Producer:
                 state.failed_producers.add(batch.producer_id)
         finally:
             if not issued.done:  # failed before its turn came: wait for it, then pass it on
-                with self._condition:
+                with state.turn:
                     while state.issued != batch.ticket:
-                        self._condition.wait()
+                        state.turn.wait()
                 issued()
             with self._condition:
                 state.in_flight -= 1
@@ -375,9 +397,9 @@ class Producer:
             return producer_id in state.failed_producers
 
     def _issued(self, state: _Partition) -> None:
-        with self._condition:
+        with state.turn:
             state.issued += 1
-            self._condition.notify_all()
+            state.turn.notify_all()
 
     def _current_producer(self, topic: str, partition: int) -> int | None:
         current = self.client.router.sequences.next.get((topic, partition))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 import xxhash
@@ -35,6 +36,7 @@ __all__ = [
     "Record",
     "decode_batch",
     "encode_batch",
+    "encode_rows",
     "peek_producer",
     "peek_record_count",
     "read_header",
@@ -79,18 +81,30 @@ def encode_batch(
     if not records:
         raise InvalidBatch("a batch needs at least one record")
     first_timestamp = records[0][3]
-    body: bytes = msgpack.packb(
-        [
-            [key, value, [list(h) for h in headers] if headers else [], timestamp - first_timestamp]
-            for key, value, headers, timestamp in records
-        ],
-        use_bin_type=True,
-    )
+    rows = [
+        [key, value, [list(h) for h in headers] if headers else [], timestamp - first_timestamp]
+        for key, value, headers, timestamp in records
+    ]
+    return encode_rows(rows, first_timestamp, producer_id=producer_id, base_sequence=base_sequence)
+
+
+def encode_rows(
+    rows: Sequence[list[Any]],
+    first_timestamp: int,
+    *,
+    producer_id: int = 0,
+    base_sequence: int = 0,
+) -> bytes:
+    """Encodes records already in their stored shape, `[key, value, [[name, data], ...],
+    timestamp_ms - first_timestamp]`, into one batch (the producer builds them so as it goes)."""
+    if not rows:
+        raise InvalidBatch("a batch needs at least one record")
+    body: bytes = msgpack.packb(rows, use_bin_type=True)
     header = _HEADER.pack(
         MAGIC,
         0,
         0,
-        len(records),
+        len(rows),
         producer_id,
         base_sequence,
         first_timestamp,
