@@ -7,9 +7,12 @@ Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB 
 - the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
 - the ceiling: a bare grpc.aio bidirectional stream between two processes carrying the same
   batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk),
-  and a bare unary call's round trip (the floor under a synchronous produce).
-Prints a table and, last, one JSON line with the figures and `produce_vs_grpc_ceiling` (best
-batching-producer MB/s over the ceiling's MB/s at the same batch size).
+  and a bare unary call's round trip (the floor under a synchronous produce);
+- the disk's ceiling for this workload: three writers (one per replica) appending the same
+  bytes in batches of the same size to their own files on this disk, each fsyncing every batch.
+Prints a table and, last, one JSON line with the figures, `produce_vs_grpc_ceiling` (best
+batching-producer MB/s over the ceiling's MB/s at the same batch size) and
+`produce_vs_disk_ceiling` (the same over the disk's ceiling).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -118,6 +122,33 @@ def ceiling(batch_sizes: list[int], total_bytes: int) -> tuple[dict[int, float],
         server.wait(timeout=10)
 
 
+def disk_ceiling(directory: str, batch_bytes: int, total_bytes: int, writers: int = 3) -> float:
+    """MB/s of records when `writers` threads (one per replica: os.write and fsync release the
+    GIL) each append `total_bytes` in `batch_bytes` writes, fsyncing each, to a file of their own
+    on this disk: what the disk allows a replicated, fsynced log, before any software."""
+    payload = os.urandom(batch_bytes)
+    count = max(20, total_bytes // batch_bytes)
+
+    def write(number: int) -> None:
+        path = os.path.join(directory, f"disk-ceiling-{number}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for _ in range(count):
+                os.write(fd, payload)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count * batch_bytes / (time.perf_counter() - started) / 1e6
+
+
 # -- the cluster -----------------------------------------------------------------------------------
 def sync_produce(client: Client, count: int) -> tuple[float, float, float]:
     latencies = []
@@ -178,11 +209,14 @@ def main(argv: list[str] | None = None) -> int:
                         rate * len(RECORD) / 1e6,
                     )
                 )
-    limits, rtt_ms = ceiling(
-        sorted({b for _, b in SETTINGS}), total_bytes=args.records * len(RECORD)
-    )
+    sizes = sorted({b for _, b in SETTINGS})
+    limits, rtt_ms = ceiling(sizes, total_bytes=args.records * len(RECORD))
     for size, mb_s in limits.items():
         rows.append((f"grpc ceiling, {size // 1024}KiB messages", mb_s * 1e6 / len(RECORD), mb_s))
+    with tempfile.TemporaryDirectory(prefix="flotilla-disk-", dir=os.getcwd()) as scratch:
+        disk = {size: disk_ceiling(scratch, size, args.records * len(RECORD)) for size in sizes}
+    for size, mb_s in disk.items():
+        rows.append((f"disk ceiling, 3 x {size // 1024}KiB+fsync", mb_s * 1e6 / len(RECORD), mb_s))
     print(f"{'case':<42}{'records/s':>12}{'MB/s':>10}")
     for name, rate, mb_s in rows:
         print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
@@ -196,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "producer_best_setting": {"linger_ms": best_linger, "batch_bytes": best_batch},
         "grpc_ceiling_mb_per_s": {str(k): round(v, 1) for k, v in limits.items()},
         "produce_vs_grpc_ceiling": round(best_mb_s / limits[best_batch], 3),
+        "disk_ceiling_mb_per_s": {str(k): round(v, 1) for k, v in disk.items()},
+        "produce_vs_disk_ceiling": round(best_mb_s / disk[best_batch], 3),
         "sync_p50_vs_target_1ms": round(p50_ms / 1.0, 2),
         "grpc_unary_rtt_p50_ms": round(rtt_ms, 2),
     }))  # fmt: skip
