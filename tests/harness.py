@@ -28,3 +28,19 @@ def wait_until(
                 f"timed out after {timeout_s} s waiting for {what or condition}{seen}"
             )
         time.sleep(0.02)
+
+
+def holds_throughout(
+    condition: Callable[[], object],
+    window_s: float,
+    what: str = "",
+    detail: Callable[[], object] | None = None,
+) -> None:
+    """Polls `condition` for `window_s` and fails the moment it does not hold: the check that
+    something does *not* happen, which can only be watched for a while."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        if not condition():
+            seen = f"; seen: {detail()}" if detail is not None else ""
+            raise AssertionError(f"{what or condition} stopped holding{seen}")
+        time.sleep(0.02)

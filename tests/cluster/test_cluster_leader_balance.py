@@ -3,12 +3,11 @@ comes back takes its partitions back once it is caught up (Kafka's auto leader r
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import wait_until
+from harness import holds_throughout, wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client, TopicNotFound
@@ -67,7 +66,9 @@ def test_a_returning_node_takes_back_the_partitions_it_prefers(
             else:
                 # the check above can fail: with balancing off, the node stays a follower of
                 # the partitions it prefers (watched for well past the delay balancing uses)
-                caught_up_at = time.monotonic()
-                while time.monotonic() - caught_up_at < 4.0:
-                    assert not taken_back(), _leaders(client, "bal")
-                    time.sleep(0.1)
+                holds_throughout(
+                    lambda: not taken_back(),
+                    4.0,
+                    f"{victim} staying a follower of partitions {theirs}",
+                    lambda: _leaders(client, "bal"),
+                )
