@@ -6,6 +6,7 @@
 The `flotilla` command (`flotilla.cli`) runs nodes, local clusters and the demo.
 """
 
+from flotilla import _fork_safety  # noqa: F401  (first: before gRPC initialises)
 from flotilla._routing import Member, PartitionInfo, Record, RecordMetadata, TopicInfo
 from flotilla.client import Client
 from flotilla.errors import (
