@@ -5,20 +5,22 @@ queue in an inbox; each round the driver:
 
 1. steps the queued messages, makes the queued proposals, ticks the active groups;
 2. takes the Ready of every group that has one;
-3. sends at once the messages a leader may send before its own fsync (Raft thesis §10.2.1),
-   and those of Readies with no disk work (they speak for state already durable);
-4. does the disk work of *all* those Readies in one storage-thread call, ending with one group
-   commit (`sync_logs`: one fsync per dirty file however many groups wrote);
-5. sends the remaining messages — now backed by durable state, as the contract demands;
-6. applies committed ranges (high watermarks, produce waiters) and advances every node.
+3. finishes at once the Readies with no disk work (they speak for state already durable):
+   applies their committed ranges (high watermarks, produce waiters) first, then sends their
+   messages, so the replies a commit releases go out ahead of this round's other work;
+4. sends at once the messages a leader may send before its own fsync (Raft thesis §10.2.1);
+5. does the disk work of *all* the other Readies in one storage-thread call, ending with one
+   group commit (`sync_logs`: one fsync per dirty file however many groups wrote);
+6. applies their committed ranges, sends their remaining messages — now backed by durable
+   state, as the contract demands — and advances every node.
 
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
 
-Outgoing messages are encoded once and queued per destination node by the transport, which puts
-the messages of many groups into one stream message (heartbeats of many groups to one node thus
-travel together).
+Outgoing messages are encoded once, as pieces (an AppendRequest's entry data are pieces of
+their own), and queued per destination node by the transport, which joins the messages of many
+groups into one frame (heartbeats of many groups to one node thus travel together).
 """
 
 from __future__ import annotations

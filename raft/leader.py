@@ -2,6 +2,10 @@
 CheckQuorum, leadership transfer, configuration changes and quiescence.
 
 A mixin of `raft.core.RaftNode`, split out along the role seam; it shares the node's state.
+
+Commits reach followers lazily: a commit sends appends only to followers with entries to take
+(they carry the new commit index); the others hear of it on the leader's next tick. A commit's
+own round of empty appends, and their answers, would otherwise delay the replies it releases.
 """
 
 from __future__ import annotations
