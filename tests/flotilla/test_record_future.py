@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 import pytest
 
@@ -92,6 +93,10 @@ def test_settling_outside_the_shared_lock_is_caught() -> None:
             pass
         for offset, future in enumerate(futures):  # broken: no shared lock around the batch
             future.set_result(RecordMetadata("t", 0, offset))
+            if offset % 100 == 99:
+                # let the woken waiter run now, as a preempted settler would: without this the
+                # settler may finish inside one GIL switch interval and the race goes unseen
+                time.sleep(0.001)
         waiter.join(timeout=30)
         hits += any(isinstance(e, concurrent.futures.TimeoutError) for e in errors)
         if hits:
