@@ -37,9 +37,9 @@ from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener
 from cluster.placement import Candidate, balance_leaders, partition_id, place
-from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
 from cluster.service import ClientService, PeerService
+from cluster.steward import GroupSteward
 from cluster.transport import PeerTransport, TransportLimits, channel_options, peer_handler
 from cluster.validation import (
     Invalid,
@@ -51,8 +51,7 @@ from membership import EventKind, Member, MembershipEvent, MemberState, SwimConf
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
-from raft.errors import RaftError
-from raft.types import ConfigChange, ConfigChangeOp, Configuration, Role
+from raft.types import Configuration, Role
 from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal
 
 __all__ = ["Node"]
@@ -68,16 +67,8 @@ _STATE = {
 VERSION = "0.1.0"
 
 
-# How often every led group is compared with its placement even if nothing seems to have changed.
-RECHECK_ALL_S = 30.0
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
-# Leadership transfers a node starts per partition-manager pass (every 0.2 s) to give partitions
-# back to their preferred leaders: a returning node takes its share back gradually.
-BALANCE_TRANSFERS_PER_PASS = 32
-# A balancing transfer that did not happen (it is abandoned after an election timeout) is tried
-# again only after this many election timeouts, so a flaky link costs little availability.
-BALANCE_RETRY_ELECTIONS = 5
 
 
 class Node:
@@ -123,7 +114,6 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reader = None
-        self._leaders: set[str] = set()
         self.opener = ReplicaOpener(
             node_id=config.node_id,
             partitions_dir=self.partitions_dir,
@@ -136,16 +126,15 @@ class Node:
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
-        self._alive_since: dict[str, float] = {}  # member id -> when this node first saw it alive
-        self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
-        self._led_since: dict[str, float] = {}  # group this node leads -> since when
+        self.steward = GroupSteward(
+            self.multiraft,
+            balance_after_s=config.leader_balance_after_s,
+            election_timeout_s=config.election_timeout_ms / 1000,
+            is_live=self._is_live,
+            on_leader_changed=self.metrics.leader_changed,
+        )
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
-        # groups this node leads whose members may differ from their placement (checked by
-        # `_reconcile_groups`); a group leaves the set once its members are its placement
-        self._unsettled: set[str] = set()
-        self._placement_key: object = None  # the candidates and topics `_unsettled` assumes
-        self._all_checked_at = 0.0
         self._topics_polled_at = 0.0
         self.started = asyncio.Event()
 
@@ -235,16 +224,19 @@ class Node:
         for event in events:
             if event.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(event.member.id, now)
-                self._alive_since.pop(event.member.id, None)
             else:
                 self._gone_since.pop(event.member.id, None)
-                self._alive_since.setdefault(event.member.id, now)
+        self.steward.note_members(events)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
             return
         for replica in self.multiraft.replicas.values():
             if replica.node.leader_id in gone:
                 self.multiraft.wake(replica.group)
+
+    def _is_live(self, member_id: str) -> bool:
+        state = self.gossip.swim.member_state(member_id)
+        return state is not None and state.is_live
 
     def live_candidates(self) -> list[Candidate]:
         return [Candidate(m.id, m.weight, m.rack) for m in self.gossip.swim.live_members()]
@@ -537,7 +529,9 @@ class Node:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
                 await self.opener.open_pending()
-                self._reconcile_groups()
+                self.steward.reconcile(
+                    self.placement_candidates(), self.topics, self._topics_version
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -571,9 +565,7 @@ class Node:
         ]
         for group in deleted_topics:
             replica = self.multiraft.remove(group)
-            self._leaders.discard(group)
-            self._led_since.pop(group, None)
-            self._balance_tried.pop(group, None)
+            self.steward.forget(group)
             if replica is not None:
                 await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
         if self.topics:
@@ -583,101 +575,10 @@ class Node:
                     if not any(r.topic == topic for r in self.multiraft.replicas.values()):
                         await asyncio.to_thread(shutil.rmtree, path, True)
 
-    def _reconcile_groups(self) -> None:
-        """Each local leader takes one step toward its partition's placement.
-
-        Incremental: only groups in `_unsettled` are looked at. A group enters it when this node
-        becomes its leader (`_after_round`), and every led group does when the candidates or
-        the topics change, and every `RECHECK_ALL_S` as a safety net; it leaves once its
-        voters are exactly its placement and it is led by its preferred leader (or that one is
-        not available: see `_preferred_leader`). So an idle node costs nothing here."""
-        candidates = self.placement_candidates()
-        transfers = 0
-        key = (
-            tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)),
-            self._topics_version,
-        )
-        now = time.monotonic()
-        if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
-            self._placement_key, self._all_checked_at = key, now
-            self._unsettled = set(self._leaders)
-        for group in list(self._unsettled):
-            replica = self.multiraft.replicas.get(group)
-            node = replica.node if replica is not None else None
-            spec = self.topics.get(replica.topic) if replica is not None else None
-            if replica is None or node is None or spec is None or node.role is not Role.LEADER:
-                self._unsettled.discard(group)  # `_after_round` adds it back if it leads again
-                continue
-            if node.transferee is not None:
-                continue
-            desired = place(
-                partition_id(replica.topic, replica.partition), candidates, spec.replication_factor
-            )
-            config = node.configuration
-            step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
-            if step is not None:
-                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
-            elif not config.learners and config.voters == frozenset(desired):
-                preferred = self._preferred_leader(replica, spec.assignment)
-                if preferred is None:
-                    self._unsettled.discard(group)
-                elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
-                    transfers += 1
-                    transfer = partial(_apply_step, replica, StepKind.TRANSFER, preferred)
-                    self.multiraft.call(transfer, replica)
-
-    def _preferred_leader(
-        self, replica: Replica, assignment: tuple[tuple[str, ...], ...]
-    ) -> str | None:
-        """Leader balancing, for a group this node leads: its preferred leader (the first of
-        its balanced assignment) to hand it to; "" to wait (it is alive but not for
-        `leader_balance_after_s` yet, this node has not led the group that long, or it is not
-        caught up); None when there is nothing to do (this
-        node is the preferred one, or that one is no voter, is down, or balancing is off)."""
-        after_s = self.config.leader_balance_after_s
-        node = replica.node
-        index = replica.partition
-        if not after_s or index >= len(assignment) or not assignment[index]:
-            return None
-        preferred = assignment[index][0]
-        if preferred == node.id or preferred not in node.configuration.voters:
-            return None
-        since = self._alive_since.get(preferred)
-        state = self.gossip.swim.member_state(preferred)
-        if since is None or state is None or not state.is_live:
-            return None  # down: whoever leads now keeps it; its return re-checks every group
-        now = time.monotonic()
-        tried = self._balance_tried.get(replica.group, -1e9)
-        if (
-            now - since < after_s
-            # led for a while: leadership a stopping node just handed over is not handed back
-            or now - self._led_since.get(replica.group, now) < after_s
-            or now - tried < BALANCE_RETRY_ELECTIONS * self.config.election_timeout_ms / 1000
-            or not node.is_caught_up(preferred)
-            or not node.recently_active(preferred)  # SWIM-alive, yet cut off from this leader
-        ):
-            return ""
-        if len(self._balance_tried) > 4 * BALANCE_TRANSFERS_PER_PASS:
-            self._balance_tried = {g: t for g, t in self._balance_tried.items() if now - t < 60}
-        self._balance_tried[replica.group] = now
-        return preferred
-
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
         self.metrics.observe_fsync(self.multiraft.last_fsync_s)
-        leaders, replicas = self._leaders, self.multiraft.replicas
-        for replica in touched:
-            group = replica.group
-            leads = replica.node.role is Role.LEADER and replicas.get(group) is replica
-            if leads != (group in leaders):
-                self.metrics.leader_changed()
-                if leads:
-                    leaders.add(group)
-                    self._unsettled.add(group)
-                    self._led_since[group] = time.monotonic()
-                else:
-                    leaders.discard(group)
-                    self._led_since.pop(group, None)
+        self.steward.note_roles(touched)
 
 
 def _read_committed(
@@ -709,24 +610,6 @@ def _read_committed(
             )
             records += entry.record_count
     return batches
-
-
-def _apply_step(replica: Replica, kind: StepKind, node_id: str) -> None:
-    """In the driver: one reconciliation step (refused quietly if the core says not now)."""
-    node = replica.node
-    try:
-        if kind is StepKind.TRANSFER:
-            node.transfer_leader(node_id)
-            return
-        op = {
-            StepKind.ADD_LEARNER: ConfigChangeOp.ADD_LEARNER,
-            StepKind.PROMOTE: ConfigChangeOp.PROMOTE,
-            StepKind.REMOVE: ConfigChangeOp.REMOVE,
-        }[kind]
-        node.change_config(ConfigChange(op, node_id))
-        log.info("%s: %s %s", replica.group, kind.value, node_id)
-    except RaftError as error:
-        log.debug("%s: %s %s deferred: %s", replica.group, kind.value, node_id, error)
 
 
 def _delete_replica(replica: Replica, journal: StateJournal) -> None:

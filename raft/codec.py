@@ -1,16 +1,14 @@
 """Compact msgpack encodings of Raft messages and configuration entries.
 
 A message is one msgpack array whose first element is its type code, followed by the fields in
-declaration order; booleans that are usually false are packed into one flags integer. The
-entries of an AppendRequest are consecutive, so only the first index is sent:
+declaration order; booleans that are usually false are packed into one flags integer. An
+AppendRequest without entries is [2, term, sender, recipient, prev_index, prev_term, commit, []].
 
-    AppendRequest -> [2, term, sender, recipient, prev_index, prev_term, commit,
-                      [[term, record_count, data, timestamp_ms], ...]]
-    (entry i has index prev_index + 1 + i; its kind follows from record_count and data)
-
-An AppendRequest that carries entries keeps their data out of the msgpack, so the batch bytes are
-never packed: `encode_message_parts` returns the pieces, which the transport joins into its
-frame (the only copy of the data on the way out):
+One that carries entries keeps their data out of the msgpack, so the batch bytes are never
+packed: `encode_message_parts` returns the pieces, which the transport joins into its frame
+(the only copy of the data on the way out). The entries are consecutive, so only the first
+index is sent; entry i has index prev_index + 1 + i, and its kind follows from record_count and
+data_length:
 
     0xC1 (a byte msgpack never uses) | u32 little-endian head length | head | data of every entry
     head = [2, term, sender, recipient, prev_index, prev_term, commit,
@@ -172,10 +170,9 @@ def _decode_body(code: object, term: int, sender: str, recipient: str, rest: lis
     if code == _APPEND:
         _arity(rest, 4, "AppendRequest")
         prev_index, prev_term, commit = _int(rest[0]), _int(rest[1]), _int(rest[2])
-        if not isinstance(rest[3], list):
-            raise CodecError("AppendRequest entries must be an array")
-        entries = tuple(_entry(prev_index + 1 + i, raw) for i, raw in enumerate(rest[3]))
-        return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, entries)
+        if rest[3] != []:
+            raise CodecError("an AppendRequest with entries travels in the split format")
+        return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, ())
     if code == _APPEND_RESP:
         _arity(rest, 4, "AppendResponse")
         index, reject, hint_index, hint_term = (
@@ -215,15 +212,6 @@ def _decode_body(code: object, term: int, sender: str, recipient: str, rest: lis
         _arity(rest, 0, "TimeoutNow")
         return TimeoutNow(term, sender, recipient)
     raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..7")
-
-
-def _entry(index: int, raw: object) -> Entry:
-    if not isinstance(raw, list) or len(raw) != 4:
-        raise CodecError(f"entry {index} must be [term, record_count, data, timestamp_ms]")
-    term, count, data, timestamp_ms = _int(raw[0]), _int(raw[1]), raw[2], _int(raw[3])
-    if not isinstance(data, bytes):
-        raise CodecError(f"entry {index} data must be bytes, got {type(data).__name__}")
-    return Entry(index, term, entry_kind(count, len(data)), count, data, timestamp_ms)
 
 
 def _arity(rest: list[Any], count: int, name: str) -> None:

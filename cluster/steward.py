@@ -1,0 +1,197 @@
+"""What a node does for the groups it leads: keep their members on their placement, and give
+each group back to its preferred leader (leader balancing).
+
+Placement: each led group takes one step at a time (add a learner, promote it, remove a member,
+or hand leadership over) toward the members its partition's placement names
+(`cluster.reconcile.next_step`).
+
+Leader balancing, as Kafka's auto leader rebalance: a group whose preferred leader (the first
+replica of its balanced assignment, `placement.balance_leaders`) is another member hands it
+leadership once that member has been alive `leader_balance_after_s`, is caught up and answers
+this leader, and this node has led the group that long itself (so leadership a stopping node
+has just handed over is not handed straight back). At most `BALANCE_TRANSFERS_PER_PASS`
+transfers start per pass; one that did not happen is retried after `BALANCE_RETRY_ELECTIONS`
+election timeouts.
+
+Incremental: only groups in `unsettled` are looked at. A group enters it when this node becomes
+its leader (`note_roles`), and every led group does when the candidates or the topics change,
+and every `RECHECK_ALL_S` as a safety net; it leaves once its voters are exactly its placement
+and it is led by its preferred leader (or that one is not available). So an idle node costs
+nothing here. Everything runs on the event loop; Raft nodes are touched only through
+`MultiRaft.call`, in the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+
+from cluster.controller import TopicSpec
+from cluster.multiraft import MultiRaft
+from cluster.placement import Candidate, partition_id, place
+from cluster.reconcile import StepKind, next_step
+from cluster.replica import Replica
+from membership import EventKind, MembershipEvent
+from raft.errors import RaftError
+from raft.types import ConfigChange, ConfigChangeOp, Role
+
+__all__ = ["GroupSteward"]
+
+log = logging.getLogger("flotilla.steward")
+
+# How often every led group is compared with its placement even if nothing seems to have changed.
+RECHECK_ALL_S = 30.0
+# Leadership transfers a node starts per pass (every 0.2 s) to give partitions back to their
+# preferred leaders: a returning node takes its share back gradually.
+BALANCE_TRANSFERS_PER_PASS = 32
+# A balancing transfer that did not happen (it is abandoned after an election timeout) is tried
+# again only after this many election timeouts, so a flaky link costs little availability.
+BALANCE_RETRY_ELECTIONS = 5
+
+
+class GroupSteward:
+    def __init__(
+        self,
+        multiraft: MultiRaft,
+        *,
+        balance_after_s: float,
+        election_timeout_s: float,
+        is_live: Callable[[str], bool],
+        on_leader_changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.multiraft = multiraft
+        self.balance_after_s = balance_after_s  # 0: no leader balancing
+        self.election_timeout_s = election_timeout_s
+        self.is_live = is_live
+        self.on_leader_changed = on_leader_changed
+        self.leaders: set[str] = set()  # groups this node leads
+        self.unsettled: set[str] = set()  # led groups that may still need a step
+        self._placement_key: object = None  # the candidates and topics `unsettled` assumes
+        self._all_checked_at = 0.0
+        self._alive_since: dict[str, float] = {}  # member id -> when first seen alive
+        self._led_since: dict[str, float] = {}  # led group -> since when
+        self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def note_members(self, events: Iterable[MembershipEvent]) -> None:
+        now = time.monotonic()
+        for event in events:
+            if event.kind in (EventKind.DEAD, EventKind.LEAVE):
+                self._alive_since.pop(event.member.id, None)
+            else:
+                self._alive_since.setdefault(event.member.id, now)
+
+    def note_roles(self, touched: Iterable[Replica]) -> None:
+        """After a MultiRaft round: `touched` are the groups whose role may have changed."""
+        leaders, replicas = self.leaders, self.multiraft.replicas
+        for replica in touched:
+            group = replica.group
+            leads = replica.node.role is Role.LEADER and replicas.get(group) is replica
+            if leads != (group in leaders):
+                self.on_leader_changed()
+                if leads:
+                    leaders.add(group)
+                    self.unsettled.add(group)
+                    self._led_since[group] = time.monotonic()
+                else:
+                    leaders.discard(group)
+                    self._led_since.pop(group, None)
+                    self._balance_tried.pop(group, None)
+
+    def forget(self, group: str) -> None:
+        """The group's replica is gone (its topic was deleted)."""
+        self.leaders.discard(group)
+        self.unsettled.discard(group)
+        self._led_since.pop(group, None)
+        self._balance_tried.pop(group, None)
+
+    # -- one pass ----------------------------------------------------------------------------------
+    def reconcile(
+        self,
+        candidates: list[Candidate],
+        topics: Mapping[str, TopicSpec],
+        topics_version: object,
+    ) -> None:
+        """Each unsettled led group takes one step toward its placement, then its balance."""
+        transfers = 0
+        key = (tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)), topics_version)
+        now = time.monotonic()
+        if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
+            self._placement_key, self._all_checked_at = key, now
+            self.unsettled = set(self.leaders)
+        for group in list(self.unsettled):
+            replica = self.multiraft.replicas.get(group)
+            spec = topics.get(replica.topic) if replica is not None else None
+            if replica is None or spec is None or replica.node.role is not Role.LEADER:
+                self.unsettled.discard(group)  # `note_roles` adds it back if it leads again
+                continue
+            node = replica.node
+            if node.transferee is not None:
+                continue
+            desired = place(
+                partition_id(replica.topic, replica.partition), candidates, spec.replication_factor
+            )
+            config = node.configuration
+            step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
+            if step is not None:
+                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
+            elif not config.learners and config.voters == frozenset(desired):
+                preferred = self._preferred_leader(replica, spec.assignment, now)
+                if preferred is None:
+                    self.unsettled.discard(group)
+                elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
+                    transfers += 1
+                    transfer = partial(_apply_step, replica, StepKind.TRANSFER, preferred)
+                    self.multiraft.call(transfer, replica)
+
+    def _preferred_leader(
+        self, replica: Replica, assignment: tuple[tuple[str, ...], ...], now: float
+    ) -> str | None:
+        """The member to hand the group to; "" to wait (see the module docstring for what it
+        waits for); None when there is nothing to do (this node is the preferred one, or that
+        one is no voter, is down, or balancing is off)."""
+        node = replica.node
+        index = replica.partition
+        after_s = self.balance_after_s
+        if not after_s or index >= len(assignment) or not assignment[index]:
+            return None
+        preferred = assignment[index][0]
+        if preferred == node.id or preferred not in node.configuration.voters:
+            return None
+        since = self._alive_since.get(preferred)
+        if since is None or not self.is_live(preferred):
+            return None  # down: whoever leads now keeps it; its return re-checks every group
+        tried = self._balance_tried.get(replica.group)
+        if (
+            now - since < after_s
+            or now - self._led_since.get(replica.group, now) < after_s
+            or (
+                tried is not None
+                and now - tried < BALANCE_RETRY_ELECTIONS * self.election_timeout_s
+            )
+            or not node.is_caught_up(preferred)
+            or not node.recently_active(preferred)  # SWIM-alive, yet cut off from this leader
+        ):
+            return ""
+        self._balance_tried[replica.group] = now
+        return preferred
+
+
+def _apply_step(replica: Replica, kind: StepKind, node_id: str) -> None:
+    """In the driver: one reconciliation step (refused quietly if the core says not now)."""
+    node = replica.node
+    try:
+        if kind is StepKind.TRANSFER:
+            node.transfer_leader(node_id)
+            return
+        op = {
+            StepKind.ADD_LEARNER: ConfigChangeOp.ADD_LEARNER,
+            StepKind.PROMOTE: ConfigChangeOp.PROMOTE,
+            StepKind.REMOVE: ConfigChangeOp.REMOVE,
+        }[kind]
+        node.change_config(ConfigChange(op, node_id))
+        log.info("%s: %s %s", replica.group, kind.value, node_id)
+    except RaftError as error:
+        log.debug("%s: %s %s deferred: %s", replica.group, kind.value, node_id, error)
