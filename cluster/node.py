@@ -126,11 +126,13 @@ class Node:
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
+        self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
             self.multiraft,
             balance_after_s=config.leader_balance_after_s,
             election_timeout_s=config.election_timeout_ms / 1000,
             is_live=self._is_live,
+            alive_since=self._alive_since.get,
             on_leader_changed=self.metrics.leader_changed,
         )
         self._topics_version: object = None  # what the topic table was built from
@@ -224,9 +226,10 @@ class Node:
         for event in events:
             if event.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(event.member.id, now)
+                self._alive_since.pop(event.member.id, None)
             else:
                 self._gone_since.pop(event.member.id, None)
-        self.steward.note_members(events)
+                self._alive_since.setdefault(event.member.id, now)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
             return

@@ -33,7 +33,6 @@ from cluster.multiraft import MultiRaft
 from cluster.placement import Candidate, partition_id, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
-from membership import EventKind, MembershipEvent
 from raft.errors import RaftError
 from raft.types import ConfigChange, ConfigChangeOp, Role
 
@@ -59,30 +58,23 @@ class GroupSteward:
         balance_after_s: float,
         election_timeout_s: float,
         is_live: Callable[[str], bool],
+        alive_since: Callable[[str], float | None],
         on_leader_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.multiraft = multiraft
         self.balance_after_s = balance_after_s  # 0: no leader balancing
         self.election_timeout_s = election_timeout_s
         self.is_live = is_live
+        self.alive_since = alive_since  # member id -> when this node last saw it come alive
         self.on_leader_changed = on_leader_changed
         self.leaders: set[str] = set()  # groups this node leads
         self.unsettled: set[str] = set()  # led groups that may still need a step
         self._placement_key: object = None  # the candidates and topics `unsettled` assumes
         self._all_checked_at = 0.0
-        self._alive_since: dict[str, float] = {}  # member id -> when first seen alive
         self._led_since: dict[str, float] = {}  # led group -> since when
         self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
 
     # -- inputs ----------------------------------------------------------------------------------
-    def note_members(self, events: Iterable[MembershipEvent]) -> None:
-        now = time.monotonic()
-        for event in events:
-            if event.kind in (EventKind.DEAD, EventKind.LEAVE):
-                self._alive_since.pop(event.member.id, None)
-            else:
-                self._alive_since.setdefault(event.member.id, now)
-
     def note_roles(self, touched: Iterable[Replica]) -> None:
         """After a MultiRaft round: `touched` are the groups whose role may have changed."""
         leaders, replicas = self.leaders, self.multiraft.replicas
@@ -160,7 +152,7 @@ class GroupSteward:
         preferred = assignment[index][0]
         if preferred == node.id or preferred not in node.configuration.voters:
             return None
-        since = self._alive_since.get(preferred)
+        since = self.alive_since(preferred)
         if since is None or not self.is_live(preferred):
             return None  # down: whoever leads now keeps it; its return re-checks every group
         tried = self._balance_tried.get(replica.group)
