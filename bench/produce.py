@@ -3,7 +3,8 @@
     python -m bench.produce [--records 50000] [--sync-records 500]
 
 Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records.
-- synchronous produce, one record in flight: records/s, p50 and p99 latency;
+- synchronous produce, one record in flight: records/s, p50 and p99 latency, and where its
+  time goes: the CPU each process (client, leader, followers) spends per request;
 - the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
 - the ceiling: a bare grpc.aio bidirectional stream between two processes carrying the same
   batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk),
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,7 @@ import time
 
 import grpc
 
+from bench.idle import cpu_seconds
 from cluster.local import LocalCluster, free_port
 from flotilla import Client
 
@@ -166,6 +169,38 @@ def sync_produce(client: Client, count: int) -> tuple[float, float, float]:
     )
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far."""
+    if pid == os.getpid():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    return cpu_seconds(pid)
+
+
+def sync_cpu_per_produce(
+    client: Client, cluster: LocalCluster, count: int
+) -> tuple[dict[str, float], float]:
+    """Where a synchronous produce's time goes: the CPU each process spends per request (ms),
+    client and leader and followers of partition 0, over `count` requests one at a time; and
+    the mean latency over the same requests. With every process on 2 cores, a request cannot
+    finish faster than the CPU it costs divided by the cores that run it."""
+    leader = client.describe_topic("bench").partitions[0].leader
+    pids = {"client": os.getpid()}
+    for node_id, spec in cluster.nodes.items():
+        assert spec.process is not None
+        role = "leader" if node_id == leader else f"follower {node_id}"
+        pids[role] = spec.process.pid
+    before = {role: process_cpu_s(pid) for role, pid in pids.items()}
+    started = time.perf_counter()
+    for _ in range(count):
+        client.produce("bench", RECORD, partition=0)
+    mean_ms = (time.perf_counter() - started) / count * 1000
+    return (
+        {role: (process_cpu_s(pid) - before[role]) / count * 1000 for role, pid in pids.items()},
+        mean_ms,
+    )
+
+
 def batching_produce(client: Client, count: int, linger_ms: int, batch_bytes: int) -> float:
     started = time.perf_counter()
     with client.producer(
@@ -197,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             client.create_topic("bench", partitions=3, replication_factor=3)
             client.produce("bench", RECORD, partition=0)
             sync_rate, p50_ms, p99_ms = sync_produce(client, args.sync_records)
+            cpu_ms, mean_ms = sync_cpu_per_produce(client, cluster, args.sync_records)
             rows.append(("sync produce (1 in flight)", sync_rate, sync_rate * len(RECORD) / 1e6))
             batching: dict[tuple[int, int], float] = {}
             for linger_ms, batch_bytes in SETTINGS:
@@ -222,6 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
     print(f"sync produce latency: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
     print(f"bare gRPC unary round trip (sync client, aio server, 1 KiB): p50 {rtt_ms:.2f} ms")
+    cores = os.cpu_count() or 1
+    total_cpu_ms = sum(cpu_ms.values())
+    print(
+        "CPU per sync produce (ms): "
+        + ", ".join(f"{role} {ms:.2f}" for role, ms in sorted(cpu_ms.items()))
+        + f"; total {total_cpu_ms:.2f} over {cores} cores = {total_cpu_ms / cores:.2f} ms "
+        f"against a mean latency of {mean_ms:.2f} ms"
+    )
     (best_linger, best_batch), best_rate = max(batching.items(), key=lambda item: item[1])
     best_mb_s = best_rate * len(RECORD) / 1e6
     print(json.dumps({
@@ -234,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         "produce_vs_disk_ceiling": round(best_mb_s / disk[best_batch], 3),
         "sync_p50_vs_target_1ms": round(p50_ms / 1.0, 2),
         "grpc_unary_rtt_p50_ms": round(rtt_ms, 2),
+        "sync_cpu_ms_per_produce": {role: round(ms, 2) for role, ms in sorted(cpu_ms.items())},
+        "sync_cpu_ms_total_per_core": round(total_cpu_ms / cores, 2),
+        "sync_mean_ms": round(mean_ms, 2),
     }))  # fmt: skip
     return 0
 

@@ -1,7 +1,8 @@
 """The dial map: member id -> the address to dial, overriding advertised addresses.
 
 A chaos run writes a JSON object `{"<member id>": "host:port"}` so that every directed link goes
-through its own Toxiproxy proxy. The file is re-read when its modification time or size changes;
+through its own Toxiproxy proxy. The file is re-read when its modification time or size changes
+(looked at no more than every `RECHECK_S`: the transport asks before every frame it writes);
 members absent from it are dialled at their advertised address. A malformed file is reported and
 the previous map kept, so a half-written file never breaks routing.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections.abc import Callable
 
 from cluster.config import ConfigError, parse_address
 
@@ -18,10 +21,21 @@ __all__ = ["DialMap"]
 
 log = logging.getLogger("flotilla.dialmap")
 
+RECHECK_S = 0.2
+
 
 class DialMap:
-    def __init__(self, path: str = "") -> None:
+    def __init__(
+        self,
+        path: str = "",
+        *,
+        recheck_s: float = RECHECK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
+        self.recheck_s = recheck_s
+        self.clock = clock
+        self._checked_at: float | None = None
         self._stamp: tuple[int, int] | None = None
         self._routes: dict[str, str] = {}
 
@@ -36,6 +50,10 @@ class DialMap:
     def _refresh(self) -> None:
         if not self.path:
             return
+        now = self.clock()
+        if self._checked_at is not None and now - self._checked_at < self.recheck_s:
+            return
+        self._checked_at = now
         try:
             status = os.stat(self.path)
         except FileNotFoundError:

@@ -48,10 +48,8 @@ class GossipHost:
         self._flush()
 
     def address_of(self, member_id: str) -> str | None:
-        for record in self.swim.records():
-            if record.member.id == member_id:
-                return record.member.address
-        return None
+        member = self.swim.member(member_id)
+        return member.address if member is not None else None
 
     def receive(self, packet: peer_pb2.SwimPacket) -> None:
         try:

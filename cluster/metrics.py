@@ -95,13 +95,16 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         self.registry.register(_PartitionCollector(node_id, replicas))
+        # the labelled children, looked up once (every produce and disk round observes one)
+        self._produce_latency = self.produce_latency.labels(node_id)
+        self._fsync_latency = self.fsync_latency.labels(node_id)
         self._server: object | None = None
 
     def observe_produce(self, group: str, seconds: float) -> None:
-        self.produce_latency.labels(self.node_id).observe(seconds)
+        self._produce_latency.observe(seconds)
 
     def observe_fsync(self, seconds: float) -> None:
-        self.fsync_latency.labels(self.node_id).observe(seconds)
+        self._fsync_latency.observe(seconds)
 
     def leader_changed(self) -> None:
         self.leader_changes.labels(self.node_id).inc()

@@ -82,6 +82,8 @@ class MultiRaft:
         self.unknown_group: Callable[[str, str], Replica | None] = lambda group, sender: None
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
+        # after each round that did disk work, with how long it took (writes and group commit)
+        self.on_disk: Callable[[float], None] = lambda seconds: None
         self._inbox: deque[tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call] = (
             deque()
         )
@@ -304,6 +306,7 @@ class MultiRaft:
                 self._storage, _write_all, [(r, ready) for r, ready, _ in heavy], self.journal
             )
             self.last_fsync_s = time.perf_counter() - started
+            self.on_disk(self.last_fsync_s)
         for replica, ready, send_now in heavy:
             self._finish(replica, ready, send=send_now)
         if self._dirty:

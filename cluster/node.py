@@ -165,6 +165,7 @@ class Node:
         self.server.add_insecure_port(f"{host}:{port}")
         await self.server.start()
         self.multiraft.on_round = self._after_round
+        self.multiraft.on_disk = self.metrics.observe_fsync
         self.multiraft.start()
         self.gossip.start([seed for seed in config.join if seed != config.advertised])
         if config.metrics:
@@ -580,7 +581,6 @@ class Node:
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
-        self.metrics.observe_fsync(self.multiraft.last_fsync_s)
         self.steward.note_roles(touched)
 
 

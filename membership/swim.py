@@ -159,6 +159,11 @@ class Swim:
         entry = self._state.entries.get(member_id)
         return entry.state if entry is not None else None
 
+    def member(self, member_id: str) -> Member | None:
+        """The member known by this id (dead and left members included), in O(1)."""
+        entry = self._state.entries.get(member_id)
+        return entry.member if entry is not None else None
+
     def records(self) -> tuple[MemberRecord, ...]:
         """The whole table, dead and left members included."""
         return self._state.records()

@@ -75,7 +75,7 @@ def test_the_dial_map_is_re_read_when_it_changes_and_keeps_the_last_good_one(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "dial.json"
-    dial = DialMap(str(path))
+    dial = DialMap(str(path), recheck_s=0)
     assert dial.address_for("n2", "127.0.0.2:7001") == "127.0.0.2:7001"  # no file yet
     path.write_text(json.dumps({"n2": "127.0.0.1:9002"}))
     assert dial.address_for("n2", "127.0.0.2:7001") == "127.0.0.1:9002"
@@ -87,6 +87,21 @@ def test_the_dial_map_is_re_read_when_it_changes_and_keeps_the_last_good_one(
     assert dial.address_for("n2", "127.0.0.2:7001") == "127.0.0.1:9999"
     path.unlink()
     assert dial.address_for("n2", "127.0.0.2:7001") == "127.0.0.2:7001"
+
+
+def test_the_dial_map_file_is_looked_at_no_more_than_every_recheck_interval(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "dial.json"
+    path.write_text(json.dumps({"n2": "127.0.0.1:9002"}))
+    now = [100.0]
+    dial = DialMap(str(path), recheck_s=0.2, clock=lambda: now[0])
+    assert dial.address_for("n2", "a:1") == "127.0.0.1:9002"
+    path.write_text(json.dumps({"n2": "127.0.0.1:9999"}))
+    now[0] += 0.1  # within the interval: the map in hand is used without a stat
+    assert dial.address_for("n2", "a:1") == "127.0.0.1:9002"
+    now[0] += 0.15  # past it: the change is seen
+    assert dial.address_for("n2", "a:1") == "127.0.0.1:9999"
 
 
 @pytest.mark.parametrize(

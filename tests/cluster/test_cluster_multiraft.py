@@ -104,3 +104,28 @@ def test_messages_wait_for_the_disk_only_when_their_ready_writes(tmp_path: Path)
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_only_rounds_with_disk_work_report_their_duration(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        multiraft, replica, sent = _host(tmp_path)
+        durations: list[float] = []
+        multiraft.on_disk = durations.append
+        await multiraft._round()
+        durations.clear()  # opening the replica's first Ready may write; start from here
+        # a leader of a newer term: the term must be durable before the answer leaves
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
+        await multiraft._round()
+        assert len(durations) == 1 and durations[0] > 0
+        # the same leader again, and ticks: nothing to write, so nothing to report (the fsync
+        # histogram counts group commits, not rounds)
+        for _ in range(5):
+            multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
+            multiraft._ticks_due = 1
+            await multiraft._round()
+        assert len(durations) == 1
+        assert sum(isinstance(m, HeartbeatResponse) for _, m in sent) == 6
+        assert replica.node.term == 1
+        await multiraft.stop()
+
+    asyncio.run(scenario())

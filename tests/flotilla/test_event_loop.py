@@ -19,7 +19,7 @@ CONFIG = 'tick_ms = 20\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "alway
 def test_auto_takes_uvloop_when_installed_and_asyncio_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import uvloop  # noqa: F401, PLC0415 (a dependency on every platform but Windows)
+    import uvloop  # noqa: F401 (a dependency on every platform but Windows)
 
     assert _event_loop("auto") == "uvloop"
     assert _event_loop("uvloop") == "uvloop"

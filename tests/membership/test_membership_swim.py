@@ -138,6 +138,12 @@ def test_join_through_a_seed_address_fills_both_tables() -> None:
         events = [(e.kind, e.member.id) for e in swim.take_events()]
         assert events == [(EventKind.JOIN, name), (EventKind.JOIN, other)]
     assert net.nodes["b"].joined
+    # the id lookup a node uses to dial a member agrees with the full table
+    swim = net.nodes["b"]
+    assert swim.member("a") == {r.member.id: r.member for r in swim.records()}["a"]
+    member = swim.member("a")
+    assert member is not None and member.address == "sim://a"
+    assert swim.member("nobody") is None
 
 
 def test_join_is_retried_until_a_seed_answers() -> None:
