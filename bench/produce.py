@@ -1,6 +1,6 @@
 """Produce benchmark: the SDK against a 3-node cluster, and our transport's ceiling, in one run.
 
-    python -m bench.produce [--records 50000] [--sync-records 500]
+    python -m bench.produce [--records 50000] [--sync-records 500] [--event-loop asyncio]
 
 Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records.
 - synchronous produce, one record in flight: records/s, p50 and p99 latency, and where its
@@ -217,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--sync-records", type=int, default=500)
+    parser.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="the nodes' event loop (compare: the same run on each)",
+    )
     parser.add_argument("--ceiling-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ceiling_server:
@@ -225,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, float, float]] = []
     with (
         tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd()) as root,
-        LocalCluster(root, 3, config_text=CONFIG) as cluster,
+        LocalCluster(
+            root, 3, config_text=CONFIG, node_args=["--event-loop", args.event_loop]
+        ) as cluster,
     ):
         cluster.start()
         with Client(cluster.addresses(), timeout_s=60) as client:
