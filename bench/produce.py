@@ -34,6 +34,7 @@ import grpc
 from bench.idle import cpu_seconds
 from cluster.local import LocalCluster, free_port
 from flotilla import Client
+from flotilla.cli import EVENT_LOOPS
 
 RECORD = b"r" * 1024
 CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync-records", type=int, default=500)
     parser.add_argument(
         "--event-loop",
-        choices=("auto", "uvloop", "asyncio"),
+        choices=EVENT_LOOPS,
         default="auto",
         help="the nodes' event loop (compare: the same run on each)",
     )

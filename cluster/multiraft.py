@@ -96,7 +96,6 @@ class MultiRaft:
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
         self.malformed_messages = 0
-        self.last_fsync_s = 0.0
 
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
@@ -305,8 +304,7 @@ class MultiRaft:
             await asyncio.get_running_loop().run_in_executor(
                 self._storage, _write_all, [(r, ready) for r, ready, _ in heavy], self.journal
             )
-            self.last_fsync_s = time.perf_counter() - started
-            self.on_disk(self.last_fsync_s)
+            self.on_disk(time.perf_counter() - started)
         for replica, ready, send_now in heavy:
             self._finish(replica, ready, send=send_now)
         if self._dirty:
