@@ -31,6 +31,11 @@ IN_FLIGHT_S = 0.02
 
 
 def local_leader(cluster: LocalCluster, node_id: str, topic: str) -> str:
+    return local_view(cluster, node_id, topic)[0]
+
+
+def local_view(cluster: LocalCluster, node_id: str, topic: str) -> tuple[str, int]:
+    """What `node_id` itself knows of partition 0: its leader, its high watermark."""
     try:
         with grpc.insecure_channel(cluster.nodes[node_id].address) as channel:
             response = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
@@ -39,9 +44,9 @@ def local_leader(cluster: LocalCluster, node_id: str, topic: str) -> str:
                 metadata=(("flotilla-local-only", "1"),),
             )
         partition = response.topics[0].partitions[0]
-        return partition.leader if partition.replicas else ""
+        return (partition.leader, partition.high_watermark) if partition.replicas else ("", -1)
     except grpc.RpcError:
-        return ""
+        return "", -1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     cluster.start(leader)
+                    # until the restarted node holds what was committed when it came back
+                    new_leader = local_leader(cluster, survivors[0], "failover") or survivors[1]
+                    target = local_view(cluster, new_leader, "failover")[1]
+                    while local_view(cluster, leader, "failover")[1] < target:
+                        time.sleep(0.01)
             finally:
                 stop.set()
                 thread.join(timeout=30)

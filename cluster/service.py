@@ -339,8 +339,9 @@ class PeerService:
     async def Raft(
         self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[peer_pb2.RaftAck]:
+        node = self.node
         await serve_raft_stream(
-            request_iterator, self.node.config.node_id, self.node.multiraft.deliver
+            request_iterator, node.config.node_id, node.multiraft.deliver, node.transport.heard_from
         )
         return
         yield  # an async generator that sends nothing back
@@ -349,6 +350,7 @@ class PeerService:
         self, request: peer_pb2.SwimPacket, context: grpc.aio.ServicerContext
     ) -> peer_pb2.SwimAck:
         self.node.gossip.receive(request)
+        self.node.transport.heard_from(request.from_node)
         return peer_pb2.SwimAck()
 
 

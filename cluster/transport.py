@@ -4,9 +4,11 @@ SWIM packets as unary calls.
 Raft: `send_raft(to, group, parts)` queues an encoded message (its pieces: an AppendRequest's
 entry data are pieces of their own); one sender task per destination drains its queue into one
 frame (cluster/frames.py: messages of many groups, up to `max_batch_bytes`, joined with the one
-copy of their bytes) and writes it, already serialized, to a long-lived client stream. A broken stream is re-dialled with backoff; messages
-queued meanwhile are dropped once the queue passes its bound — Raft retries by itself, so loss is
-safe and memory stays bounded. The address dialled comes from the dial map when it names the
+copy of their bytes) and writes it, already serialized, to a long-lived client stream. A broken
+stream is re-dialled with backoff, cut short by `heard_from` (the peer has just reached us: a
+restarted peer hears from its leader at once, not a backoff later); messages queued meanwhile
+are dropped once the queue passes its bound — Raft retries by itself, so loss is safe and
+memory stays bounded. The address dialled comes from the dial map when it names the
 member (chaos runs route each directed link through its own proxy), else the advertised address;
 a changed address re-dials.
 
@@ -58,6 +60,9 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+        # a channel of its own connection: a renewed channel (`_renew_channel`) must not share
+        # the failed one's connection and its reconnect backoff
+        ("grpc.use_local_subchannel_pool", 1),
         ("grpc.initial_reconnect_backoff_ms", 50),
         ("grpc.max_reconnect_backoff_ms", 1000),
         # accept the peers' keepalive pings (every 10 s) instead of answering GOAWAY
@@ -79,6 +84,7 @@ class _Outbox:
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
         self.failures = 0  # consecutive failed streams (logged once per outage)
+        self.redial = asyncio.Event()  # `heard_from` while the sender waits out a backoff
 
 
 class PeerTransport:
@@ -156,14 +162,13 @@ class PeerTransport:
                 continue
             call = None
             try:
-                # frames are written already serialized (request_serializer=None: bytes as-is)
-                call = self.channel(address).stream_stream(
-                    _RAFT_METHOD, response_deserializer=peer_pb2.RaftAck.FromString
-                )()
+                call = self._open_stream(address)
                 while not self._closed:
                     await outbox.ready.wait()
                     if self.address_of(to) != address:
                         break  # the dial map changed: re-dial
+                    if call.done():  # it ended while idle (the peer restarted, or is down):
+                        call = self._open_stream(address)  # a new one, for the queued messages
                     await call.write(self._take_frame(to, outbox))
                     backoff = self.limits.reconnect_initial_s
                     outbox.failures = 0
@@ -180,8 +185,36 @@ class PeerTransport:
             outbox.queue.clear()
             outbox.bytes = 0
             outbox.ready.clear()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.limits.reconnect_max_s)
+            outbox.redial.clear()
+            try:
+                await asyncio.wait_for(outbox.redial.wait(), backoff)
+            except TimeoutError:
+                backoff = min(backoff * 2, self.limits.reconnect_max_s)
+            else:  # the peer is back: dial now, on a channel not waiting out its own backoff
+                backoff = self.limits.reconnect_initial_s
+                await self._renew_channel(address)
+
+    def _open_stream(self, address: str) -> grpc.aio.StreamStreamCall:
+        # frames are written already serialized (request_serializer=None: bytes as-is)
+        return self.channel(address).stream_stream(
+            _RAFT_METHOD, response_deserializer=peer_pb2.RaftAck.FromString
+        )()
+
+    def heard_from(self, member_id: str) -> None:
+        """`member_id` has just reached this node (a new Raft stream, a SWIM packet): if the
+        stream to it is down, dial again now rather than when the backoff ends."""
+        outbox = self._outboxes.get(member_id)
+        if outbox is not None:
+            outbox.redial.set()
+
+    async def _renew_channel(self, address: str) -> None:
+        """Replaces the channel to `address` if it is in TRANSIENT_FAILURE: gRPC fails every
+        call on it at once until its own reconnect backoff ends."""
+        channel = self._channels.get(address)
+        failed = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        if channel is not None and channel.get_state() is failed:
+            del self._channels[address]
+            await channel.close(grace=None)
 
     # -- SWIM --------------------------------------------------------------------------------------
     async def send_swim(self, address: str, packet: peer_pb2.SwimPacket) -> bool:
@@ -209,10 +242,16 @@ class PeerTransport:
 
 
 async def serve_raft_stream(
-    requests: AsyncIterator[bytes], self_id: str, handler: RaftHandler
+    requests: AsyncIterator[bytes],
+    self_id: str,
+    handler: RaftHandler,
+    opened: Callable[[str], None] = lambda sender: None,
 ) -> None:
     """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
-    (payloads are views into the received bytes). A malformed frame is dropped and logged."""
+    (payloads are views into the received bytes), and the sender of its first frame to
+    `opened` (a new stream: the peer may have restarted). A malformed frame is dropped and
+    logged."""
+    sender = None
     async for data in requests:
         try:
             frame = parse_frame(data)
@@ -227,6 +266,9 @@ async def serve_raft_stream(
                 self_id,
             )
             continue
+        if sender is None:
+            sender = frame.from_node
+            opened(sender)
         handler(frame.from_node, frame.messages)
 
 
