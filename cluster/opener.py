@@ -4,15 +4,17 @@ time instead of all ticking, heartbeating and campaigning together (which starve
 event loop, so leaders lose their quorum and elections never end).
 
 The partition manager (`cluster.node`) decides which replicas this node should hold and queues
-them here; a Raft message for a group not hosted yet opens it at once (a leader is adding this
-node). In a brand-new group the replicas other than the preferred one (first in placement order)
+them here; a Raft message for a group not hosted yet opens it at once, ahead of the queue (a
+leader is adding this node). In a brand-new group the replicas other than the preferred one (first in placement order)
 wait before their first campaign, so new groups do not split their votes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import random
 import time
@@ -27,6 +29,8 @@ from raft.types import Configuration
 from storage import FileHandles, LogConfig, StateJournal
 
 __all__ = ["ReplicaOpener"]
+
+log = logging.getLogger("flotilla.opener")
 
 # Replicas opened per storage-thread call (the driver's writes interleave with the opening of
 # thousands of replicas), and how many lately opened ones may be settling (electing, not yet
@@ -66,6 +70,7 @@ class ReplicaOpener:
         self.pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
         self.settling: dict[str, float] = {}
         self._rng = random.Random()
+        self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
 
     def knows(self, group: str) -> bool:
         """Is the group hosted, being opened, or queued?"""
@@ -148,7 +153,10 @@ class ReplicaOpener:
         return replica
 
     def open_on_message(self, group: str, sender: str) -> Replica | None:
-        """A Raft message for a partition not hosted here: a leader is adding this node."""
+        """A Raft message for a partition not hosted here: a leader is adding this node. The
+        replica opens on the storage thread at once, ahead of the queue (its directory may hold
+        a long log from an earlier membership: opening must not block the event loop); this
+        message is dropped — the leader sends again — so it always returns None."""
         topic, _, index_text = group.rpartition("/")
         spec = self.topics().get(topic)
         if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
@@ -165,6 +173,23 @@ class ReplicaOpener:
         queued = self.pending.pop(group, None)
         if queued is not None:
             bootstrap = queued[2]
-        replica = self.open_replica(spec, index, bootstrap)  # small and new: opening is quick
-        self.multiraft.add(replica)
-        return replica
+        self.opening.add(group)
+        task = asyncio.get_running_loop().create_task(self._open_now(group, spec, index, bootstrap))
+        self._opening_tasks.add(task)
+        task.add_done_callback(self._opening_tasks.discard)
+        return None
+
+    async def _open_now(
+        self, group: str, spec: TopicSpec, index: int, bootstrap: Configuration
+    ) -> None:
+        try:
+            replica = await self.multiraft.run_storage(
+                partial(self.open_replica, spec, index, bootstrap)
+            )
+        except Exception:
+            log.exception("opening replica %s failed", group)
+            return
+        finally:
+            self.opening.discard(group)
+        if spec.name in self.topics() and group not in self.multiraft.replicas:
+            self.multiraft.add(replica)  # type: ignore[arg-type]

@@ -5,6 +5,8 @@ campaign preference of new groups."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,25 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
             node.multiraft.replicas[group].node.quiesced = True  # as a quiesced group is
         await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 12
-        # a message for a queued group opens it at once, with its assigned members
-        replica = node.opener.open_on_message("t/29", "n3")
-        assert replica is not None and "t/29" not in node.opener.pending
+        # a message for a queued group opens it at once, with its assigned members, on the
+        # storage thread (never on the event loop: its log may be long)
+        threads = []
+        open_replica = node.opener.open_replica
+
+        def recording(*args):  # type: ignore[no-untyped-def]
+            threads.append(threading.current_thread().name)
+            return open_replica(*args)
+
+        node.opener.open_replica = recording  # type: ignore[method-assign]
+        assert node.opener.open_on_message("t/29", "n3") is None  # this message is dropped
+        assert "t/29" not in node.opener.pending and node.opener.knows("t/29")
+        assert node.opener.open_on_message("t/29", "n3") is None  # opened once, not twice
+        deadline = time.monotonic() + 30
+        while "t/29" not in node.multiraft.replicas:
+            assert time.monotonic() < deadline, "t/29 not opened"
+            await asyncio.sleep(0.01)
+        assert threads == ["flotilla-storage_0"]
+        replica = node.multiraft.replicas["t/29"]
         assert replica.node.configuration.voters == frozenset({"n1", "n2", "n3"})
         await node.multiraft.stop()
 
