@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "RecordFuture"]
 
 _RECORD_OVERHEAD = 16
+# A batch is one produce request; a node refuses one over its max_batch_bytes (4 MiB unless
+# configured otherwise), so a producer never aims higher (bigger batches gain nothing anyway).
+MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # room for the encoding's own bytes
 _NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads it
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
@@ -163,7 +166,7 @@ class Producer:
     ) -> None:
         if (
             linger_ms < 0
-            or batch_bytes < 1024
+            or not 1024 <= batch_bytes <= MAX_BATCH_BYTES
             or max_in_flight < 1
             or buffer_bytes < batch_bytes
             or max_in_flight_per_partition < 1
@@ -171,7 +174,8 @@ class Producer:
             raise InvalidArgument(
                 f"linger_ms={linger_ms}, batch_bytes={batch_bytes}, max_in_flight={max_in_flight}, "
                 f"buffer_bytes={buffer_bytes}, max_in_flight_per_partition="
-                f"{max_in_flight_per_partition}: need linger_ms >= 0, batch_bytes >= 1024, "
+                f"{max_in_flight_per_partition}: need linger_ms >= 0, 1024 <= batch_bytes <= "
+                f"{MAX_BATCH_BYTES} (a node's default max_batch_bytes), "
                 "max_in_flight >= 1, buffer_bytes >= batch_bytes, max_in_flight_per_partition >= 1"
             )
         self.max_in_flight_per_partition = max_in_flight_per_partition
@@ -218,20 +222,34 @@ class Producer:
         size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
         timestamp = now_ms()
         with self._condition:
-            if partition is None:
-                partition = self._sticky.get(topic)
-                if partition is None or partition >= count:
-                    partition = self._sticky[topic] = self.client.router.partition_for(
-                        topic, None, None
-                    )
             if self._buffered + size > self.buffer_bytes:
                 self._wait_for_room(size)
-            state = self._partitions.get((topic, partition))
-            if state is None:
-                state = self._partitions[(topic, partition)] = _Partition()
-            batch = state.open
+            while True:
+                if partition is not None:
+                    chosen = partition
+                else:  # unkeyed: the topic's sticky partition
+                    sticky = self._sticky.get(topic)
+                    if sticky is None or sticky >= count:
+                        sticky = self._sticky[topic] = self.client.router.partition_for(
+                            topic, None, None
+                        )
+                    chosen = sticky
+                state = self._partitions.get((topic, chosen))
+                if state is None:
+                    state = self._partitions[(topic, chosen)] = _Partition()
+                batch = state.open
+                if batch is None or not batch.records or batch.bytes + size <= self.batch_bytes:
+                    break
+                # the record would overfill the open batch: close it, so that a batch stays
+                # within batch_bytes unless one record is bigger (closing moves the sticky
+                # partition on, and an unkeyed record with it)
+                self._close_batch(state, batch, count)
+                self._condition.notify_all()
+                if partition is not None:
+                    batch = None
+                    break
             if batch is None:
-                batch = state.open = _Batch(topic, partition)
+                batch = state.open = _Batch(topic, chosen)
                 self._condition.notify_all()  # the sender times this batch's linger from now
             future = RecordFuture(batch.condition)
             if not batch.records:

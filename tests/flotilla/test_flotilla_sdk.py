@@ -24,6 +24,7 @@ from flotilla import (
     TopicNotFound,
 )
 from flotilla import aio as flotilla_aio
+from flotilla.producer import MAX_BATCH_BYTES
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
@@ -95,6 +96,18 @@ def test_batches_behind_one_that_failed_for_good_fail_at_once(cluster: LocalClus
         assert not any(isinstance(e, Timeout | OutOfOrder) for e in outcomes), outcomes
         assert all(e is None or "failed for good" in str(e) for e in outcomes), outcomes
         assert producer_writes_again(client)
+
+
+def test_the_largest_batches_a_producer_makes_are_accepted(cluster: LocalCluster) -> None:
+    """A batch is closed before a record would overfill it, so even at the largest batch_bytes
+    no batch passes a node's max_batch_bytes (closing after the record went in made one of
+    4,100 KiB here, which the node refused)."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("big-batches", partitions=1, replication_factor=3)
+        with client.producer(linger_ms=50, batch_bytes=MAX_BATCH_BYTES) as producer:
+            futures = [producer.send("big-batches", b"r" * (100 << 10)) for _ in range(90)]
+            offsets = [f.result(timeout=60).offset for f in futures]
+        assert offsets == list(range(90))
 
 
 def producer_writes_again(client: Client) -> bool:
@@ -179,6 +192,9 @@ def test_errors_are_actionable(cluster: LocalCluster) -> None:
             client.produce("errs", "text")  # type: ignore[arg-type]
         with pytest.raises(InvalidArgument, match="acks="):
             Client(cluster.bootstrap, acks="some")
+        # a batch target no node accepts fails when the producer is made, not at every send
+        with pytest.raises(InvalidArgument, match=r"batch_bytes=8388608.*batch_bytes <= 4128768"):
+            client.producer(batch_bytes=8 << 20)
 
 
 def test_asyncio_client_has_the_same_calls(cluster: LocalCluster) -> None:
