@@ -5,8 +5,9 @@ event loop, so leaders lose their quorum and elections never end).
 
 The partition manager (`cluster.node`) decides which replicas this node should hold and queues
 them here; a Raft message for a group not hosted yet opens it at once, ahead of the queue (a
-leader is adding this node). In a brand-new group the replicas other than the preferred one (first in placement order)
-wait before their first campaign, so new groups do not split their votes.
+leader is adding this node). In a brand-new group the replicas other than the preferred one
+(first in placement order) wait before their first campaign, so new groups do not split their
+votes.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ class Producer:
                 f"linger_ms={linger_ms}, batch_bytes={batch_bytes}, max_in_flight={max_in_flight}, "
                 f"buffer_bytes={buffer_bytes}, max_in_flight_per_partition="
                 f"{max_in_flight_per_partition}: need linger_ms >= 0, 1024 <= batch_bytes <= "
-                f"{MAX_BATCH_BYTES} (a node's default max_batch_bytes), "
+                f"{MAX_BATCH_BYTES} (within a node's default max_batch_bytes, 4 MiB), "
                 "max_in_flight >= 1, buffer_bytes >= batch_bytes, max_in_flight_per_partition >= 1"
             )
         self.max_in_flight_per_partition = max_in_flight_per_partition
