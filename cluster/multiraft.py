@@ -79,7 +79,9 @@ class MultiRaft:
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
-        self.unknown_group: Callable[[str, str], Replica | None] = lambda group, sender: None
+        # a message for a group not hosted here: (group, sender, payload); the callee may open
+        # the group and deliver the message again
+        self.unknown_group: Callable[[str, str, bytes | memoryview], None] = lambda *message: None
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
         # after each round that did disk work, with how long it took (writes and group commit)
@@ -228,8 +230,9 @@ class MultiRaft:
 
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
         for group, payload in messages:
-            replica = self.replicas.get(group) or self.unknown_group(group, sender)
+            replica = self.replicas.get(group)
             if replica is None:
+                self.unknown_group(group, sender, payload)
                 continue
             try:
                 message = decode_message(payload)

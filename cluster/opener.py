@@ -42,6 +42,9 @@ SETTLING_MAX_S = 10.0
 # Election timeouts a new group's non-preferred replicas wait, on top of their own, before
 # their first campaign (see `open_replica`).
 FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
+# Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
+# resends what is dropped).
+HELD_MESSAGES = 8
 
 
 class ReplicaOpener:
@@ -72,6 +75,8 @@ class ReplicaOpener:
         self.settling: dict[str, float] = {}
         self._rng = random.Random()
         self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
+        # messages for groups being opened, delivered once they are (the newest few)
+        self._held: dict[str, list[tuple[str, bytes]]] = {}
 
     def knows(self, group: str) -> bool:
         """Is the group hosted, being opened, or queued?"""
@@ -119,8 +124,16 @@ class ReplicaOpener:
             topics = self.topics()
             for replica in opened:  # type: ignore[attr-defined]
                 if replica.topic in topics and replica.group not in replicas:
-                    self.multiraft.add(replica)
+                    self._add(replica)
                     settling[replica.group] = now
+            for group in groups:
+                self._held.pop(group, None)  # not added (its topic is gone): nobody to tell
+
+    def _add(self, replica: Replica) -> None:
+        """Hosts an opened replica and hands it the messages held while it opened."""
+        self.multiraft.add(replica)
+        for sender, payload in self._held.pop(replica.group, ()):
+            self.multiraft.deliver(sender, [(replica.group, payload)])
 
     def _open_batch(self, batch: list[tuple[TopicSpec, int, Configuration]]) -> list[Replica]:
         return [self.open_replica(*item) for item in batch]
@@ -153,15 +166,21 @@ class ReplicaOpener:
             )
         return replica
 
-    def open_on_message(self, group: str, sender: str) -> Replica | None:
-        """A Raft message for a partition not hosted here: a leader is adding this node. The
-        replica opens on the storage thread at once, ahead of the queue (its directory may hold
-        a long log from an earlier membership: opening must not block the event loop); this
-        message is dropped — the leader sends again — so it always returns None."""
+    def open_on_message(self, group: str, sender: str, payload: bytes | memoryview) -> None:
+        """A Raft message for a partition not hosted here: a leader is adding this node, or a
+        replica of a new group campaigns before this one opened. The replica opens on the
+        storage thread at once, ahead of the queue (its directory may hold a long log from an
+        earlier membership: opening must not block the event loop); the message (with the
+        newest few that follow it while the replica opens) is delivered once it is open."""
         topic, _, index_text = group.rpartition("/")
         spec = self.topics().get(topic)
         if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
-            return None
+            return
+        if group in self.opening:
+            held = self._held.setdefault(group, [])
+            held.append((sender, bytes(payload)))
+            del held[:-HELD_MESSAGES]
+            return
         index = int(index_text)
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
         bootstrap = (
@@ -169,16 +188,14 @@ class ReplicaOpener:
             if self.node_id in assigned
             else Configuration()
         )
-        if group in self.opening:
-            return None
         queued = self.pending.pop(group, None)
         if queued is not None:
             bootstrap = queued[2]
         self.opening.add(group)
+        self._held[group] = [(sender, bytes(payload))]
         task = asyncio.get_running_loop().create_task(self._open_now(group, spec, index, bootstrap))
         self._opening_tasks.add(task)
         task.add_done_callback(self._opening_tasks.discard)
-        return None
 
     async def _open_now(
         self, group: str, spec: TopicSpec, index: int, bootstrap: Configuration
@@ -189,8 +206,11 @@ class ReplicaOpener:
             )
         except Exception:
             log.exception("opening replica %s failed", group)
+            self._held.pop(group, None)
             return
         finally:
             self.opening.discard(group)
         if spec.name in self.topics() and group not in self.multiraft.replicas:
-            self.multiraft.add(replica)  # type: ignore[arg-type]
+            self._add(replica)  # type: ignore[arg-type]
+        else:
+            self._held.pop(group, None)

@@ -15,7 +15,8 @@ from cluster import opener as opener_module
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.node import Node
-from raft.types import Role
+from raft.codec import encode_message_parts
+from raft.types import Role, VoteRequest
 
 PARTITIONS = 30
 
@@ -49,7 +50,8 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 12
         # a message for a queued group opens it at once, with its assigned members, on the
-        # storage thread (never on the event loop: its log may be long)
+        # storage thread (never on the event loop: its log may be long), and is delivered to it
+        # once it is open, with those that came meanwhile
         threads = []
         open_replica = node.opener.open_replica
 
@@ -58,9 +60,13 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
             return open_replica(*args)
 
         node.opener.open_replica = recording  # type: ignore[method-assign]
-        assert node.opener.open_on_message("t/29", "n3") is None  # this message is dropped
+        votes = [
+            b"".join(encode_message_parts(VoteRequest(term, "n3", "n1", 0, 0, True, False)))
+            for term in (1, 2)
+        ]
+        node.opener.open_on_message("t/29", "n3", memoryview(votes[0]))
         assert "t/29" not in node.opener.pending and node.opener.knows("t/29")
-        assert node.opener.open_on_message("t/29", "n3") is None  # opened once, not twice
+        node.opener.open_on_message("t/29", "n3", memoryview(votes[1]))  # opened once only
         deadline = time.monotonic() + 30
         while "t/29" not in node.multiraft.replicas:
             assert time.monotonic() < deadline, "t/29 not opened"
@@ -68,6 +74,8 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         assert threads == ["flotilla-storage_0"]
         replica = node.multiraft.replicas["t/29"]
         assert replica.node.configuration.voters == frozenset({"n1", "n2", "n3"})
+        delivered = [m for m in node.multiraft._inbox if isinstance(m, tuple)]
+        assert delivered == [("n3", [("t/29", votes[0])]), ("n3", [("t/29", votes[1])])]
         await node.multiraft.stop()
 
     asyncio.run(scenario())
