@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import xxhash
 
@@ -47,8 +48,10 @@ MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views 
 ATTEMPT_S = 2.0  # one attempt's deadline: a leader that hangs (paused, overloaded) is left soon
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
+    """Where a record was written. A named tuple (as kafka-python's): immutable, and made in
+    a fraction of a frozen dataclass's time — the producer makes one per record."""
+
     topic: str
     partition: int
     offset: int

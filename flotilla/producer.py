@@ -56,13 +56,15 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
     cannot be cancelled: the record may already be on its way. All futures of one batch share
     one condition and are settled together, under it, so no waiter sees half a batch."""
 
+    # what Future.__init__ sets: the immutable ones as class defaults (an instance attribute
+    # replaces them when set), the rest per record, with a shared condition instead of one
+    # Condition (and its lock and deque) per record
+    _state = _PENDING
+    _result: RecordMetadata | None = None
+    _exception: BaseException | None = None
+
     def __init__(self, condition: threading.Condition) -> None:
-        # what Future.__init__ sets, with a shared condition instead of one Condition (and its
-        # lock and deque) per record
         self._condition = condition
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
         self._waiters = []
         self._done_callbacks: list[
             Callable[[concurrent.futures.Future[RecordMetadata]], object]
@@ -88,9 +90,10 @@ def _settle(
 ) -> None:
     """Settles a batch's futures with their metadata in one pass under their shared lock (what
     `set_result` does per future, without taking the lock and notifying once per record)."""
+    new = tuple.__new__  # RecordMetadata(...) without the named tuple's own __new__ call
     with condition:
         for position, future in enumerate(futures):
-            future._result = RecordMetadata(topic, partition, base + position)
+            future._result = new(RecordMetadata, (topic, partition, base + position))
             future._state = _FINISHED
             for waiter in future._waiters:  # concurrent.futures.wait / as_completed
                 waiter.add_result(future)
@@ -185,7 +188,8 @@ class Producer:
         self.buffer_bytes = buffer_bytes
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._sticky: dict[str, int] = {}  # topic -> partition of its unkeyed records
-        self._condition = threading.Condition()
+        self._lock = threading.RLock()  # `send` takes it directly: a Condition's is Python
+        self._condition = threading.Condition(self._lock)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, "flotilla-producer")
         self._buffered = 0  # bytes of records sent to the producer and not yet settled
         self._in_flight = 0
@@ -221,7 +225,7 @@ class Producer:
             partition = xxhash.xxh64_intdigest(key) % count
         size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
         timestamp = now_ms()
-        with self._condition:
+        with self._lock:
             if self._buffered + size > self.buffer_bytes:
                 self._wait_for_room(size)
             while True:
