@@ -188,7 +188,7 @@ class Producer:
         self.buffer_bytes = buffer_bytes
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._sticky: dict[str, int] = {}  # topic -> partition of its unkeyed records
-        self._lock = threading.RLock()  # `send` takes it directly: a Condition's is Python
+        self._lock = threading.RLock()  # `send` takes it itself: Condition.__enter__ is Python
         self._condition = threading.Condition(self._lock)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, "flotilla-producer")
         self._buffered = 0  # bytes of records sent to the producer and not yet settled
