@@ -118,16 +118,16 @@ class ReplicaOpener:
             self.opening.update(groups)
             try:
                 opened = await self.multiraft.run_storage(partial(self._open_batch, batch))
+                now = time.monotonic()
+                topics = self.topics()
+                for replica in opened:  # type: ignore[attr-defined]
+                    if replica.topic in topics and replica.group not in replicas:
+                        self._add(replica)
+                        settling[replica.group] = now
             finally:
                 self.opening.difference_update(groups)
-            now = time.monotonic()
-            topics = self.topics()
-            for replica in opened:  # type: ignore[attr-defined]
-                if replica.topic in topics and replica.group not in replicas:
-                    self._add(replica)
-                    settling[replica.group] = now
-            for group in groups:
-                self._held.pop(group, None)  # not added (its topic is gone): nobody to tell
+                for group in groups:  # not added (failed, or its topic is gone): nobody to tell
+                    self._held.pop(group, None)
 
     def _add(self, replica: Replica) -> None:
         """Hosts an opened replica and hands it the messages held while it opened."""
