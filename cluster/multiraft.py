@@ -317,6 +317,8 @@ class MultiRaft:
     def _finish(self, replica: Replica, ready: Ready, *, send: bool) -> None:
         """After a Ready's disk work: tells the node, applies what committed, settles waiters
         and (if still due) sends its messages."""
+        if self.replicas.get(replica.group) is not replica:
+            return  # removed while its disk work ran (deleted topic, retired replica)
         replica.note_appended(ready)
         replica.node.advance(ready)
         # settle the produce waiters before queueing the messages: their replies then go

@@ -7,7 +7,8 @@ Partition manager: every `manage_interval_s` the node compares the topics it kno
 local replicas. It opens a replica for every partition whose initial assignment names it (with
 that assignment as the bootstrap configuration), re-opens replicas found on disk, and deletes the
 replicas of deleted topics. A Raft message for a partition this node does not host yet (a leader
-adding it as a learner) opens the replica on the spot.
+adding it as a learner) opens the replica on the spot. A replica its group removed retires once a
+member says so (replica GC: its log is deleted, see `cluster.opener`).
 
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
 leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
@@ -138,6 +139,8 @@ class Node:
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         self._topics_polled_at = 0.0
+        self._retiring: set[str] = set()  # groups whose replica is being retired (`_retire`)
+        self._retire_tasks: set[asyncio.Task[None]] = set()
         self.started = asyncio.Event()
 
     @property
@@ -184,9 +187,10 @@ class Node:
                 * self.gossip.swim.config.probe_interval_ticks
                 / 1000
             )
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._retire_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.server is not None:
@@ -559,11 +563,11 @@ class Node:
                     opener.queue(spec, index, Configuration(voters=frozenset(assigned)))
                 elif str(index) in present:
                     opener.queue(spec, index, Configuration())
-        # Only replicas of deleted topics are deleted. A replica removed from its group keeps its
-        # log and hard state: Raft's safety assumes no member ever forgets what it voted and
-        # stored, and a replica deleted and re-created empty (with the topic's initial
-        # assignment as its configuration) could help elect a second leader. The cost is disk
-        # space until the topic is deleted (replica GC needs a persistent tombstone first).
+        # Replicas of deleted topics are deleted here. A replica removed from its group is
+        # retired when a member tells it so (`_retire`): only then, because Raft's safety
+        # assumes no voter forgets what it voted and stored, and only a committed configuration
+        # that leaves it out, newer than its own, proves it is no voter any more. Its term and
+        # vote outlive it in the journal, and it never rejoins with the initial assignment.
         deleted_topics = [
             g for g, r in self.multiraft.replicas.items() if r.topic not in self.topics
         ]
@@ -578,10 +582,52 @@ class Node:
                     path = os.path.join(self.partitions_dir, topic)
                     if not any(r.topic == topic for r in self.multiraft.replicas.values()):
                         await asyncio.to_thread(shutil.rmtree, path, True)
+            # the hard states kept for retired replicas (and any other left behind) of topics
+            # that no longer exist
+            await self.multiraft.run_storage(
+                partial(
+                    _forget_states_of_deleted_topics,
+                    self.journal,
+                    set(self.topics),
+                    set(self.multiraft.replicas),
+                )
+            )
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
         self.steward.note_roles(touched)
+        for replica in touched:
+            if replica.node.removed_at and replica.group not in self._retiring:
+                self._retiring.add(replica.group)
+                task = asyncio.get_running_loop().create_task(self._retire(replica))
+                self._retire_tasks.add(task)
+                task.add_done_callback(self._retire_tasks.discard)
+
+    async def _retire(self, replica: Replica) -> None:
+        """Replica GC: a committed configuration of the group left this node out, and a member
+        said so (`raft.types.Removed`). The replica stops and its log is deleted; its term and
+        vote stay in the journal (see `cluster.opener`). Until then it only cost disk space
+        (and, not hearing from a leader, a pre-vote every election timeout)."""
+        group = replica.group
+        try:
+            if self.multiraft.replicas.get(group) is not replica:
+                return
+            if replica.node.removed_at <= replica.node.configuration_index:
+                replica.node.removed_at = 0  # a leader added it back meanwhile: it stays
+                return
+            self.multiraft.remove(group)
+            self.steward.forget(group)
+            self.opener.retired.add(group)
+            await self.multiraft.run_storage(partial(self.opener.retire, replica))
+            log.info(
+                "retired replica %s: the configuration at index %d left this node out",
+                group,
+                replica.node.removed_at,
+            )
+        except Exception:
+            log.exception("retiring replica %s failed", group)
+        finally:
+            self._retiring.discard(group)
 
 
 def _read_committed(
@@ -613,6 +659,16 @@ def _read_committed(
             )
             records += entry.record_count
     return batches
+
+
+def _forget_states_of_deleted_topics(
+    journal: StateJournal, topics: set[str], hosted: set[str]
+) -> None:
+    """Storage thread: drops the journal's hard states of groups whose topic is gone (those
+    kept for retired replicas, chiefly)."""
+    stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
+    if stale:
+        journal.forget(stale)
 
 
 def _delete_replica(replica: Replica, journal: StateJournal) -> None:

@@ -8,6 +8,13 @@ them here; a Raft message for a group not hosted yet opens it at once, ahead of 
 leader is adding this node). In a brand-new group the replicas other than the preferred one
 (first in placement order) wait before their first campaign, so new groups do not split their
 votes.
+
+Retirement (replica GC): a replica told by its group that a committed configuration left it out
+(`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
+term and vote it held stay in the node's state journal. A retired replica is not opened again
+by the partition manager or by a campaigning peer, only by a message from a leader (one adding
+this node back): it then starts with an empty log, an empty configuration (never the topic's
+initial assignment), and the term and vote it kept, and its directory is marked `REJOINED`.
 """
 
 from __future__ import annotations
@@ -18,16 +25,21 @@ import itertools
 import logging
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import cast
 
 from cluster.controller import TopicSpec
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
+from raft.codec import decode_message
 from raft.config import RaftConfig
-from raft.types import Configuration
+from raft.errors import RaftError
+from raft.types import AppendRequest, Configuration, Heartbeat, LogReset
 from storage import FileHandles, LogConfig, StateJournal
+from storage.atomic import fsync_directory, write_atomic
 
 __all__ = ["ReplicaOpener"]
 
@@ -45,6 +57,9 @@ FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
 # Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
 # resends what is dropped).
 HELD_MESSAGES = 8
+# Markers in a replica's directory (see the module docstring).
+RETIRED = "RETIRED"
+REJOINED = "REJOINED"
 
 
 class ReplicaOpener:
@@ -77,19 +92,28 @@ class ReplicaOpener:
         self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
         # messages for groups being opened, delivered once they are (the newest few)
         self._held: dict[str, list[tuple[str, bytes]]] = {}
+        # groups whose replica here retired (as far as this process has seen: a restart
+        # learns them again from the markers, in `open_replica`)
+        self.retired: set[str] = set()
 
     def knows(self, group: str) -> bool:
-        """Is the group hosted, being opened, or queued?"""
-        return group in self.multiraft.replicas or group in self.opening or group in self.pending
+        """Is the group hosted, being opened, queued, or retired here?"""
+        return (
+            group in self.multiraft.replicas
+            or group in self.opening
+            or group in self.pending
+            or group in self.retired
+        )
 
     def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
         self.pending[f"{spec.name}/{index}"] = (spec, index, bootstrap)
 
     def forget_deleted(self) -> None:
-        """Drops queued replicas of topics that no longer exist."""
+        """Drops queued and retired replicas of topics that no longer exist."""
         topics = self.topics()
         for group in [g for g, (spec, _, _) in self.pending.items() if spec.name not in topics]:
             del self.pending[group]
+        self.retired = {g for g in self.retired if g.rpartition("/")[0] in topics}
 
     def replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
@@ -117,11 +141,16 @@ class ReplicaOpener:
             batch = [self.pending.pop(group) for group in groups]
             self.opening.update(groups)
             try:
-                opened = await self.multiraft.run_storage(partial(self._open_batch, batch))
+                opened = cast(
+                    "list[Replica | None]",
+                    await self.multiraft.run_storage(partial(self._open_batch, batch)),
+                )
                 now = time.monotonic()
                 topics = self.topics()
-                for replica in opened:  # type: ignore[attr-defined]
-                    if replica.topic in topics and replica.group not in replicas:
+                for group, replica in zip(groups, opened, strict=True):
+                    if replica is None:
+                        self.retired.add(group)
+                    elif replica.topic in topics and replica.group not in replicas:
                         self._add(replica)
                         settling[replica.group] = now
             finally:
@@ -135,16 +164,34 @@ class ReplicaOpener:
         for sender, payload in self._held.pop(replica.group, ()):
             self.multiraft.deliver(sender, [(replica.group, payload)])
 
-    def _open_batch(self, batch: list[tuple[TopicSpec, int, Configuration]]) -> list[Replica]:
+    def _open_batch(
+        self, batch: list[tuple[TopicSpec, int, Configuration]]
+    ) -> list[Replica | None]:
         return [self.open_replica(*item) for item in batch]
 
-    def open_replica(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> Replica:
+    def open_replica(
+        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+    ) -> Replica | None:
+        """Storage thread. None: the replica retired here and `from_leader` is False (only a
+        leader adding this node back re-opens it)."""
+        directory = self.replica_dir(spec.name, index)
+        if os.path.exists(os.path.join(directory, RETIRED)):
+            if not from_leader:
+                # finish a retirement a crash interrupted (the marker is written first)
+                shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
+                return None
+            write_atomic(os.path.join(directory, REJOINED), b"")
+            os.unlink(os.path.join(directory, RETIRED))
+            fsync_directory(directory)
+            bootstrap = Configuration()
+        elif os.path.exists(os.path.join(directory, REJOINED)):
+            bootstrap = Configuration()
         hard_state = self.journal.load(f"{spec.name}/{index}")
         replica = Replica.open(
             node_id=self.node_id,
             topic=spec.name,
             partition=index,
-            directory=self.replica_dir(spec.name, index),
+            directory=directory,
             bootstrap=bootstrap,
             hard_state=hard_state,
             raft_config=self.raft_config,
@@ -158,6 +205,7 @@ class ReplicaOpener:
             and replica.segmented.last_index == 0
             and assigned
             and assigned[0] != self.node_id
+            and bootstrap.voters
         ):
             # A new group: let its preferred replica (first in placement order) campaign first,
             # so that thousands of new groups do not split their votes. Timing only.
@@ -176,6 +224,12 @@ class ReplicaOpener:
         spec = self.topics().get(topic)
         if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
             return
+        try:
+            from_leader = isinstance(decode_message(payload), AppendRequest | Heartbeat | LogReset)
+        except RaftError:
+            return  # malformed: the host counts it when the group is hosted; nothing to open
+        if group in self.retired and not from_leader:
+            return  # a campaign of a peer that was removed too (it hears so from the members)
         if group in self.opening:
             held = self._held.setdefault(group, [])
             held.append((sender, bytes(payload)))
@@ -193,16 +247,17 @@ class ReplicaOpener:
             bootstrap = queued[2]
         self.opening.add(group)
         self._held[group] = [(sender, bytes(payload))]
-        task = asyncio.get_running_loop().create_task(self._open_now(group, spec, index, bootstrap))
+        opening = self._open_now(group, spec, index, bootstrap, from_leader)
+        task = asyncio.get_running_loop().create_task(opening)
         self._opening_tasks.add(task)
         task.add_done_callback(self._opening_tasks.discard)
 
     async def _open_now(
-        self, group: str, spec: TopicSpec, index: int, bootstrap: Configuration
+        self, group: str, spec: TopicSpec, index: int, bootstrap: Configuration, from_leader: bool
     ) -> None:
         try:
             replica = await self.multiraft.run_storage(
-                partial(self.open_replica, spec, index, bootstrap)
+                partial(self.open_replica, spec, index, bootstrap, from_leader=from_leader)
             )
         except Exception:
             log.exception("opening replica %s failed", group)
@@ -210,7 +265,22 @@ class ReplicaOpener:
             return
         finally:
             self.opening.discard(group)
-        if spec.name in self.topics() and group not in self.multiraft.replicas:
+        if replica is None:
+            self.retired.add(group)
+            self._held.pop(group, None)
+        elif spec.name in self.topics() and group not in self.multiraft.replicas:
+            self.retired.discard(group)
             self._add(replica)  # type: ignore[arg-type]
         else:
             self._held.pop(group, None)
+
+    def retire(self, replica: Replica) -> None:
+        """Storage thread: the replica was removed from its group (`RaftNode.removed_at`) and
+        is no longer hosted. Its log is deleted; the marker goes first, durably, so a crash
+        part-way is finished on the next open. Its term and vote stay in the journal."""
+        replica.close()
+        write_atomic(os.path.join(replica.directory, RETIRED), b"")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(replica.directory, REJOINED))
+        shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
+        fsync_directory(replica.directory)

@@ -38,6 +38,7 @@ from raft.types import (
     LogBoundary,
     LogReset,
     Message,
+    Removed,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -57,7 +58,8 @@ __all__ = [
 _SPLIT = 0xC1  # first byte of an AppendRequest whose entry data follows its msgpack head
 _SPLIT_HEAD = struct.Struct("<BI")
 
-_VOTE, _VOTE_RESP, _APPEND, _APPEND_RESP, _HEARTBEAT, _HEARTBEAT_RESP, _RESET, _TIMEOUT = range(8)
+(_VOTE, _VOTE_RESP, _APPEND, _APPEND_RESP, _HEARTBEAT, _HEARTBEAT_RESP, _RESET, _TIMEOUT,
+ _REMOVED) = range(9)  # fmt: skip
 _PRE_VOTE, _TRANSFER = 1, 2
 
 
@@ -101,6 +103,8 @@ def _pack(m: Message) -> bytes:
         fields = [_RESET, m.term, m.sender, m.recipient, b.index, b.term, b.next_offset, config]
     elif isinstance(m, TimeoutNow):
         fields = [_TIMEOUT, m.term, m.sender, m.recipient]
+    elif isinstance(m, Removed):
+        fields = [_REMOVED, m.term, m.sender, m.recipient, m.config_index]
     else:
         raise CodecError(f"cannot encode {type(m).__name__}: not a Raft message")
     return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
@@ -211,7 +215,10 @@ def _decode_body(code: object, term: int, sender: str, recipient: str, rest: lis
     if code == _TIMEOUT:
         _arity(rest, 0, "TimeoutNow")
         return TimeoutNow(term, sender, recipient)
-    raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..7")
+    if code == _REMOVED:
+        _arity(rest, 1, "Removed")
+        return Removed(term, sender, recipient, _int(rest[0]))
+    raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..8")
 
 
 def _arity(rest: list[Any], count: int, name: str) -> None:

@@ -33,6 +33,12 @@ it was told is durable, so an entry is committed only once a quorum holds it on 
 without the leader. Such a leader may save a hard state whose commit is ahead of its own durable
 log; on restart `RaftNode` takes `min(commit, last_index)`: the entries are durable on a quorum.
 
+Removal: a member that a committed configuration leaves out is told so with `Removed` — by the
+leader when the change commits, and by any member when it campaigns later (it may have missed
+the first). It sets `removed_at` only if its own configuration is older than that one (a node
+added back holds the newer configuration); the host may then delete its log, keeping its term
+and vote (and must re-join with an empty configuration, never a bootstrap one).
+
 Safety rules enforced here: one vote per term (persisted before it is sent); a candidate wins only
 with a log at least as up to date as a majority's; entries are committed by counting replicas
 only for entries of the leader's current term (earlier ones commit with them); a leader never
@@ -74,6 +80,7 @@ from raft.types import (
     LogReset,
     Message,
     NodeId,
+    Removed,
     Role,
     TimeoutNow,
     VoteRequest,
@@ -124,6 +131,10 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self.role = Role.FOLLOWER
         self.leader_id: NodeId | None = None
         self.quiesced = False
+        # Set when a member of a committed configuration that leaves this node out says so
+        # (`Removed`): the index of that configuration's entry. The host then retires this
+        # replica (deletes its log, keeps its term and vote); the node sends nothing more.
+        self.removed_at = 0
         self._messages: list[Message] = []
         self._votes: dict[NodeId, bool] = {}
         self._progress: dict[NodeId, Progress] = {}
@@ -251,6 +262,17 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if m.recipient != self.id:
             return
         kind = type(m)
+        if kind is Removed:
+            assert isinstance(m, Removed)
+            if m.config_index > self.configuration_index:
+                self.removed_at = max(self.removed_at, m.config_index)
+            return
+        if kind is VoteRequest and m.sender not in self._members:
+            # a campaign by a node this committed configuration left out: it was removed and
+            # missed the leader's word (or was down); tell it, so it can delete its copy
+            config_index = self._configs[-1][0]
+            if 0 < config_index <= self.commit:
+                self._send(Removed(self.term, self.id, m.sender, config_index))
         if self.quiesced and not (
             (kind is Heartbeat and m.quiesce) or kind is HeartbeatResponse  # type: ignore[union-attr]
         ):

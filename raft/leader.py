@@ -27,6 +27,7 @@ from raft.types import (
     LogBoundary,
     LogReset,
     NodeId,
+    Removed,
     Role,
     TimeoutNow,
 )
@@ -307,11 +308,27 @@ class LeaderMixin(NodeState):
             return False
         if self.log.term(index) != self.term and not self._faults.commit_previous_term:
             return False
-        self.commit = index
+        before, self.commit = self.commit, index
+        if self._configs[-1][0] > before:
+            self._tell_removed_members(before, index)
         uncommitted = self._uncommitted
         while uncommitted and uncommitted[0][0] <= index:
             self._uncommitted_bytes -= uncommitted.popleft()[1]
         return True
+
+    def _tell_removed_members(self, low: int, high: int) -> None:
+        """Configurations set by entries in (low, high] just committed: each member one of them
+        removed hears so, and may delete its copy of the group (see `Removed`). A member that
+        misses this hears it again when it next campaigns (`RaftNode.step`)."""
+        configs = self._configs
+        for i in range(len(configs) - 1, 0, -1):
+            at, config = configs[i]
+            if at <= low:
+                break
+            if at <= high:
+                for node_id in sorted(configs[i - 1][1].members - config.members):
+                    if node_id != self.id:
+                        self._send(Removed(self.term, self.id, node_id, at))
 
     def _changed_configuration(self, change: ConfigChange) -> Configuration:
         config = self._configuration

@@ -37,6 +37,7 @@ __all__ = [
     "LogReset",
     "Message",
     "NodeId",
+    "Removed",
     "Role",
     "TimeoutNow",
     "VoteRequest",
@@ -225,6 +226,19 @@ class TimeoutNow:
     recipient: NodeId
 
 
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """The recipient is not a member of the configuration set by the entry at `config_index`,
+    which the sender knows is committed. A recipient whose own configuration is older (it never
+    received that entry) was removed from the group: it may delete its log, keeping its term
+    and vote. One whose configuration is as new or newer ignores it (it was added back)."""
+
+    term: int
+    sender: NodeId
+    recipient: NodeId
+    config_index: int
+
+
 Message = (
     VoteRequest
     | VoteResponse
@@ -234,4 +248,5 @@ Message = (
     | HeartbeatResponse
     | LogReset
     | TimeoutNow
+    | Removed
 )

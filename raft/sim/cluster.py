@@ -30,7 +30,17 @@ from raft.sim.checker import Checker, Violation
 from raft.sim.host import SimHost
 from raft.sim.network import Network
 from raft.sim.profile import SimProfile
-from raft.types import ConfigChange, ConfigChangeOp, Configuration, Message, NodeId, Role
+from raft.types import (
+    AppendRequest,
+    ConfigChange,
+    ConfigChangeOp,
+    Configuration,
+    Heartbeat,
+    LogReset,
+    Message,
+    NodeId,
+    Role,
+)
 
 __all__ = ["STAT_NAMES", "Simulation"]
 
@@ -44,8 +54,10 @@ STAT_NAMES = (
     "partitions",
     "compactions",
     "lease_reads",
+    "collections",
 )
 _DELIVERY_ROUNDS = 64
+_FROM_LEADER = (AppendRequest, Heartbeat, LogReset)
 
 
 class Simulation:
@@ -66,6 +78,7 @@ class Simulation:
             self._add_host(node_id, bootstrap)
         self.down_until: dict[NodeId, int] = {}
         self.retired: set[NodeId] = set()
+        self.collected: set[NodeId] = set()  # removed, told so, log deleted (`SimHost.collect`)
         self.calm = False
         self.phase_end = self._chaos_length()
         self.heal_tick = 0
@@ -130,8 +143,12 @@ class Simulation:
                 return
             for message in batch:
                 host = hosts.get(message.recipient)
-                if host is None or host.node is None:
+                if host is None:
                     continue
+                if host.node is None:
+                    if host.id not in self.collected or not isinstance(message, _FROM_LEADER):
+                        continue
+                    self._revive(host.id)  # as `cluster` re-opens a replica a leader wants
                 if codec_rate and rng.random() < codec_rate:
                     host.run(partial(_step, _round_trip(message)), now)
                 else:
@@ -314,7 +331,7 @@ class Simulation:
 
     def _restart(self, node_id: NodeId) -> None:
         host = self.hosts[node_id]
-        if node_id in self.retired or host.up:
+        if node_id in self.retired or node_id in self.collected or host.up:
             return
         host.start()
         host.process_ready(self.now)
@@ -351,7 +368,7 @@ class Simulation:
             if learners:
                 self.goal = ("remove", learners[0])
             elif len(voters) <= self.profile.nodes and rng.random() < 0.7:
-                self.goal = (rng.choice(("add", "add", "learner")), self._new_host())
+                self.goal = (rng.choice(("add", "add", "learner")), self._host_to_add())
             elif len(voters) > max(2, self.profile.nodes - 1):
                 self.goal = ("remove", rng.choice(voters))
             else:
@@ -382,6 +399,21 @@ class Simulation:
             return
         self.stats["config_changes"] += 1
 
+    def _host_to_add(self) -> NodeId:
+        """A new node, or (half the time, when there is one) a node that was removed and
+        deleted its log: it comes back with only its term and vote."""
+        if self.collected and self.rng.random() < 0.5:
+            node_id = self.rng.choice(sorted(self.collected))
+            self._revive(node_id)
+            return node_id
+        return self._new_host()
+
+    def _revive(self, node_id: NodeId) -> None:
+        self.collected.discard(node_id)
+        host = self.hosts[node_id]
+        host.start()
+        host.process_ready(self.now)
+
     def _new_host(self) -> NodeId:
         node_id = f"n{self._next_id}"
         self._next_id += 1
@@ -401,16 +433,27 @@ class Simulation:
             parallel_rate=self.profile.parallel_rate,
             pivot_crash_rate=self.profile.pivot_crash_rate,
             on_crash=self._crashed,
+            on_collect=self._collected,
             faults=self.faults,
         )
 
     def _retire(self, node_id: NodeId) -> None:
-        """A removed member is shut down for good, as an operator would decommission it."""
+        """A removed member is shut down for good, as an operator would decommission it — or,
+        half the time, left running: it then hears of its removal (from the leader, or from a
+        member when it campaigns) and deletes its log (`SimHost.collect`)."""
+        if node_id in self.collected or self.rng.random() < 0.5:
+            return
         host = self.hosts[node_id]
         if host.up:
             host.crash()
         self.retired.add(node_id)
         self.down_until.pop(node_id, None)
+
+    def _collected(self, host: SimHost) -> None:
+        self.stats["collections"] += 1
+        self.collected.add(host.id)
+        self.down_until.pop(host.id, None)
+        self.checker.after_crash({i: h.log for i, h in self.hosts.items() if i not in self.retired})
 
     def _compact(self) -> None:
         live = self._live_hosts()

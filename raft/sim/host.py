@@ -43,6 +43,7 @@ class SimHost:
         "leader_commit_sent",
         "log",
         "node",
+        "on_collect",
         "on_crash",
         "parallel_rate",
         "pivot_crash_rate",
@@ -67,6 +68,7 @@ class SimHost:
         parallel_rate: float,
         pivot_crash_rate: float = 0.0,
         on_crash: Callable[[SimHost], None] | None = None,
+        on_collect: Callable[[SimHost], None] | None = None,
         faults: RaftFaults = NO_FAULTS,
     ) -> None:
         self.id = node_id
@@ -82,6 +84,7 @@ class SimHost:
         self.parallel_rate = parallel_rate
         self.pivot_crash_rate = pivot_crash_rate
         self.on_crash = on_crash
+        self.on_collect = on_collect
         self.faults = faults
         self.log = MemoryLog()
         self.hard_state = HardState()
@@ -128,6 +131,21 @@ class SimHost:
             if not self._handle(node, node.ready(), now):
                 return
             self._check_leader(node)
+        if node.removed_at:
+            self.collect()
+
+    def collect(self) -> None:
+        """The node heard it was removed (`Removed`): like `cluster`'s replica retirement, its
+        log is deleted and its term and vote are kept. It stays down until an operator adds it
+        again, when it starts knowing nothing but them, and with no configuration of its own."""
+        self.node = None
+        self.sync_due = None
+        self.log = MemoryLog()
+        kept = self.hard_state
+        self.hard_state = HardState(kept.term, kept.vote, 0)
+        self.bootstrap = Configuration()
+        if self.on_collect is not None:
+            self.on_collect(self)
 
     def _check_leader(self, node: RaftNode) -> None:
         if node.role is not Role.LEADER:

@@ -104,6 +104,7 @@ class Summary:
             f"proposals={stats['proposals']} transfers={stats['transfers']} "
             f"crashes={stats['crashes']} partitions={stats['partitions']} "
             f"compactions={stats['compactions']} lease_reads={stats['lease_reads']} "
+            f"collections={stats['collections']} "
             f"max_leader_wait_ticks={self.max_leader_wait} "
             f"max_commit_wait_ticks={self.max_commit_wait}",
             f"elapsed={self.elapsed_s:.1f}s ({rate:.0f} seeds/min)",

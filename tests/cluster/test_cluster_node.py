@@ -349,6 +349,58 @@ def test_a_dead_node_is_replaced_after_replace_after(tmp_path: Path) -> None:
                 client.produce("heal", b"still writable", partition=partition)
 
 
+def test_removed_replicas_retire_and_come_back_when_placement_returns(tmp_path: Path) -> None:
+    """Replica GC: a replica moved away deletes its log (leaving a marker); when placement
+    brings the partition back, its leader re-adds that node, which catches up from empty."""
+    config = CONFIG + "replace_after_s = 3.0\n"
+    with LocalCluster(tmp_path, 3, config_text=config) as local:
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("gc", partitions=6, replication_factor=3)
+            for n in range(30):
+                client.produce("gc", f"m{n}".encode(), partition=n % 6)
+            local.add_node()
+            expected = _placement("gc", 6, ["n1", "n2", "n3", "n4"])
+            wait_until(
+                lambda: _voters(client, "gc") == expected, 60, f"placement {expected}",
+                detail=lambda: _voters(client, "gc"),
+            )  # fmt: skip
+            moved = {
+                p: ({"n1", "n2", "n3"} - replicas).pop()
+                for p, replicas in expected.items()
+                if "n4" in replicas
+            }
+            assert moved
+
+            def replica_dir(partition: int, node_id: str) -> Path:
+                return tmp_path / node_id / "partitions" / "gc" / str(partition)
+
+            def retired(path: Path) -> bool:
+                return (path / "RETIRED").exists() and not (path / "log").exists()
+
+            for partition, node_id in moved.items():
+                wait_until(
+                    partial(retired, replica_dir(partition, node_id)),
+                    30,
+                    f"{node_id}'s replica of gc/{partition} to retire",
+                )
+            local.kill("n4")  # gone for good: the partitions come back to where they were
+            back = _placement("gc", 6, ["n1", "n2", "n3"])
+            wait_until(
+                lambda: _voters(client, "gc") == back, 90, f"placement {back}",
+                detail=lambda: _voters(client, "gc"),
+            )  # fmt: skip
+            for partition, node_id in moved.items():
+                written = [(n // 6, f"m{n}".encode()) for n in range(30) if n % 6 == partition]
+                wait_until(
+                    partial(_replica_holds, client, "gc", partition, node_id, written),
+                    30,
+                    f"{node_id}'s new copy of gc/{partition}",
+                )
+                assert (replica_dir(partition, node_id) / "REJOINED").exists()
+            client.produce("gc", b"after", partition=next(iter(moved)))
+
+
 def test_the_metrics_endpoint_reports_partitions_and_latencies(tmp_path: Path) -> None:
     import urllib.request
 

@@ -16,7 +16,7 @@ from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.node import Node
 from raft.codec import encode_message_parts
-from raft.types import Role, VoteRequest
+from raft.types import AppendRequest, Configuration, HardState, Message, Role, VoteRequest
 
 PARTITIONS = 30
 
@@ -55,9 +55,9 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         threads = []
         open_replica = node.opener.open_replica
 
-        def recording(*args):  # type: ignore[no-untyped-def]
+        def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
             threads.append(threading.current_thread().name)
-            return open_replica(*args)
+            return open_replica(*args, **kwargs)
 
         node.opener.open_replica = recording  # type: ignore[method-assign]
         votes = [
@@ -93,6 +93,69 @@ def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: P
                 replica.node.tick()
             campaigned = replica.node.role is not Role.FOLLOWER
             assert campaigned == preferred, replica.group
+        await node.multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def _encoded(message: Message) -> memoryview:
+    return memoryview(b"".join(encode_message_parts(message)))
+
+
+async def _wait(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> None:
+    """Replica GC: once told it was removed, the replica's log is deleted and a marker left; its
+    term and vote stay in the journal. Only a leader's message opens it again, and then with an
+    empty configuration (never the topic's initial assignment) and the term and vote it kept."""
+
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        await node._reconcile_local()
+        await node.opener.open_pending()
+        replica = node.multiraft.replicas["t/0"]
+        directory = Path(replica.directory)
+        assert (directory / "log").is_dir()
+        node.journal.save_many({"t/0": HardState(7, "n2", 0)})  # as an election leaves it
+        replica.node.removed_at = 5  # as a member's `Removed` sets it
+        node._after_round({replica})
+        await _wait((directory / opener_module.RETIRED).exists, "the marker")
+        await _wait(lambda: not node._retiring, "the retirement")
+        assert "t/0" not in node.multiraft.replicas and not (directory / "log").exists()
+        assert node.journal.load("t/0") == HardState(7, "n2", 0)
+
+        node.opener.retired.clear()  # as after a restart: the marker alone must keep it shut
+        node._local_checked_at = 0.0
+        await node._reconcile_local()
+        await node.opener.open_pending()
+        assert "t/0" not in node.multiraft.replicas and "t/0" in node.opener.retired
+        node.opener.open_on_message("t/0", "n3", _encoded(VoteRequest(8, "n3", "n1", 9, 7, True)))
+        assert "t/0" not in node.opener.opening  # a removed peer's campaign opens nothing
+
+        append = _encoded(AppendRequest(8, "n2", "n1", 40, 7, 40))
+        node.opener.open_on_message("t/0", "n2", append)
+        await _wait(lambda: "t/0" in node.multiraft.replicas, "t/0 re-opened for its leader")
+        back = node.multiraft.replicas["t/0"]
+        assert (back.node.term, back.node.vote) == (7, "n2")
+        assert back.node.configuration == Configuration()  # not the initial assignment
+        assert (directory / opener_module.REJOINED).exists()
+        assert not (directory / opener_module.RETIRED).exists()
+        assert "t/0" not in node.opener.retired
+        delivered = [m for m in node.multiraft._inbox if isinstance(m, tuple)]
+        assert delivered == [("n2", [("t/0", bytes(append))])]
+        # reopened after a restart, it still does not take the initial assignment
+        node.multiraft.remove("t/0")
+        spec = node.topics["t"]
+        bootstrap = Configuration(voters=frozenset(spec.assignment[0]))
+        again = await node.multiraft.run_storage(
+            lambda: node.opener.open_replica(spec, 0, bootstrap)
+        )
+        assert again is not None and again.node.configuration == Configuration()  # type: ignore[attr-defined]
         await node.multiraft.stop()
 
     asyncio.run(scenario())

@@ -30,6 +30,7 @@ from raft.types import (
     LogBoundary,
     LogReset,
     Message,
+    Removed,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -70,6 +71,7 @@ messages = st.one_of(
     st.builds(Heartbeat, naturals, ids, ids, naturals, st.booleans(), naturals),
     st.builds(HeartbeatResponse, naturals, ids, ids, naturals),
     st.builds(TimeoutNow, naturals, ids, ids),
+    st.builds(Removed, naturals, ids, ids, naturals),
     st.builds(
         LogReset,
         naturals,

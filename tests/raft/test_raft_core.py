@@ -23,6 +23,7 @@ from raft.types import (
     ConfigChangeOp,
     Configuration,
     LogReset,
+    Removed,
     Role,
     TimeoutNow,
     VoteRequest,
@@ -538,3 +539,79 @@ def test_a_commit_sends_nothing_of_its_own_and_followers_learn_it_on_the_next_ti
     told = len(g.sent)
     g.tick(1, only=["a"])
     assert not [m for m in g.sent[told:] if type(m).__name__ == "AppendRequest"]
+
+
+# -- removed members learn it (replica GC) ----------------------------------------------------------
+
+
+def _removed_messages(g, to: str) -> list[Removed]:  # type: ignore[no-untyped-def]
+    return [m for m in g.sent if isinstance(m, Removed) and m.recipient == to]
+
+
+def test_the_leader_tells_a_removed_member_once_its_removal_commits(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("b")  # b never sees the entry that removes it
+    g.cut -= {("a", "c"), ("c", "a")}
+    g.split(["c"], ["a"])  # and the removal cannot commit yet: c is cut off too
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "b")))
+    g.deliver()
+    index = a.configuration_index
+    assert a.commit < index and not _removed_messages(g, "b")  # not before it commits
+    g.heal()
+    g.tick(2)
+    assert a.commit >= index
+    assert [m.config_index for m in _removed_messages(g, "b")] == [index]
+    b = g.nodes["b"]
+    assert b.removed_at == index  # b's own configuration (from before) is older
+    assert not _removed_messages(g, "c")
+
+
+def test_a_member_answers_a_removed_node_s_campaign(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("b")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "b")))
+    g.deliver()
+    g.tick(2)
+    index = a.configuration_index
+    assert a.commit >= index and g.nodes["c"].commit >= index
+    g.sent.clear()
+    g.heal()
+    b = g.nodes["b"]
+    assert b.removed_at == 0  # the leader's word was lost on the cut link
+    g.tick(E * 3, only=["b"])  # b campaigns (pre-vote) with its old configuration
+    assert {m.sender for m in _removed_messages(g, "b")} >= {"a", "c"}
+    assert b.removed_at == index
+
+
+def test_removed_is_ignored_by_a_node_added_back(group) -> None:  # type: ignore[no-untyped-def]
+    """A node with a configuration as new as, or newer than, the one that left it out was added
+    back: deleting its log then could lose entries a quorum counted on it."""
+    g = group(ABC)
+    a = g.elect("a")
+    g.add("d")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d")))
+    g.deliver()
+    g.tick(1)
+    c = g.nodes["c"]
+    assert c.configuration_index > 0
+    for index in (c.configuration_index - 1, c.configuration_index):  # older, or the same
+        c.step(Removed(a.term, "a", "c", index))
+        assert c.removed_at == 0
+    c.step(Removed(a.term, "a", "c", c.configuration_index + 1))
+    assert c.removed_at == c.configuration_index + 1
+
+
+def test_no_removed_reply_without_a_committed_configuration(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)  # the bootstrap configuration: no entry set it, so nothing proves a removal
+    c = g.nodes["c"]
+    c.step(VoteRequest(5, "z", "c", 10, 4, pre_vote=True))
+    g.drain("c")
+    assert not _removed_messages(g, "z")
+    a = g.elect("a")
+    g.isolate("a")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "d")))
+    a.step(VoteRequest(a.term + 1, "z", "a", 10, a.term, pre_vote=True))
+    g.drain("a")
+    assert a.commit < a.configuration_index and not _removed_messages(g, "z")  # uncommitted
