@@ -94,6 +94,10 @@ class Metrics:
             "flotilla_leader_changes_total", "leadership gained or lost by local replicas", ["node"],
             registry=self.registry,
         )  # fmt: skip
+        self.replicas_retired = Counter(
+            "flotilla_replicas_retired_total", "local replicas deleted after their group removed them", ["node"],
+            registry=self.registry,
+        )  # fmt: skip
         self.registry.register(_PartitionCollector(node_id, replicas))
         # the labelled children, looked up once (every produce and disk round observes one)
         self._produce_latency = self.produce_latency.labels(node_id)
@@ -108,6 +112,9 @@ class Metrics:
 
     def leader_changed(self) -> None:
         self.leader_changes.labels(self.node_id).inc()
+
+    def replica_retired(self) -> None:
+        self.replicas_retired.labels(self.node_id).inc()
 
     def serve(self, host: str, port: int) -> None:
         self._server = start_http_server(port, addr=host, registry=self.registry)

@@ -619,6 +619,7 @@ class Node:
             self.steward.forget(group)
             self.opener.retired.add(group)
             await self.multiraft.run_storage(partial(self.opener.retire, replica))
+            self.metrics.replica_retired()
             log.info(
                 "retired replica %s: the configuration at index %d left this node out",
                 group,

@@ -128,6 +128,10 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         await _wait(lambda: not node._retiring, "the retirement")
         assert "t/0" not in node.multiraft.replicas and not (directory / "log").exists()
         assert node.journal.load("t/0") == HardState(7, "n2", 0)
+        retired = node.metrics.registry.get_sample_value(
+            "flotilla_replicas_retired_total", {"node": "n1"}
+        )
+        assert retired == 1.0
 
         node.opener.retired.clear()  # as after a restart: the marker alone must keep it shut
         node._local_checked_at = 0.0
