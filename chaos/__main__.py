@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--quiet-s", type=_range, default=(1.0, 3.0), help="MIN,MAX gap (s)")
         sub.add_argument("--fault-s", type=_range, default=(2.0, 5.0), help="MIN,MAX fault (s)")
         sub.add_argument("--max-faults", type=int, default=0, help="0: as many as fit")
+        sub.add_argument("--replace-after-s", type=float, default=None,
+                         help="nodes' replace_after_s: a short one makes faults move data")  # fmt: skip
         sub.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
         sub.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
         if command == "run":
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_s=args.quiet_s,
         fault_s=args.fault_s,
         max_faults=args.max_faults,
+        replace_after_s=args.replace_after_s,
     )
     if args.command == "run":
         outcome = run(replace(config, seed=args.seed))

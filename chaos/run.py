@@ -49,6 +49,9 @@ class RunConfig:
     fault_s: tuple[float, float] = (2.0, 5.0)
     max_faults: int = 0  # 0 = as many as fit in duration_s
     node_config: str = NODE_CONFIG  # TOML given to every node (--config)
+    # seconds before a dead or departed node's replicas move to live nodes (the nodes' own
+    # default when None); short, with more nodes than replicas, the faults also move data
+    replace_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ def replay_command(config: RunConfig) -> str:
         "--quiet-s": (config.quiet_s, default.quiet_s),
         "--fault-s": (config.fault_s, default.fault_s),
         "--max-faults": (config.max_faults, default.max_faults),
+        "--replace-after-s": (config.replace_after_s, default.replace_after_s),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
@@ -83,6 +87,12 @@ def replay_command(config: RunConfig) -> str:
         f"python -m chaos run --nodes {config.nodes} --nemesis {','.join(config.nemeses)} "
         f"--duration {config.duration_s:g} --seed {config.seed}{flags}"
     )
+
+
+def _node_config(config: RunConfig) -> str:
+    if config.replace_after_s is None:
+        return config.node_config
+    return config.node_config + f"replace_after_s = {config.replace_after_s!r}\n"
 
 
 def run(config: RunConfig) -> RunOutcome:
@@ -99,7 +109,7 @@ def run(config: RunConfig) -> RunOutcome:
     (directory / "schedule.json").write_text(json.dumps([asdict(f) for f in faults], indent=2))
     env = {UNSAFE_ENV: "1"} if config.unsafe_flags else {}
     cluster = LocalCluster(directory / "cluster", config.nodes, env=env,
-                           node_args=list(config.unsafe_flags), config_text=config.node_config)  # fmt: skip
+                           node_args=list(config.unsafe_flags), config_text=_node_config(config))  # fmt: skip
     network = ChaosNetwork(directory)
     history = HistoryWriter(directory / "history.jsonl")
     topic = config.workload.topic

@@ -20,7 +20,15 @@ import pytest
 from chaos.__main__ import _names
 from chaos.nemesis import LINKS, NEMESES, PARTITIONS, PROCESS, schedule
 from chaos.network import ChaosNetwork
-from chaos.run import NODE_CONFIG, RunConfig, RunOutcome, print_outcome, replay_command, run
+from chaos.run import (
+    NODE_CONFIG,
+    RunConfig,
+    RunOutcome,
+    _node_config,
+    print_outcome,
+    replay_command,
+    run,
+)
 from chaos.workload import WorkloadConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -131,6 +139,10 @@ def test_command_line_names_nemeses_and_the_replay_command() -> None:
     )
     custom = replace(config, fault_s=(1.5, 2.5), max_faults=2, unsafe_flags=("--unsafe-x",))
     assert replay_command(custom).endswith(" --fault-s 1.5,2.5 --max-faults 2 --unsafe-x")
+    moving = replace(config, replace_after_s=2.5)
+    assert replay_command(moving).endswith(" --seed 7 --replace-after-s 2.5")
+    assert _node_config(moving) == NODE_CONFIG + "replace_after_s = 2.5\n"
+    assert _node_config(config) == NODE_CONFIG
 
 
 class RecordingNetwork(ChaosNetwork):
