@@ -298,22 +298,29 @@ def _voters(client: Client, topic: str) -> dict[int, set[str]]:
     return {p.index: set(p.replicas) for p in client.describe_topic(topic).partitions}
 
 
+def _fourth_node_joins(local: LocalCluster, client: Client, topic: str) -> dict[int, set[str]]:
+    """A topic of 6 partitions holding 30 records ("m0".."m29", round robin) on 3 nodes; then
+    n4 joins. Returns the placement, once the replicas follow it."""
+    client.create_topic(topic, partitions=6, replication_factor=3)
+    for n in range(30):
+        client.produce(topic, f"m{n}".encode(), partition=n % 6)
+    local.add_node()
+    expected = _placement(topic, 6, ["n1", "n2", "n3", "n4"])
+    assert any("n4" in replicas for replicas in expected.values())
+    wait_until(
+        lambda: _voters(client, topic) == expected,
+        60,
+        f"replicas to follow placement {expected}",
+        detail=lambda: _voters(client, topic),
+    )
+    return expected
+
+
 def test_a_joining_node_takes_over_its_placement(tmp_path: Path) -> None:
     with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
         local.start()
         with Client(local.addresses(), timeout_s=30) as client:
-            client.create_topic("moves", partitions=6, replication_factor=3)
-            for n in range(30):
-                client.produce("moves", f"m{n}".encode(), partition=n % 6)
-            local.add_node()
-            expected = _placement("moves", 6, ["n1", "n2", "n3", "n4"])
-            assert any("n4" in replicas for replicas in expected.values())
-            wait_until(
-                lambda: _voters(client, "moves") == expected,
-                60,
-                f"replicas to follow placement {expected}",
-                detail=lambda: _voters(client, "moves"),
-            )
+            expected = _fourth_node_joins(local, client, "moves")
             for partition, replicas in expected.items():
                 if "n4" in replicas:
                     written = [(n // 6, f"m{n}".encode()) for n in range(30) if n % 6 == partition]
@@ -356,15 +363,7 @@ def test_removed_replicas_retire_and_come_back_when_placement_returns(tmp_path: 
     with LocalCluster(tmp_path, 3, config_text=config) as local:
         local.start()
         with Client(local.addresses(), timeout_s=30) as client:
-            client.create_topic("gc", partitions=6, replication_factor=3)
-            for n in range(30):
-                client.produce("gc", f"m{n}".encode(), partition=n % 6)
-            local.add_node()
-            expected = _placement("gc", 6, ["n1", "n2", "n3", "n4"])
-            wait_until(
-                lambda: _voters(client, "gc") == expected, 60, f"placement {expected}",
-                detail=lambda: _voters(client, "gc"),
-            )  # fmt: skip
+            expected = _fourth_node_joins(local, client, "gc")
             moved = {
                 p: ({"n1", "n2", "n3"} - replicas).pop()
                 for p, replicas in expected.items()
