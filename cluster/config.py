@@ -73,6 +73,8 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024  # largest accepted produce batch
     max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit, both directions
     max_open_files: int = 4096  # bound on open segment files in this process
+    # how often topics' retention (retention_bytes, retention_ms) is applied to local logs
+    retention_check_s: float = 60.0
     # behaviour
     produce_timeout_ms: int = 10_000  # default wait for commit of an acks=all produce
     replace_after_s: float = 30.0  # a dead member's replicas are replaced after this long
@@ -126,6 +128,8 @@ class NodeConfig:
                 f"max_batch_bytes={self.max_batch_bytes} must leave room within "
                 f"max_message_bytes={self.max_message_bytes}"
             )
+        if not self.retention_check_s > 0:
+            raise ConfigError(f"retention_check_s={self.retention_check_s} must be > 0")
         if self.replace_after_s < 0:
             raise ConfigError(f"replace_after_s={self.replace_after_s} must be >= 0")
         if self.leader_balance_after_s < 0:

@@ -30,7 +30,7 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cluster.replica import OutOfOrderSequence, Replica, Waiter
@@ -95,6 +95,7 @@ class MultiRaft:
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
         self._wake = asyncio.Event()
         self._storage = concurrent.futures.ThreadPoolExecutor(1, "flotilla-storage")
+        self._maintenance: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
         self.malformed_messages = 0
@@ -162,6 +163,15 @@ class MultiRaft:
         for replica in list(self.replicas.values()):
             replica.close()
         self.journal.close()
+
+    def maintain(self, work: Callable[[], object]) -> asyncio.Future[object]:
+        """Runs `work` on the storage thread within the next round, while no Raft node steps
+        (e.g. compacting logs, which the nodes read between rounds); the future has its
+        result or exception."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._maintenance.append((work, future))
+        self._wake.set()
+        return future
 
     async def run_storage(self, work: Callable[[], object]) -> object:
         """Runs `work` on the storage thread (e.g. deleting a replica's files)."""
@@ -286,7 +296,8 @@ class MultiRaft:
             if replica.node.has_ready():
                 readies.append((replica, replica.node.ready()))
         self._dirty = set()
-        if not readies:
+        maintenance, self._maintenance = self._maintenance, []
+        if not readies and not maintenance:
             self._end_round()
             return
         # A Ready with no disk work speaks only for state earlier rounds made durable (e.g. a
@@ -302,12 +313,23 @@ class MultiRaft:
             if ready.send_before_persist:
                 self._send(replica.group, ready.messages)
             heavy.append((replica, ready, not ready.send_before_persist))
-        if heavy:
+        if heavy or maintenance:
             started = time.perf_counter()
-            await asyncio.get_running_loop().run_in_executor(
-                self._storage, _write_all, [(r, ready) for r, ready, _ in heavy], self.journal
+            outcomes = await asyncio.get_running_loop().run_in_executor(
+                self._storage,
+                _write_all,
+                [(r, ready) for r, ready, _ in heavy],
+                self.journal,
+                [work for work, _ in maintenance],
             )
             self.on_disk(time.perf_counter() - started)
+            for (_, future), outcome in zip(maintenance, outcomes, strict=True):
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
         for replica, ready, send_now in heavy:
             self._finish(replica, ready, send=send_now)
         if self._dirty:
@@ -362,9 +384,14 @@ def _has_disk_work(replica: Replica, ready: Ready) -> bool:
 WRITE_CHUNK_GROUPS = 512
 
 
-def _write_all(readies: list[tuple[Replica, Ready]], journal: StateJournal) -> None:
+def _write_all(
+    readies: list[tuple[Replica, Ready]],
+    journal: StateJournal,
+    maintenance: Sequence[Callable[[], object]] = (),
+) -> list[object]:
     """Storage thread: every Ready's writes, group-committed (one fsync per dirty log, in
-    parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal."""
+    parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal; then
+    the maintenance work (`MultiRaft.maintain`). Returns each work's result or exception."""
     states: dict[str, HardState | None] = {}
     for start in range(0, len(readies), WRITE_CHUNK_GROUPS):
         chunk = readies[start : start + WRITE_CHUNK_GROUPS]
@@ -375,3 +402,10 @@ def _write_all(readies: list[tuple[Replica, Ready]], journal: StateJournal) -> N
         # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
         sync_logs(replica.segmented for replica, _ in chunk)
     journal.save_many(states)
+    outcomes: list[object] = []
+    for work in maintenance:
+        try:
+            outcomes.append(work())
+        except Exception as error:  # handed to the caller's future
+            outcomes.append(error)
+    return outcomes

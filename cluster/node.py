@@ -140,6 +140,7 @@ class Node:
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         self._topics_polled_at = 0.0
         self._retiring: set[str] = set()  # groups whose replica is being retired (`_retire`)
+        self._retention_checked_at = time.monotonic()  # when retention was last applied
         self._retire_tasks: set[asyncio.Task[None]] = set()
         self.started = asyncio.Event()
 
@@ -536,6 +537,9 @@ class Node:
                 if time.monotonic() - self._local_checked_at > 5.0:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
+                if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
+                    self._retention_checked_at = time.monotonic()
+                    await self._apply_retention()
                 await self.opener.open_pending()
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
@@ -592,6 +596,21 @@ class Node:
                     set(self.multiraft.replicas),
                 )
             )
+
+    async def _apply_retention(self) -> None:
+        """Applies each topic's retention to the local replicas: whole sealed segments past
+        `retention_bytes`, or older than `retention_ms`, are removed — only entries already
+        applied (committed), and within a round, while no Raft node steps. Every replica does
+        so on its own, as Kafka's do; a follower that falls behind the leader's log start is
+        reset to it (Raft's `LogReset`). Reads below a replica's log start are OUT_OF_RANGE."""
+        work = []
+        for replica in self.multiraft.replicas.values():
+            spec = self.topics.get(replica.topic)
+            if spec is not None and (spec.retention_bytes or spec.retention_ms):
+                work.append((replica, spec.retention_bytes or None, spec.retention_ms or None))
+        if work:
+            now_ms = int(time.time() * 1000)
+            await self.multiraft.maintain(partial(_retain, self.multiraft.replicas, work, now_ms))
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
@@ -660,6 +679,29 @@ def _read_committed(
             )
             records += entry.record_count
     return batches
+
+
+def _retain(
+    hosted: dict[str, Replica],
+    work: list[tuple[Replica, int | None, int | None]],
+    now_ms: int,
+) -> int:
+    """Storage thread, within a round (`MultiRaft.maintain`): compacts each replica's log to
+    what its retention keeps, never past its applied index. Returns the entries removed."""
+    removed = 0
+    for replica, retention_bytes, retention_ms in work:
+        if hosted.get(replica.group) is not replica:
+            continue  # closed since (a deleted topic, a retired replica)
+        try:
+            cut = replica.segmented.retention_cut(now_ms, retention_bytes, retention_ms)
+            cut = min(cut, replica.node.applied_index + 1)
+            first = replica.log.first_index
+            if cut > first:
+                replica.log.compact(cut)
+                removed += cut - first
+        except Exception:
+            log.exception("applying retention to %s failed", replica.group)
+    return removed
 
 
 def _forget_states_of_deleted_topics(

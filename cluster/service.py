@@ -24,6 +24,7 @@ from proto import flotilla_pb2_grpc, peer_pb2
 from proto.records import InvalidBatch, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
+from storage import IndexOutOfRange, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from cluster.node import Node
@@ -37,6 +38,17 @@ MAX_WAIT_MS = 60_000
 # waits this long at most for it: a follower learns a commit within one Raft tick. After that
 # the read is served as it stands, and the client tries another replica.
 READ_YOUR_WRITES_WAIT_S = 0.5
+
+
+async def _offset_out_of_range(
+    context: grpc.aio.ServicerContext, replica: Replica, offset: int
+) -> NoReturn:
+    await _abort(
+        context,
+        grpc.StatusCode.OUT_OF_RANGE,
+        f"offset {offset} is out of range for {replica.group}: valid offsets are "
+        f"{replica.segmented.first_offset}..{replica.high_watermark} (the high watermark)",
+    )
 
 
 async def _abort(
@@ -247,12 +259,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
         upper_ok = node.unsafe_read_uncommitted or offset <= high_watermark
         if not (log_start <= offset and upper_ok):
-            await _abort(
-                context,
-                grpc.StatusCode.OUT_OF_RANGE,
-                f"offset {offset} is out of range for {replica.group}: valid offsets are "
-                f"{log_start}..{high_watermark} (the high watermark)",
-            )
+            await _offset_out_of_range(context, replica, offset)
         if offset == high_watermark and request.max_wait_ms:
             try:
                 await asyncio.wait_for(replica.hw_changed.wait(), request.max_wait_ms / 1000)
@@ -262,7 +269,10 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         max_bytes = min(
             request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
         )
-        batches = await node.read(replica, offset, max_records, max_bytes)
+        try:
+            batches = await node.read(replica, offset, max_records, max_bytes)
+        except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
+            await _offset_out_of_range(context, replica, offset)
         return pb.FetchResponse(
             batches=batches,
             high_watermark=replica.high_watermark,

@@ -262,20 +262,8 @@ class SegmentedLog:
     def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
         """Removes whole sealed segments beyond `retention_bytes` / older than `retention_ms`,
         never at or above `keep_from` (e.g. Raft's commit index + 1). Returns entries removed."""
-        limit_bytes, limit_ms = self.config.retention_bytes, self.config.retention_ms
         with self._lock:
-            self._check_open()
-            if (limit_bytes is None and limit_ms is None) or len(self._segments) < 2:
-                return 0
-            total = self.size_bytes
-            cut = self._start_index
-            for segment in self._segments[:-1]:
-                too_big = limit_bytes is not None and total - segment.size >= limit_bytes
-                too_old = limit_ms is not None and segment.newest_timestamp_ms < now_ms - limit_ms
-                if not (too_big or too_old):
-                    break
-                cut = segment.last_index + 1
-                total -= segment.size
+            cut = self.retention_cut(now_ms, self.config.retention_bytes, self.config.retention_ms)
             if keep_from is not None:
                 cut = min(cut, keep_from)
             if cut <= self._start_index:
@@ -283,6 +271,30 @@ class SegmentedLog:
             removed = cut - self._start_index
             self.truncate_prefix(cut)
             return removed
+
+    def retention_cut(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> int:
+        """The first index that retention keeps: whole sealed segments go while the log is
+        larger than `retention_bytes` without them, or while their newest entry is older than
+        `retention_ms` (None: no limit); the active segment always stays. Removes nothing (a
+        Raft log compacts itself to this point, keeping its configuration sidecar)."""
+        with self._lock:
+            self._check_open()
+            cut = self._start_index
+            if (retention_bytes is None and retention_ms is None) or len(self._segments) < 2:
+                return cut
+            total = self.size_bytes
+            for segment in self._segments[:-1]:
+                too_big = retention_bytes is not None and total - segment.size >= retention_bytes
+                too_old = (
+                    retention_ms is not None and segment.newest_timestamp_ms < now_ms - retention_ms
+                )
+                if not (too_big or too_old):
+                    break
+                cut = segment.last_index + 1
+                total -= segment.size
+            return cut
 
     def close(self) -> None:
         with self._lock:

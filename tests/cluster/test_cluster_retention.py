@@ -1,0 +1,84 @@
+"""Topic retention on real processes: each replica removes whole sealed segments past the topic's
+`retention_bytes` or older than its `retention_ms`; reads below a replica's log start are
+OUT_OF_RANGE; a follower that was down while the leader's log moved on past it is reset to the
+leader's log start and catches up from there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness import wait_until
+
+from cluster.local import LocalCluster
+from flotilla import Client, OffsetOutOfRange
+
+pytestmark = pytest.mark.integration
+
+# 16 KiB segments, retention applied every 0.2 s
+CONFIG = (
+    "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+    "segment_bytes = 16384\nretention_check_s = 0.2\n"
+)
+VALUE = b"r" * 1000
+
+
+def _holds_tail(client: Client, topic: str, replica: str, start: int, end: int) -> bool:
+    records = []
+    offset = start
+    while offset < end:
+        batch = client.read(topic, 0, offset, 1000, replica=replica)
+        if not batch:
+            return False
+        records.extend(batch)
+        offset = batch[-1].offset + 1
+    return [r.offset for r in records] == list(range(start, end)) and all(
+        r.value == VALUE for r in records
+    )
+
+
+def test_retention_bounds_every_replica_and_resets_a_follower_left_behind(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("sized", 1, 3, retention_bytes=48 * 1024)
+            client.create_topic("aged", 1, 3, retention_ms=500)
+            info = client.describe_topic("sized").partitions[0]
+            wait_until(lambda: client.describe_topic("sized").partitions[0].leader, 30, "a leader")
+            leader = client.describe_topic("sized").partitions[0].leader
+            follower = next(r for r in info.replicas if r != leader)
+            local.kill(follower)
+            for _ in range(20):
+                client.produce_batch("sized", [VALUE] * 10, partition=0)
+                client.produce_batch("aged", [VALUE] * 10, partition=0)
+            end = 200
+
+            def start_of(topic: str) -> int:
+                client.refresh([topic])
+                return client.describe_topic(topic).partitions[0].log_start
+
+            # the leader keeps about 48 KiB (plus its active segment): far less than 200 KiB
+            wait_until(lambda: start_of("sized") >= 100, 30, "sized's log start to move on")
+            wait_until(lambda: start_of("aged") >= 150, 30, "aged's old segments to go")
+            sized_start = start_of("sized")
+            with pytest.raises(OffsetOutOfRange, match="out of range"):
+                client.read("sized", 0, 0, 10, replica=leader)
+            assert _holds_tail(client, "sized", leader, sized_start, end)
+            size = sum(
+                f.stat().st_size
+                for f in (tmp_path / leader / "partitions" / "sized" / "0").rglob("*.log")
+            )
+            assert size < 100 * 1024, size
+
+            # the follower comes back behind the leader's log start: reset, then caught up
+            local.start(follower)
+            wait_until(
+                lambda: _holds_tail(client, "sized", follower, start_of("sized"), end),
+                60,
+                f"{follower} to hold sized/0 from the leader's log start",
+            )
+            with pytest.raises(OffsetOutOfRange):
+                client.read("sized", 0, 0, 10, replica=follower)
+            client.produce("sized", VALUE, partition=0)  # and the group takes writes
