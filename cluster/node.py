@@ -59,6 +59,10 @@ __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
 
+# Replicas whose retention one round checks (`Node._apply_retention`): a round's writes wait
+# for it, so thousands of partitions are checked over several rounds.
+RETENTION_CHUNK = 256
+
 _STATE = {
     MemberState.ALIVE: pb.ALIVE,
     MemberState.SUSPECT: pb.SUSPECT,
@@ -608,9 +612,10 @@ class Node:
             spec = self.topics.get(replica.topic)
             if spec is not None and (spec.retention_bytes or spec.retention_ms):
                 work.append((replica, spec.retention_bytes or None, spec.retention_ms or None))
-        if work:
-            now_ms = int(time.time() * 1000)
-            await self.multiraft.maintain(partial(_retain, self.multiraft.replicas, work, now_ms))
+        now_ms = int(time.time() * 1000)
+        for start in range(0, len(work), RETENTION_CHUNK):  # a few per round: short rounds
+            chunk = work[start : start + RETENTION_CHUNK]
+            await self.multiraft.maintain(partial(_retain, self.multiraft.replicas, chunk, now_ms))
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
