@@ -393,7 +393,7 @@ class Node:
                 )
             except grpc.aio.AioRpcError:
                 continue
-            signature = tuple((t.name, len(t.partitions)) for t in response.topics)
+            signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
             if signature != self._topics_version:
                 self._topics_version = signature
                 self._local_checked_at = 0.0
@@ -405,6 +405,7 @@ class Node:
                     t.retention_bytes,
                     t.retention_ms,
                     tuple(tuple(p.replicas) for p in t.partitions),
+                    t.uid,
                 )
                 for t in response.topics
             }
@@ -460,7 +461,7 @@ class Node:
             spec = self.topics[name]
             topic = pb.TopicInfo(
                 name=name, replication_factor=spec.replication_factor,
-                retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms,
+                retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms, uid=spec.uid,
             )  # fmt: skip
             for index in range(spec.partitions):
                 info = infos.get((name, index))
@@ -558,6 +559,20 @@ class Node:
         """Queues for opening every replica the topics assign here or that is on disk, and
         drops the replicas of deleted topics. O(partitions), so it runs every 5 s or when the
         topics change, not every pass."""
+        # Replicas of deleted topics (or of an earlier incarnation of a topic deleted and
+        # created again) stop first, before anything here awaits; their files go next. A
+        # replica removed from its group is retired when a member tells it so (`_retire`):
+        # only then, because Raft's safety assumes no voter forgets what it voted and stored,
+        # and only a committed configuration that leaves it out, newer than its own, proves it
+        # is no voter any more. Its term and vote outlive it in the journal, and it never
+        # rejoins with the initial assignment.
+        gone = [g for g, r in self.multiraft.replicas.items() if self._deleted(r)]
+        stopped = [self.multiraft.remove(group) for group in gone]
+        for group in gone:
+            self.steward.forget(group)
+        for replica in stopped:
+            if replica is not None:
+                await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
         opener, node_id = self.opener, self.config.node_id
         on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
         opener.forget_deleted()
@@ -571,19 +586,6 @@ class Node:
                     opener.queue(spec, index, Configuration(voters=frozenset(assigned)))
                 elif str(index) in present:
                     opener.queue(spec, index, Configuration())
-        # Replicas of deleted topics are deleted here. A replica removed from its group is
-        # retired when a member tells it so (`_retire`): only then, because Raft's safety
-        # assumes no voter forgets what it voted and stored, and only a committed configuration
-        # that leaves it out, newer than its own, proves it is no voter any more. Its term and
-        # vote outlive it in the journal, and it never rejoins with the initial assignment.
-        deleted_topics = [
-            g for g, r in self.multiraft.replicas.items() if r.topic not in self.topics
-        ]
-        for group in deleted_topics:
-            replica = self.multiraft.remove(group)
-            self.steward.forget(group)
-            if replica is not None:
-                await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
         if self.topics:
             for topic in os.listdir(self.partitions_dir):
                 if topic not in self.topics:
@@ -600,6 +602,13 @@ class Node:
                     set(self.multiraft.replicas),
                 )
             )
+
+    def _deleted(self, replica: Replica) -> bool:
+        """Is the replica's topic gone, or deleted and created again (another uid)?"""
+        spec = self.topics.get(replica.topic)
+        if spec is None:
+            return True
+        return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
 
     async def _apply_retention(self) -> None:
         """Applies each topic's retention to the local replicas: whole sealed segments past
@@ -641,7 +650,7 @@ class Node:
                 return
             self.multiraft.remove(group)
             self.steward.forget(group)
-            self.opener.retired.add(group)
+            self.opener.retired[group] = replica.topic_uid
             await self.multiraft.run_storage(partial(self.opener.retire, replica))
             self.metrics.replica_retired()
             log.info(

@@ -9,6 +9,11 @@ leader is adding this node). In a brand-new group the replicas other than the pr
 (first in placement order) wait before their first campaign, so new groups do not split their
 votes.
 
+A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
+another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
+markers, and its hard state in the journal) before the new incarnation's replica opens, so the
+deleted topic's records can never come back in the new one (Kafka's topic IDs, KIP-516).
+
 Retirement (replica GC): a replica told by its group that a committed configuration left it out
 (`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
 term and vote it held stay in the node's state journal. A retired replica is not opened again
@@ -60,6 +65,9 @@ HELD_MESSAGES = 8
 # Markers in a replica's directory (see the module docstring).
 RETIRED = "RETIRED"
 REJOINED = "REJOINED"
+# The uid of the topic incarnation a replica's directory belongs to: a topic deleted and created
+# again under the same name while this node was away must not get the old one's log.
+TOPIC_UID = "TOPIC_UID"
 
 
 class ReplicaOpener:
@@ -92,9 +100,9 @@ class ReplicaOpener:
         self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
         # messages for groups being opened, delivered once they are (the newest few)
         self._held: dict[str, list[tuple[str, bytes]]] = {}
-        # groups whose replica here retired (as far as this process has seen: a restart
-        # learns them again from the markers, in `open_replica`)
-        self.retired: set[str] = set()
+        # groups whose replica here retired, with their topic's uid (as far as this process
+        # has seen: a restart learns them again from the markers, in `open_replica`)
+        self.retired: dict[str, str] = {}
 
     def knows(self, group: str) -> bool:
         """Is the group hosted, being opened, queued, or retired here?"""
@@ -113,7 +121,11 @@ class ReplicaOpener:
         topics = self.topics()
         for group in [g for g, (spec, _, _) in self.pending.items() if spec.name not in topics]:
             del self.pending[group]
-        self.retired = {g for g in self.retired if g.rpartition("/")[0] in topics}
+        self.retired = {
+            group: uid
+            for group, uid in self.retired.items()
+            if (spec := topics.get(group.rpartition("/")[0])) is not None and spec.uid == uid
+        }
 
     def replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
@@ -147,9 +159,9 @@ class ReplicaOpener:
                 )
                 now = time.monotonic()
                 topics = self.topics()
-                for group, replica in zip(groups, opened, strict=True):
+                for (spec, _, _), group, replica in zip(batch, groups, opened, strict=True):
                     if replica is None:
-                        self.retired.add(group)
+                        self.retired[group] = spec.uid
                     elif replica.topic in topics and replica.group not in replicas:
                         self._add(replica)
                         settling[replica.group] = now
@@ -175,6 +187,17 @@ class ReplicaOpener:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
         leader adding this node back re-opens it)."""
         directory = self.replica_dir(spec.name, index)
+        group = f"{spec.name}/{index}"
+        uid_path = os.path.join(directory, TOPIC_UID)
+        if spec.uid:
+            found = _read_text(uid_path)
+            if found is not None and found != spec.uid:
+                log.warning(
+                    "wiping %s: it belongs to an earlier topic %r (uid %s, now %s)",
+                    directory, spec.name, found, spec.uid,
+                )  # fmt: skip
+                shutil.rmtree(directory, ignore_errors=True)
+                self.journal.forget([group])
         if os.path.exists(os.path.join(directory, RETIRED)):
             if not from_leader:
                 # finish a retirement a crash interrupted (the marker is written first)
@@ -186,7 +209,7 @@ class ReplicaOpener:
             bootstrap = Configuration()
         elif os.path.exists(os.path.join(directory, REJOINED)):
             bootstrap = Configuration()
-        hard_state = self.journal.load(f"{spec.name}/{index}")
+        hard_state = self.journal.load(group)
         replica = Replica.open(
             node_id=self.node_id,
             topic=spec.name,
@@ -199,6 +222,9 @@ class ReplicaOpener:
             handles=self.handles,
             rng=random.Random(self._rng.getrandbits(64)),
         )
+        replica.topic_uid = spec.uid
+        if spec.uid and not os.path.exists(uid_path):
+            write_atomic(uid_path, spec.uid.encode())
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
         if (
             hard_state.term == 0
@@ -228,7 +254,7 @@ class ReplicaOpener:
             from_leader = isinstance(decode_message(payload), AppendRequest | Heartbeat | LogReset)
         except RaftError:
             return  # malformed: the host counts it when the group is hosted; nothing to open
-        if group in self.retired and not from_leader:
+        if self.retired.get(group) == spec.uid and not from_leader:
             return  # a campaign of a peer that was removed too (it hears so from the members)
         if group in self.opening:
             held = self._held.setdefault(group, [])
@@ -266,10 +292,10 @@ class ReplicaOpener:
         finally:
             self.opening.discard(group)
         if replica is None:
-            self.retired.add(group)
+            self.retired[group] = spec.uid
             self._held.pop(group, None)
         elif spec.name in self.topics() and group not in self.multiraft.replicas:
-            self.retired.discard(group)
+            self.retired.pop(group, None)
             self._add(replica)  # type: ignore[arg-type]
         else:
             self._held.pop(group, None)
@@ -284,3 +310,11 @@ class ReplicaOpener:
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
         fsync_directory(replica.directory)
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except FileNotFoundError:
+        return None

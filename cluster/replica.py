@@ -76,6 +76,7 @@ class Replica:
     hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
     saved_term_vote: tuple[int, str | None] = (0, None)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
+    topic_uid: str = ""  # the incarnation of the topic this replica belongs to (TopicSpec.uid)
     # producer id -> (term, sequence after its latest batch proposed in that term): what the
     # leader expects next before the batch reaches the producer table (which follows the log)
     proposed_next: dict[int, tuple[int, int]] = field(default_factory=dict)

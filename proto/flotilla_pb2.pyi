@@ -84,18 +84,20 @@ class PartitionInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms")
+    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
     name: str
     replication_factor: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     retention_bytes: int
     retention_ms: int
-    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+    uid: str
+    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "state", "weight", "rack")

@@ -400,6 +400,43 @@ def test_removed_replicas_retire_and_come_back_when_placement_returns(tmp_path: 
             client.produce("gc", b"after", partition=next(iter(moved)))
 
 
+def test_a_node_away_while_a_topic_is_created_again_serves_only_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """The deleted topic's records never come back: the node that missed the deletion finds
+    its old replica belongs to an earlier incarnation (another uid) and wipes it."""
+    with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
+        local.start()
+        with Client(local.addresses(), timeout_s=30) as client:
+            client.create_topic("again", partitions=1, replication_factor=3)
+            for n in range(20):
+                client.produce("again", b"old-%d" % n, partition=0)
+            wait_until(
+                partial(_replica_holds, client, "again", 0, "n3",
+                        [(n, b"old-%d" % n) for n in range(20)]),
+                30, "n3's copy of the first topic",
+            )  # fmt: skip
+            local.kill("n3")
+            client.delete_topic("again")
+            wait_until(lambda: "again" not in client.list_topics(), 30, "the deletion")
+            client.create_topic("again", partitions=1, replication_factor=3)
+            wait_until(lambda: _leader_of(client, "again", 0), 30, "a leader of the new topic")
+            client.produce("again", b"new-0", partition=0)
+            local.start("n3")
+            wait_until(
+                partial(_replica_holds, client, "again", 0, "n3", [(0, b"new-0")]),
+                30, "n3 to serve the new topic",
+                detail=lambda: client.read("again", 0, 0, 100, replica="n3"),
+            )  # fmt: skip
+            client.produce("again", b"new-1", partition=0)
+            for replica in ("n1", "n2", "n3"):
+                wait_until(
+                    partial(_replica_holds, client, "again", 0, replica,
+                            [(0, b"new-0"), (1, b"new-1")]),
+                    30, f"{replica} to hold only the new topic's records",
+                )  # fmt: skip
+
+
 def test_the_metrics_endpoint_reports_partitions_and_latencies(tmp_path: Path) -> None:
     import urllib.request
 

@@ -23,7 +23,7 @@ PARTITIONS = 30
 
 def _node(tmp_path: Path, node_id: str = "n1") -> Node:
     node = Node(NodeConfig(node_id=node_id, data_dir=str(tmp_path / node_id)))
-    Path(node.partitions_dir).mkdir(parents=True)
+    Path(node.partitions_dir).mkdir(parents=True, exist_ok=True)
     assignment = tuple(
         ("n1", "n2", "n3")[p % 3 :] + ("n1", "n2", "n3")[: p % 3] for p in range(PARTITIONS)
     )
@@ -163,3 +163,57 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         await node.multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: Path) -> None:
+    """A topic deleted and created again under the same name has a new uid. Replicas of the
+    earlier one — hosted, or found on disk by a node that was away — are wiped (files, markers,
+    hard state), and the new topic's open empty, with its own initial assignment."""
+
+    def incarnation(node: Node, uid: str) -> None:
+        spec = node.topics["t"]
+        node.topics = {"t": TopicSpec("t", spec.partitions, 3, assignment=spec.assignment, uid=uid)}
+        node._local_checked_at = 0.0
+
+    async def first_life() -> None:
+        node = _node(tmp_path)
+        incarnation(node, "old")
+        await node._reconcile_local()
+        await node.opener.open_pending()
+        replica = node.multiraft.replicas["t/0"]
+        assert Path(replica.directory, opener_module.TOPIC_UID).read_text() == "old"
+        node.journal.save_many({"t/0": HardState(9, "n2", 0), "t/1": HardState(4, None, 0)})
+        Path(replica.directory, "stale").write_text("from the earlier topic")
+        # t/1 was retired in the earlier topic
+        t1 = node.multiraft.replicas["t/1"]
+        t1.node.removed_at = 3
+        node._after_round({t1})
+        await _wait(lambda: not node._retiring and "t/1" in node.opener.retired, "t/1 retired")
+
+        incarnation(node, "new")  # while this node runs: the hosted replicas go at once
+        await node._reconcile_local()
+        assert "t/0" not in node.multiraft.replicas or node.multiraft.replicas["t/0"] is not replica
+        await node.opener.open_pending()
+        fresh = node.multiraft.replicas["t/0"]
+        assert fresh is not replica and fresh.topic_uid == "new"
+        assert (fresh.node.term, fresh.node.vote, fresh.segmented.last_index) == (0, None, 0)
+        assert not Path(fresh.directory, "stale").exists()
+        assert "t/1" in node.multiraft.replicas  # the retirement was the earlier topic's
+        assert node.multiraft.replicas["t/1"].node.configuration.voters == {"n1", "n2", "n3"}
+        await node.multiraft.stop()
+
+    async def after_a_restart() -> None:
+        node = _node(tmp_path)  # the same data directory, now with a third incarnation
+        replica_dir = Path(node.opener.replica_dir("t", 2))
+        assert (replica_dir / opener_module.TOPIC_UID).read_text() == "new"
+        node.journal.save_many({"t/2": HardState(6, "n3", 0)})
+        incarnation(node, "newest")
+        await node._reconcile_local()
+        await node.opener.open_pending()
+        again = node.multiraft.replicas["t/2"]
+        assert (again.node.term, again.node.vote) == (0, None)
+        assert (replica_dir / opener_module.TOPIC_UID).read_text() == "newest"
+        await node.multiraft.stop()
+
+    asyncio.run(first_life())
+    asyncio.run(after_a_restart())
