@@ -71,6 +71,9 @@ class TopicInfo:
     name: str
     partitions: tuple[PartitionInfo, ...]
     replication_factor: int = 0
+    retention_bytes: int = 0  # 0: unlimited
+    retention_ms: int = 0  # 0: unlimited
+    uid: str = ""  # this incarnation: a topic deleted and created again gets another
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,9 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
             for p in message.partitions
         ),
         message.replication_factor,
+        message.retention_bytes,
+        message.retention_ms,
+        message.uid,
     )
 
 

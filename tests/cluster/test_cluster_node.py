@@ -408,7 +408,8 @@ def test_a_node_away_while_a_topic_is_created_again_serves_only_the_new_one(
     with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
         local.start()
         with Client(local.addresses(), timeout_s=30) as client:
-            client.create_topic("again", partitions=1, replication_factor=3)
+            first = client.create_topic("again", partitions=1, replication_factor=3)
+            assert len(first.uid) == 32
             for n in range(20):
                 client.produce("again", b"old-%d" % n, partition=0)
             wait_until(
@@ -418,8 +419,17 @@ def test_a_node_away_while_a_topic_is_created_again_serves_only_the_new_one(
             )  # fmt: skip
             local.kill("n3")
             client.delete_topic("again")
-            wait_until(lambda: "again" not in client.list_topics(), 30, "the deletion")
-            client.create_topic("again", partitions=1, replication_factor=3)
+
+            def deleted_everywhere() -> bool:  # else a lagging node may call the topic there
+                for node_id in ("n1", "n2"):
+                    with Client(local.nodes[node_id].address, timeout_s=5) as one:
+                        if "again" in one.list_topics():
+                            return False
+                return True
+
+            wait_until(deleted_everywhere, 30, "the deletion, on every live node")
+            second = client.create_topic("again", partitions=1, replication_factor=3)
+            assert second.uid != first.uid
             wait_until(lambda: _leader_of(client, "again", 0), 30, "a leader of the new topic")
             client.produce("again", b"new-0", partition=0)
             local.start("n3")

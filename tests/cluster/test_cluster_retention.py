@@ -43,7 +43,8 @@ def test_retention_bounds_every_replica_and_resets_a_follower_left_behind(
     with LocalCluster(tmp_path, 3, config_text=CONFIG) as local:
         local.start()
         with Client(local.addresses(), timeout_s=30) as client:
-            client.create_topic("sized", 1, 3, retention_bytes=48 * 1024)
+            sized = client.create_topic("sized", 1, 3, retention_bytes=48 * 1024)
+            assert (sized.retention_bytes, sized.retention_ms) == (48 * 1024, 0)
             client.create_topic("aged", 1, 3, retention_ms=500)
             info = client.describe_topic("sized").partitions[0]
             wait_until(lambda: client.describe_topic("sized").partitions[0].leader, 30, "a leader")
