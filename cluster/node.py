@@ -36,9 +36,10 @@ from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
-from cluster.opener import ReplicaOpener
+from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
 from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.replica import Replica
+from cluster.retention import apply_retention
 from cluster.service import ClientService, PeerService
 from cluster.steward import GroupSteward
 from cluster.transport import PeerTransport, TransportLimits, channel_options, peer_handler
@@ -58,10 +59,6 @@ from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal
 __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
-
-# Replicas whose retention one round checks (`Node._apply_retention`): a round's writes wait
-# for it, so thousands of partitions are checked over several rounds.
-RETENTION_CHUNK = 256
 
 _STATE = {
     MemberState.ALIVE: pb.ALIVE,
@@ -531,7 +528,7 @@ class Node:
         self, replica: Replica, offset: int, max_records: int, max_bytes: int
     ) -> list[pb.StoredBatch]:
         return await asyncio.to_thread(
-            _read_committed, replica, offset, max_records, max_bytes, self.unsafe_read_uncommitted
+            replica.read_committed, offset, max_records, max_bytes, self.unsafe_read_uncommitted
         )
 
     # -- partition manager ---------------------------------------------------------------------
@@ -544,7 +541,7 @@ class Node:
                     await self._reconcile_local()
                 if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
                     self._retention_checked_at = time.monotonic()
-                    await self._apply_retention()
+                    await apply_retention(self.multiraft, self.topics)
                 await self.opener.open_pending()
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
@@ -572,7 +569,7 @@ class Node:
             self.steward.forget(group)
         for replica in stopped:
             if replica is not None:
-                await self.multiraft.run_storage(partial(_delete_replica, replica, self.journal))
+                await self.multiraft.run_storage(partial(delete_replica, replica, self.journal))
         opener, node_id = self.opener, self.config.node_id
         on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
         opener.forget_deleted()
@@ -596,7 +593,7 @@ class Node:
             # that no longer exist
             await self.multiraft.run_storage(
                 partial(
-                    _forget_states_of_deleted_topics,
+                    forget_states_of_deleted_topics,
                     self.journal,
                     set(self.topics),
                     set(self.multiraft.replicas),
@@ -609,22 +606,6 @@ class Node:
         if spec is None:
             return True
         return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
-
-    async def _apply_retention(self) -> None:
-        """Applies each topic's retention to the local replicas: whole sealed segments past
-        `retention_bytes`, or older than `retention_ms`, are removed — only entries already
-        applied (committed), and within a round, while no Raft node steps. Every replica does
-        so on its own, as Kafka's do; a follower that falls behind the leader's log start is
-        reset to it (Raft's `LogReset`). Reads below a replica's log start are OUT_OF_RANGE."""
-        work = []
-        for replica in self.multiraft.replicas.values():
-            spec = self.topics.get(replica.topic)
-            if spec is not None and (spec.retention_bytes or spec.retention_ms):
-                work.append((replica, spec.retention_bytes or None, spec.retention_ms or None))
-        now_ms = int(time.time() * 1000)
-        for start in range(0, len(work), RETENTION_CHUNK):  # a few per round: short rounds
-            chunk = work[start : start + RETENTION_CHUNK]
-            await self.multiraft.maintain(partial(_retain, self.multiraft.replicas, chunk, now_ms))
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""
@@ -662,73 +643,3 @@ class Node:
             log.exception("retiring replica %s failed", group)
         finally:
             self._retiring.discard(group)
-
-
-def _read_committed(
-    replica: Replica, offset: int, max_records: int, max_bytes: int, unsafe: bool = False
-) -> list[pb.StoredBatch]:
-    """Reader thread: committed batches from `offset`, never past the applied index.
-    `unsafe` (test-only, --unsafe-read-uncommitted): up to the log's last index instead."""
-    log = replica.segmented
-    applied = replica.node.applied_index
-    if unsafe:  # test-only: a deliberately broken reader for the chaos checker's mutation test
-        applied = replica.node.log.last_index
-        if offset >= log.next_offset:
-            return []
-    elif offset >= replica.high_watermark:
-        return []
-    batches: list[pb.StoredBatch] = []
-    records = 0
-    index = log.find_offset(offset)
-    for entry in log.read_from(index, max_bytes):
-        if entry.index > applied or records >= max_records:
-            break
-        if entry.record_count:
-            batches.append(
-                pb.StoredBatch(
-                    base_offset=entry.base_offset,
-                    record_count=entry.record_count,
-                    data=bytes(entry.data),
-                )
-            )
-            records += entry.record_count
-    return batches
-
-
-def _retain(
-    hosted: dict[str, Replica],
-    work: list[tuple[Replica, int | None, int | None]],
-    now_ms: int,
-) -> int:
-    """Storage thread, within a round (`MultiRaft.maintain`): compacts each replica's log to
-    what its retention keeps, never past its applied index. Returns the entries removed."""
-    removed = 0
-    for replica, retention_bytes, retention_ms in work:
-        if hosted.get(replica.group) is not replica:
-            continue  # closed since (a deleted topic, a retired replica)
-        try:
-            cut = replica.segmented.retention_cut(now_ms, retention_bytes, retention_ms)
-            cut = min(cut, replica.node.applied_index + 1)
-            first = replica.log.first_index
-            if cut > first:
-                replica.log.compact(cut)
-                removed += cut - first
-        except Exception:
-            log.exception("applying retention to %s failed", replica.group)
-    return removed
-
-
-def _forget_states_of_deleted_topics(
-    journal: StateJournal, topics: set[str], hosted: set[str]
-) -> None:
-    """Storage thread: drops the journal's hard states of groups whose topic is gone (those
-    kept for retired replicas, chiefly)."""
-    stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
-    if stale:
-        journal.forget(stale)
-
-
-def _delete_replica(replica: Replica, journal: StateJournal) -> None:
-    replica.close()
-    shutil.rmtree(replica.directory, ignore_errors=True)
-    journal.forget([replica.group])

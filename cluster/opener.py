@@ -46,7 +46,7 @@ from raft.types import AppendRequest, Configuration, Heartbeat, LogReset
 from storage import FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
 
-__all__ = ["ReplicaOpener"]
+__all__ = ["ReplicaOpener", "delete_replica", "forget_states_of_deleted_topics"]
 
 log = logging.getLogger("flotilla.opener")
 
@@ -310,6 +310,24 @@ class ReplicaOpener:
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
         fsync_directory(replica.directory)
+
+
+def delete_replica(replica: Replica, journal: StateJournal) -> None:
+    """Storage thread: a replica of a deleted topic (or of an earlier incarnation of it), no
+    longer hosted: its files and its hard state go."""
+    replica.close()
+    shutil.rmtree(replica.directory, ignore_errors=True)
+    journal.forget([replica.group])
+
+
+def forget_states_of_deleted_topics(
+    journal: StateJournal, topics: set[str], hosted: set[str]
+) -> None:
+    """Storage thread: drops the journal's hard states of groups whose topic is gone (those
+    kept for retired replicas, chiefly)."""
+    stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
+    if stale:
+        journal.forget(stale)
 
 
 def _read_text(path: str) -> str | None:

@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 
 from cluster.producers import BatchRef, ProducerTable
+from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
 from raft.config import RaftConfig
 from raft.core import RaftNode
@@ -241,6 +242,36 @@ class Replica:
             if not waiter.future.done():
                 waiter.future.set_exception(NotCommitted(message, definitely_not_written=False))
         self.waiters.clear()
+
+    def read_committed(
+        self, offset: int, max_records: int, max_bytes: int, unsafe: bool = False
+    ) -> list[pb.StoredBatch]:
+        """Reader thread: committed batches from `offset`, never past the applied index.
+        `unsafe` (test-only, --unsafe-read-uncommitted): up to the log's last index instead."""
+        log = self.segmented
+        applied = self.node.applied_index
+        if unsafe:  # test-only: a deliberately broken reader for the chaos checker's mutation test
+            applied = self.node.log.last_index
+            if offset >= log.next_offset:
+                return []
+        elif offset >= self.high_watermark:
+            return []
+        batches: list[pb.StoredBatch] = []
+        records = 0
+        index = log.find_offset(offset)
+        for entry in log.read_from(index, max_bytes):
+            if entry.index > applied or records >= max_records:
+                break
+            if entry.record_count:
+                batches.append(
+                    pb.StoredBatch(
+                        base_offset=entry.base_offset,
+                        record_count=entry.record_count,
+                        data=bytes(entry.data),
+                    )
+                )
+                records += entry.record_count
+        return batches
 
     def close(self) -> None:
         self.fail_all("the replica is closing; the outcome is unknown")

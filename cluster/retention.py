@@ -1,0 +1,70 @@
+"""Topic retention, applied to the replicas this node hosts.
+
+Every `retention_check_s` the partition manager (`cluster.node`) calls `apply_retention`: each
+replica whose topic sets `retention_bytes` or `retention_ms` drops its whole sealed segments past
+the limit, only entries already applied (committed), and within a MultiRaft round, while no Raft
+node steps (`MultiRaft.maintain`). Every replica does so on its own, as Kafka's do; a follower
+that falls behind the leader's log start is reset to it (Raft's `LogReset`). Reads below a
+replica's log start are OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import cast
+
+from cluster.controller import TopicSpec
+from cluster.multiraft import MultiRaft
+from cluster.replica import Replica
+
+__all__ = ["RETENTION_CHUNK", "apply_retention"]
+
+log = logging.getLogger("flotilla.retention")
+
+# Replicas one round checks: a round's writes wait for it, so thousands of partitions are
+# checked over several rounds.
+RETENTION_CHUNK = 256
+
+Work = list[tuple[Replica, int | None, int | None]]
+
+
+async def apply_retention(
+    multiraft: MultiRaft, topics: Mapping[str, TopicSpec], now_ms: int | None = None
+) -> int:
+    """Applies each topic's retention to the hosted replicas; returns the entries removed."""
+    work: Work = []
+    for replica in multiraft.replicas.values():
+        spec = topics.get(replica.topic)
+        if spec is not None and (spec.retention_bytes or spec.retention_ms):
+            work.append((replica, spec.retention_bytes or None, spec.retention_ms or None))
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    removed = 0
+    for start in range(0, len(work), RETENTION_CHUNK):  # a few per round: short rounds
+        chunk = work[start : start + RETENTION_CHUNK]
+        removed += cast(
+            int, await multiraft.maintain(partial(_retain, multiraft.replicas, chunk, now_ms))
+        )
+    return removed
+
+
+def _retain(hosted: Mapping[str, Replica], work: Work, now_ms: int) -> int:
+    """Storage thread, within a round: compacts each replica's log to what its retention keeps,
+    never past its applied index. Returns the entries removed."""
+    removed = 0
+    for replica, retention_bytes, retention_ms in work:
+        if hosted.get(replica.group) is not replica:
+            continue  # closed since (a deleted topic, a retired replica)
+        try:
+            cut = replica.segmented.retention_cut(now_ms, retention_bytes, retention_ms)
+            cut = min(cut, replica.node.applied_index + 1)
+            first = replica.log.first_index
+            if cut > first:
+                replica.log.compact(cut)
+                removed += cut - first
+        except Exception:
+            log.exception("applying retention to %s failed", replica.group)
+    return removed
