@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cluster.replica import OutOfOrderSequence, Replica, Waiter
+from cluster.replica import OutOfOrderSequence, Replica, Waiter, same_incarnation
 from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
@@ -79,9 +79,11 @@ class MultiRaft:
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
-        # a message for a group not hosted here: (group, sender, payload); the callee may open
-        # the group and deliver the message again
-        self.unknown_group: Callable[[str, str, bytes | memoryview], None] = lambda *message: None
+        # a message for a group not hosted here: (group, incarnation tag, sender, payload); the
+        # callee may open the group and deliver the message again
+        self.unknown_group: Callable[[str, str, str, bytes | memoryview], None] = lambda *message: (
+            None
+        )
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
         # after each round that did disk work, with how long it took (writes and group commit)
@@ -99,6 +101,7 @@ class MultiRaft:
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
         self.malformed_messages = 0
+        self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
 
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
@@ -239,10 +242,16 @@ class MultiRaft:
                     self._dirty.add(replica)
 
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
-        for group, payload in messages:
+        for wire_group, payload in messages:
+            group, _, tag = wire_group.partition("@")
             replica = self.replicas.get(group)
             if replica is None:
-                self.unknown_group(group, sender, payload)
+                self.unknown_group(group, tag, sender, payload)
+                continue
+            if not same_incarnation(tag, replica.topic_uid):
+                # another incarnation of the topic (deleted and created again) on one side,
+                # not yet seen by the other: its log must not mix with this one's
+                self.foreign_messages += 1
                 continue
             try:
                 message = decode_message(payload)
@@ -311,7 +320,7 @@ class MultiRaft:
                 self._finish(replica, ready, send=True)
                 continue
             if ready.send_before_persist:
-                self._send(replica.group, ready.messages)
+                self._send(replica.wire_group, ready.messages)
             heavy.append((replica, ready, not ready.send_before_persist))
         if heavy or maintenance:
             started = time.perf_counter()
@@ -348,7 +357,7 @@ class MultiRaft:
         replica.apply(ready.committed)
         replica.settle_durable(replica.node.durable_index)
         if send:
-            self._send(replica.group, ready.messages)
+            self._send(replica.wire_group, ready.messages)
         if replica.node.has_ready():
             self._dirty.add(replica)
         if replica.node.quiesced:

@@ -12,7 +12,11 @@ votes.
 A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
 another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
 markers, and its hard state in the journal) before the new incarnation's replica opens, so the
-deleted topic's records can never come back in the new one (Kafka's topic IDs, KIP-516).
+deleted topic's records can never come back in the new one (Kafka's topic IDs, KIP-516). A
+running node learns of the new incarnation a moment after its peers; meanwhile their Raft
+messages must not reach its old replica, so they name the group with a tag of the topic uid
+(`Replica.wire_group`, `t/0@<16 hex digits>`), and a message whose tag is not the hosted
+replica's (or, for a group not hosted, the topic's this node knows) is dropped.
 
 Retirement (replica GC): a replica told by its group that a committed configuration left it out
 (`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
@@ -38,7 +42,7 @@ from typing import cast
 
 from cluster.controller import TopicSpec
 from cluster.multiraft import MultiRaft
-from cluster.replica import Replica
+from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.errors import RaftError
@@ -222,7 +226,7 @@ class ReplicaOpener:
             handles=self.handles,
             rng=random.Random(self._rng.getrandbits(64)),
         )
-        replica.topic_uid = spec.uid
+        replica.set_topic_uid(spec.uid)
         if spec.uid and not os.path.exists(uid_path):
             write_atomic(uid_path, spec.uid.encode())
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
@@ -240,7 +244,9 @@ class ReplicaOpener:
             )
         return replica
 
-    def open_on_message(self, group: str, sender: str, payload: bytes | memoryview) -> None:
+    def open_on_message(
+        self, group: str, tag: str, sender: str, payload: bytes | memoryview
+    ) -> None:
         """A Raft message for a partition not hosted here: a leader is adding this node, or a
         replica of a new group campaigns before this one opened. The replica opens on the
         storage thread at once, ahead of the queue (its directory may hold a long log from an
@@ -250,6 +256,8 @@ class ReplicaOpener:
         spec = self.topics().get(topic)
         if spec is None or not index_text.isdigit() or int(index_text) >= spec.partitions:
             return
+        if not same_incarnation(tag, spec.uid):
+            return  # from another incarnation of the topic than the one this node knows
         try:
             from_leader = isinstance(decode_message(payload), AppendRequest | Heartbeat | LogReset)
         except RaftError:

@@ -27,9 +27,30 @@ from raft.storage_log import SegmentedRaftLog
 from raft.types import Configuration, EntryKind
 from storage import FileHandles, HardState, LogConfig, SegmentedLog
 
-__all__ = ["NotCommitted", "OutOfOrderSequence", "ProduceResult", "Replica", "Waiter"]
+__all__ = [
+    "NotCommitted",
+    "OutOfOrderSequence",
+    "ProduceResult",
+    "Replica",
+    "Waiter",
+    "incarnation_tag",
+    "same_incarnation",
+]
 
 REBUILD_SCAN_ENTRIES = 4096
+# Hex digits of a topic's uid that tag its groups' Raft messages on the wire.
+TAG_DIGITS = 16
+
+
+def incarnation_tag(uid: str) -> str:
+    """The tag a topic incarnation's Raft messages carry (`Replica.wire_group`)."""
+    return uid[:TAG_DIGITS]
+
+
+def same_incarnation(tag: str, uid: str) -> bool:
+    """May a message tagged `tag` reach a replica (or open one) of topic incarnation `uid`?
+    An untagged message, or a replica whose incarnation is unknown, is not checked."""
+    return not tag or not uid or tag == uid[:TAG_DIGITS]
 
 
 class OutOfOrderSequence(Exception):
@@ -78,6 +99,9 @@ class Replica:
     saved_term_vote: tuple[int, str | None] = (0, None)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
     topic_uid: str = ""  # the incarnation of the topic this replica belongs to (TopicSpec.uid)
+    # the group as its Raft messages name it on the wire: `group@tag`, the tag a prefix of the
+    # topic uid, so a peer hosting another incarnation of the topic drops them (`incarnation_tag`)
+    wire_group: str = ""
     # producer id -> (term, sequence after its latest batch proposed in that term): what the
     # leader expects next before the batch reaches the producer table (which follows the log)
     proposed_next: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -111,9 +135,14 @@ class Replica:
             log=raft_log,
             saved_term_vote=(hard_state.term, hard_state.vote),
         )
+        replica.wire_group = replica.group
         replica.high_watermark = segmented.offset_after(node.applied_index)
         replica._rebuild_producers()
         return replica
+
+    def set_topic_uid(self, uid: str) -> None:
+        self.topic_uid = uid
+        self.wire_group = f"{self.group}@{incarnation_tag(uid)}" if uid else self.group
 
     def _rebuild_producers(self) -> None:
         first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)

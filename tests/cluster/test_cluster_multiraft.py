@@ -11,7 +11,14 @@ from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
-from raft.types import Configuration, Heartbeat, HeartbeatResponse, VoteRequest, VoteResponse
+from raft.types import (
+    AppendRequest,
+    Configuration,
+    Heartbeat,
+    HeartbeatResponse,
+    VoteRequest,
+    VoteResponse,
+)
 from storage import FileHandles, HardState, LogConfig, StateJournal
 
 GROUP = "t/0"
@@ -126,6 +133,44 @@ def test_only_rounds_with_disk_work_report_their_duration(tmp_path: Path) -> Non
         assert len(durations) == 1
         assert sum(isinstance(m, HeartbeatResponse) for _, m in sent) == 6
         assert replica.node.term == 1
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_messages_of_another_incarnation_of_the_topic_are_dropped(tmp_path: Path) -> None:
+    """A topic deleted and created again under the same name: a peer that has not seen it yet
+    still hosts the old incarnation's replica. Their Raft messages name the group with a tag of
+    the topic uid, so neither log takes the other's entries."""
+
+    async def scenario() -> None:
+        sent: list[tuple[str, str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, group, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+        )
+        replica = _open(tmp_path, GROUP)
+        replica.set_topic_uid("0123456789abcdef" * 2)
+        assert replica.wire_group == f"{GROUP}@0123456789abcdef"
+        multiraft.add(replica)
+        await multiraft._round()
+        # a leader of the new incarnation (another uid): dropped, nothing answered
+        append = encode_message(AppendRequest(3, "a", "b", 0, 0, 0))
+        multiraft.deliver("a", [(f"{GROUP}@fedcba9876543210", append)])
+        await multiraft._round()
+        assert multiraft.foreign_messages == 1 and not sent
+        assert replica.node.term == 0 and replica.node.leader_id is None
+        # the same incarnation, and an untagged message (a peer that does not know the uid):
+        # both are taken, and the answers carry this replica's tag
+        multiraft.deliver("a", [(f"{GROUP}@0123456789abcdef", append)])
+        await multiraft._round()
+        assert replica.node.term == 3 and replica.node.leader_id == "a"
+        assert [(to, group) for to, group, _ in sent] == [("a", f"{GROUP}@0123456789abcdef")]
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(4, "a", "b", 0)))])
+        await multiraft._round()
+        assert replica.node.term == 4 and multiraft.foreign_messages == 1
         await multiraft.stop()
 
     asyncio.run(scenario())

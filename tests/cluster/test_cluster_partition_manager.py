@@ -64,9 +64,9 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
             b"".join(encode_message_parts(VoteRequest(term, "n3", "n1", 0, 0, True, False)))
             for term in (1, 2)
         ]
-        node.opener.open_on_message("t/29", "n3", memoryview(votes[0]))
+        node.opener.open_on_message("t/29", "", "n3", memoryview(votes[0]))
         assert "t/29" not in node.opener.pending and node.opener.knows("t/29")
-        node.opener.open_on_message("t/29", "n3", memoryview(votes[1]))  # opened once only
+        node.opener.open_on_message("t/29", "", "n3", memoryview(votes[1]))  # opened once only
         deadline = time.monotonic() + 30
         while "t/29" not in node.multiraft.replicas:
             assert time.monotonic() < deadline, "t/29 not opened"
@@ -138,11 +138,13 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         await node._reconcile_local()
         await node.opener.open_pending()
         assert "t/0" not in node.multiraft.replicas and "t/0" in node.opener.retired
-        node.opener.open_on_message("t/0", "n3", _encoded(VoteRequest(8, "n3", "n1", 9, 7, True)))
+        node.opener.open_on_message(
+            "t/0", "", "n3", _encoded(VoteRequest(8, "n3", "n1", 9, 7, True))
+        )
         assert "t/0" not in node.opener.opening  # a removed peer's campaign opens nothing
 
         append = _encoded(AppendRequest(8, "n2", "n1", 40, 7, 40))
-        node.opener.open_on_message("t/0", "n2", append)
+        node.opener.open_on_message("t/0", "", "n2", append)
         await _wait(lambda: "t/0" in node.multiraft.replicas, "t/0 re-opened for its leader")
         back = node.multiraft.replicas["t/0"]
         assert (back.node.term, back.node.vote) == (7, "n2")
@@ -217,3 +219,20 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
 
     asyncio.run(first_life())
     asyncio.run(after_a_restart())
+
+
+def test_a_message_of_another_incarnation_of_the_topic_opens_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        spec = node.topics["t"]
+        uid = "a1" * 16
+        node.topics = {"t": TopicSpec("t", spec.partitions, 3, assignment=spec.assignment, uid=uid)}
+        append = _encoded(AppendRequest(2, "n2", "n1", 0, 0, 0))
+        node.opener.open_on_message("t/5", "b2" * 8, "n2", append)  # the topic created again
+        assert not node.opener.opening and "t/5" not in node.multiraft.replicas
+        node.opener.open_on_message("t/5", uid[:16], "n2", append)
+        await _wait(lambda: "t/5" in node.multiraft.replicas, "t/5 opened for its leader")
+        assert node.multiraft.replicas["t/5"].wire_group == f"t/5@{uid[:16]}"
+        await node.multiraft.stop()
+
+    asyncio.run(scenario())
