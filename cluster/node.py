@@ -75,6 +75,9 @@ TOPICS_POLL_S = 1.0
 
 class Node:
     manage_interval_s = 0.2
+    # how often quiesced followers that placement no longer names ask their group whether they
+    # were removed (`_probe_unplaced`)
+    removal_probe_s = 60.0
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -142,6 +145,7 @@ class Node:
         self._topics_polled_at = 0.0
         self._retiring: set[str] = set()  # groups whose replica is being retired (`_retire`)
         self._retention_checked_at = time.monotonic()  # when retention was last applied
+        self._probed_at = time.monotonic()  # when unplaced quiesced followers were last probed
         self._retire_tasks: set[asyncio.Task[None]] = set()
         self.started = asyncio.Event()
 
@@ -542,6 +546,9 @@ class Node:
                 if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
                     self._retention_checked_at = time.monotonic()
                     await apply_retention(self.multiraft, self.topics)
+                if time.monotonic() - self._probed_at > self.removal_probe_s:
+                    self._probed_at = time.monotonic()
+                    self._probe_unplaced()
                 await self.opener.open_pending()
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
@@ -606,6 +613,25 @@ class Node:
         if spec is None:
             return True
         return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
+
+    def _probe_unplaced(self) -> int:
+        """Replica GC's safety net: a quiesced follower never campaigns, so if the leader's word
+        of its removal was lost (a partition when the removal committed) nothing else would
+        tell it. Those that placement no longer names ask their group (`probe_membership`);
+        members answer `Removed` if their committed configuration left them out. Returns how
+        many were probed."""
+        candidates = self.placement_candidates()
+        probed = 0
+        for replica in self.multiraft.replicas.values():
+            node = replica.node
+            spec = self.topics.get(replica.topic)
+            if not node.quiesced or node.role is not Role.FOLLOWER or spec is None:
+                continue
+            key = partition_id(replica.topic, replica.partition)
+            if self.config.node_id not in place(key, candidates, spec.replication_factor):
+                self.multiraft.call(node.probe_membership, replica)
+                probed += 1
+        return probed
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last call."""

@@ -383,6 +383,20 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if self.role is not Role.LEADER:
             self._randomized_timeout += ticks
 
+    def probe_membership(self) -> None:
+        """Asks the voters of this follower's configuration whether they still count it in: a
+        pre-vote at its own term, which changes nothing on either side, but which a member whose
+        committed configuration leaves this node out answers with `Removed`. For a quiesced
+        follower that missed the leader's word of its removal (the message was lost): it never
+        campaigns, so nothing else would tell it. The host calls this for quiesced followers
+        that placement no longer names; a member that gets it wakes (as for any message)."""
+        if self.role is not Role.FOLLOWER:
+            return
+        last_index, last_term = self.log.last_index, self.log.last_term
+        for voter in sorted(self.configuration.voters):
+            if voter != self.id:
+                self._send(VoteRequest(self.term, self.id, voter, last_index, last_term, True))
+
     # -- quiescence ---------------------------------------------------------------------------------
     def wake(self) -> None:
         """Leaves quiescence: the host resumes ticking. Timers restart from zero."""

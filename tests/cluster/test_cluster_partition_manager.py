@@ -15,7 +15,8 @@ from cluster import opener as opener_module
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.node import Node
-from raft.codec import encode_message_parts
+from cluster.placement import Candidate
+from raft.codec import decode_message, encode_message_parts
 from raft.types import AppendRequest, Configuration, HardState, Message, Role, VoteRequest
 
 PARTITIONS = 30
@@ -233,6 +234,37 @@ def test_a_message_of_another_incarnation_of_the_topic_opens_nothing(tmp_path: P
         node.opener.open_on_message("t/5", uid[:16], "n2", append)
         await _wait(lambda: "t/5" in node.multiraft.replicas, "t/5 opened for its leader")
         assert node.multiraft.replicas["t/5"].wire_group == f"t/5@{uid[:16]}"
+        await node.multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_quiesced_followers_placement_no_longer_names_probe_their_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        await node._reconcile_local()
+        await node.opener.open_pending()
+        await node.opener.open_pending()
+        replicas = list(node.multiraft.replicas.values())
+        assert len(replicas) == PARTITIONS
+        for replica in replicas[:-1]:
+            replica.node.quiesced = True  # as a follower of a quiesced group is
+        placed = [Candidate(n) for n in ("n1", "n2", "n3")]
+        elsewhere = [Candidate(n) for n in ("n2", "n3", "n4", "n5")]
+        monkeypatch.setattr(node, "placement_candidates", lambda: placed)
+        assert node._probe_unplaced() == 0  # every partition still placed here
+        monkeypatch.setattr(node, "placement_candidates", lambda: elsewhere)
+        sent: list[Message] = []
+        node.multiraft.send = lambda to, group, parts: sent.append(decode_message(b"".join(parts)))
+        node.multiraft._inbox.clear()
+        assert node._probe_unplaced() == PARTITIONS - 1  # not the one still ticking
+        await node.multiraft._round()
+        probes = [m for m in sent if isinstance(m, VoteRequest)]
+        assert len(probes) == 2 * (PARTITIONS - 1)  # to its two fellow voters each
+        assert all(m.pre_vote and m.term == 0 and m.sender == "n1" for m in probes)
+        assert all(r.node.quiesced and r.node.term == 0 for r in replicas[:-1])
         await node.multiraft.stop()
 
     asyncio.run(scenario())

@@ -615,3 +615,33 @@ def test_no_removed_reply_without_a_committed_configuration(group) -> None:  # t
     a.step(VoteRequest(a.term + 1, "z", "a", 10, a.term, pre_vote=True))
     g.drain("a")
     assert a.commit < a.configuration_index and not _removed_messages(g, "z")  # uncommitted
+
+
+def test_a_quiesced_removed_follower_that_missed_the_word_learns_it_by_probing(group) -> None:  # type: ignore[no-untyped-def]
+    """A quiesced follower never campaigns, so if the leader's `Removed` was lost it would keep
+    its copy for ever; its host probes it (placement no longer names it), and the members say."""
+    g = group(ABC)
+    a = g.elect("a")
+    assert g.run("a", lambda n: n.quiesce()) is True
+    g.deliver()
+    b = g.nodes["b"]
+    assert b.quiesced and b.role is Role.FOLLOWER
+    g.isolate("b")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.REMOVE, "b")))
+    g.deliver()
+    g.tick(2, only=["a", "c"])
+    index = a.configuration_index
+    assert a.commit >= index and b.removed_at == 0  # the word was lost on the cut link
+    g.heal()
+    term = b.term
+    g.run("b", lambda n: n.probe_membership())
+    g.deliver()
+    assert b.removed_at == index
+    assert b.term == term and a.role is Role.LEADER and a.term == term  # nobody disrupted
+    # a follower still counted in learns nothing of the kind, and disrupts nobody either
+    g.sent.clear()
+    g.run("c", lambda n: n.probe_membership())
+    g.deliver()
+    g.tick(E * 3)
+    assert g.nodes["c"].removed_at == 0 and not _removed_messages(g, "c")
+    assert a.role is Role.LEADER and a.term == term and g.nodes["c"].leader_id == "a"
