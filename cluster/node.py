@@ -446,7 +446,9 @@ class Node:
                         infos[(name, index)] = info
             if not local_only:
                 await self._gather_remote(names, infos)
-        response = pb.MetadataResponse(node_id=self.config.node_id)
+        response = pb.MetadataResponse(
+            node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
+        )
         for record in self.gossip.swim.records():
             member = record.member
             response.members.append(

@@ -42,6 +42,8 @@ __all__ = [
 
 Headers = Sequence[tuple[str, bytes]]
 RETRIABLE = (NotLeader, Unavailable, Timeout)
+# A node's max_batch_bytes unless configured otherwise; each reports its own in metadata.
+DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
 MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
 MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
@@ -159,6 +161,9 @@ class Router:
         self._leaders: dict[tuple[str, int], str] = {}
         self._round_robin = itertools.count(random.randrange(1 << 16))
         self._written: dict[tuple[str, int], int] = {}  # offset after our last acked batch
+        self._batch_limits: dict[str, int] = {}  # member id -> its max_batch_bytes
+        # the largest produce batch every member heard from accepts (see `absorb`)
+        self.max_batch_bytes = DEFAULT_MAX_BATCH_BYTES
         self.refreshed_at = 0.0
 
     # -- read-your-writes -------------------------------------------------------------------------
@@ -180,6 +185,9 @@ class Router:
             for m in response.members:
                 if m.state in (pb.ALIVE, pb.SUSPECT):
                     self._addresses[m.id] = m.address
+            if response.max_batch_bytes and response.node_id:
+                self._batch_limits[response.node_id] = response.max_batch_bytes
+                self.max_batch_bytes = min(self._batch_limits.values())
             for message in response.topics:
                 info = topic_info(message)
                 self._topics[info.name] = info
@@ -293,6 +301,43 @@ def check_value(value: object, what: str = "value") -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise InvalidArgument(f"{what} must be bytes, not {type(value).__name__}")
     return bytes(value)
+
+
+def check_record(
+    value: object, key: object, headers: object
+) -> tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]:
+    """A record's value, key and headers as the SDK takes them, or InvalidArgument naming the
+    bad one: value and key bytes (key None: no key), headers (name: str, value: bytes) pairs."""
+    return (
+        value if type(value) is bytes else check_value(value),
+        key if key is None or type(key) is bytes else check_value(key, "key"),
+        check_headers(headers) if headers else None,
+    )
+
+
+def check_headers(headers: object) -> list[tuple[str, bytes]]:
+    pairs: list[tuple[str, bytes]] = []
+    if isinstance(headers, str | bytes | bytearray | memoryview | dict) or not hasattr(
+        headers, "__iter__"
+    ):
+        raise InvalidArgument(
+            f"headers must be a sequence of (name: str, value: bytes) pairs, not "
+            f"{type(headers).__name__}"
+        )
+    for header in headers:
+        if (
+            not isinstance(header, tuple | list)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not isinstance(header[1], bytes | bytearray | memoryview)
+        ):
+            shown = repr(header)
+            shown = shown if len(shown) <= 60 else shown[:60] + "..."
+            raise InvalidArgument(
+                f"header {shown} is invalid: each header is a (name: str, value: bytes) pair"
+            )
+        pairs.append((header[0], bytes(header[1])))
+    return pairs
 
 
 def now_ms() -> int:

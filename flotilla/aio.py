@@ -32,6 +32,7 @@ from flotilla._routing import (
     RecordMetadata,
     Router,
     TopicInfo,
+    check_record,
     check_value,
     decode_fetch,
     member,
@@ -167,8 +168,8 @@ class Client:
         partition: int | None = None,
         headers: Headers | None = None,
     ) -> RecordMetadata:
+        value, key, headers = check_record(value, key, headers)
         await self._topic(topic)
-        value = check_value(value)
         chosen = self.router.partition_for(topic, key, partition)
         batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
         return RecordMetadata(topic, chosen, await self.send_batch(topic, chosen, batch))

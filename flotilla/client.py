@@ -34,6 +34,7 @@ from flotilla._routing import (
     RecordMetadata,
     Router,
     TopicInfo,
+    check_record,
     check_value,
     decode_fetch,
     member,
@@ -199,8 +200,8 @@ class Client:
         headers: Headers | None = None,
     ) -> RecordMetadata:
         """Writes one record and waits until it is committed (acks=all)."""
+        value, key, headers = check_record(value, key, headers)
         self._topic(topic)
-        value = check_value(value)
         chosen = self.router.partition_for(topic, key, partition)
         batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
         base = self.send_batch(topic, chosen, batch)

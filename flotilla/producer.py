@@ -33,19 +33,32 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from flotilla._routing import Headers, Once, RecordMetadata, check_value, now_ms
+from flotilla._routing import (
+    DEFAULT_MAX_BATCH_BYTES,
+    Headers,
+    Once,
+    RecordMetadata,
+    check_record,
+    now_ms,
+)
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
-from proto.records import encode_rows
+from proto.records import BATCH_HEADER_SIZE, encode_rows
 
 if TYPE_CHECKING:
     from flotilla.client import Client
 
 __all__ = ["Producer", "RecordFuture"]
 
-_RECORD_OVERHEAD = 16
+# A record's encoding beyond its key and value bytes, at most (msgpack: the record's array, the
+# key's and value's lengths, its headers' array, the timestamp delta), and a header's beyond its
+# name and value; a batch's beyond its records (its header, the records' array).
+_RECORD_OVERHEAD = 24
+_HEADER_OVERHEAD = 12
+_BATCH_OVERHEAD = BATCH_HEADER_SIZE + 8
 # A batch is one produce request; a node refuses one over its max_batch_bytes (4 MiB unless
-# configured otherwise), so a producer never aims higher (bigger batches gain nothing anyway).
-MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # room for the encoding's own bytes
+# configured otherwise; a smaller one, reported in metadata, caps batches lower: see `send`),
+# so a producer never aims higher (bigger batches gain nothing anyway).
+MAX_BATCH_BYTES = DEFAULT_MAX_BATCH_BYTES - 64 * 1024
 _NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads it
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
@@ -212,10 +225,8 @@ class Producer:
         """Queues one record; the Future resolves to its `RecordMetadata` once committed."""
         if self._closed:
             raise InvalidArgument("the producer is closed")
-        if type(value) is not bytes:
-            value = check_value(value)
-        if key is not None and type(key) is not bytes:
-            key = check_value(key, "key")
+        if type(value) is not bytes or (key is not None and type(key) is not bytes) or headers:
+            value, key, headers = check_record(value, key, headers)
         info = self.client.router.topic(topic) or self.client._topic(topic)
         count = len(info.partitions)
         if partition is not None:
@@ -224,6 +235,10 @@ class Producer:
         elif key is not None:
             partition = xxhash.xxh64_intdigest(key) % count
         size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
+        if headers:
+            size += sum(len(n.encode()) + len(v) + _HEADER_OVERHEAD for n, v in headers)
+        # batches stay within what every node accepts (it may be configured below the default)
+        cap = min(self.batch_bytes, self.client.router.max_batch_bytes - _BATCH_OVERHEAD)
         timestamp = now_ms()
         with self._lock:
             if self._buffered + size > self.buffer_bytes:
@@ -242,7 +257,7 @@ class Producer:
                 if state is None:
                     state = self._partitions[(topic, chosen)] = _Partition()
                 batch = state.open
-                if batch is None or not batch.records or batch.bytes + size <= self.batch_bytes:
+                if batch is None or not batch.records or batch.bytes + size <= cap:
                     break
                 # the record would overfill the open batch: close it, so that a batch stays
                 # within batch_bytes unless one record is bigger (closing moves the sticky
@@ -263,7 +278,7 @@ class Producer:
             batch.futures.append(future)
             batch.bytes += size
             self._buffered += size
-            if batch.bytes >= self.batch_bytes:
+            if batch.bytes >= cap:
                 self._close_batch(state, batch, count)
                 self._condition.notify_all()
         return future

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/flotilla.proto\x12\x0b\x66lotilla.v1\"\x81\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"#\n\x12ListTopicsResponse\x12\r\n\x05names\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"}\n\rPartitionInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x11\n\tlog_start\x18\x05 \x01(\x04\x12\x10\n\x08learners\x18\x06 \x03(\t\"\xa1\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12replication_factor\x18\x02 \x01(\r\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.flotilla.v1.PartitionInfo\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\x12\x0b\n\x03uid\x18\x06 \x01(\t\"l\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.flotilla.v1.MemberState\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x0c\n\x04rack\x18\x05 \x01(\t\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"q\n\x10MetadataResponse\x12$\n\x07members\x18\x01 \x03(\x0b\x32\x13.flotilla.v1.Member\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.flotilla.v1.TopicInfo\x12\x0f\n\x07node_id\x18\x03 \x01(\t\"v\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x1f\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x11.flotilla.v1.Acks\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\"O\n\x0fProduceResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"\x99\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x13\n\x0bmax_records\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x1a\n\x12min_high_watermark\x18\x07 \x01(\x04\"F\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"v\n\rFetchResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.flotilla.v1.StoredBatch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x04\x12\x11\n\tlog_start\x18\x03 \x01(\x04\x12\x0f\n\x07replica\x18\x04 \x01(\t\"\x0f\n\rHealthRequest\"\x85\x01\n\x0eHealthResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x0f\n\x07leaders\x18\x04 \x01(\r\x12\x15\n\rmembers_alive\x18\x05 \x01(\r\x12\x15\n\ractive_groups\x18\x06 \x01(\r*W\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x0b\n\x07SUSPECT\x10\x02\x12\x08\n\x04\x44\x45\x41\x44\x10\x03\x12\x08\n\x04LEFT\x10\x04*%\n\x04\x41\x63ks\x12\x0c\n\x08\x41\x43KS_ALL\x10\x00\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x01\x32\x97\x05\n\x08\x46lotilla\x12\x46\n\x0b\x43reateTopic\x12\x1f.flotilla.v1.CreateTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.flotilla.v1.DeleteTopicRequest\x1a .flotilla.v1.DeleteTopicResponse\x12M\n\nListTopics\x12\x1e.flotilla.v1.ListTopicsRequest\x1a\x1f.flotilla.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.flotilla.v1.DescribeTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12G\n\x08Metadata\x12\x1c.flotilla.v1.MetadataRequest\x1a\x1d.flotilla.v1.MetadataResponse\x12\x44\n\x07Produce\x12\x1b.flotilla.v1.ProduceRequest\x1a\x1c.flotilla.v1.ProduceResponse\x12>\n\x05\x46\x65tch\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse\x12\x44\n\tSubscribe\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse0\x01\x12\x41\n\x06Health\x12\x1a.flotilla.v1.HealthRequest\x1a\x1b.flotilla.v1.HealthResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/flotilla.proto\x12\x0b\x66lotilla.v1\"\x81\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"#\n\x12ListTopicsResponse\x12\r\n\x05names\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"}\n\rPartitionInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x11\n\tlog_start\x18\x05 \x01(\x04\x12\x10\n\x08learners\x18\x06 \x03(\t\"\xa1\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12replication_factor\x18\x02 \x01(\r\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.flotilla.v1.PartitionInfo\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\x12\x0b\n\x03uid\x18\x06 \x01(\t\"l\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.flotilla.v1.MemberState\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x0c\n\x04rack\x18\x05 \x01(\t\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x8a\x01\n\x10MetadataResponse\x12$\n\x07members\x18\x01 \x03(\x0b\x32\x13.flotilla.v1.Member\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.flotilla.v1.TopicInfo\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x17\n\x0fmax_batch_bytes\x18\x04 \x01(\x04\"v\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x1f\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x11.flotilla.v1.Acks\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\"O\n\x0fProduceResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"\x99\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x13\n\x0bmax_records\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x1a\n\x12min_high_watermark\x18\x07 \x01(\x04\"F\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"v\n\rFetchResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.flotilla.v1.StoredBatch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x04\x12\x11\n\tlog_start\x18\x03 \x01(\x04\x12\x0f\n\x07replica\x18\x04 \x01(\t\"\x0f\n\rHealthRequest\"\x85\x01\n\x0eHealthResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x0f\n\x07leaders\x18\x04 \x01(\r\x12\x15\n\rmembers_alive\x18\x05 \x01(\r\x12\x15\n\ractive_groups\x18\x06 \x01(\r*W\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x0b\n\x07SUSPECT\x10\x02\x12\x08\n\x04\x44\x45\x41\x44\x10\x03\x12\x08\n\x04LEFT\x10\x04*%\n\x04\x41\x63ks\x12\x0c\n\x08\x41\x43KS_ALL\x10\x00\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x01\x32\x97\x05\n\x08\x46lotilla\x12\x46\n\x0b\x43reateTopic\x12\x1f.flotilla.v1.CreateTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.flotilla.v1.DeleteTopicRequest\x1a .flotilla.v1.DeleteTopicResponse\x12M\n\nListTopics\x12\x1e.flotilla.v1.ListTopicsRequest\x1a\x1f.flotilla.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.flotilla.v1.DescribeTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12G\n\x08Metadata\x12\x1c.flotilla.v1.MetadataRequest\x1a\x1d.flotilla.v1.MetadataResponse\x12\x44\n\x07Produce\x12\x1b.flotilla.v1.ProduceRequest\x1a\x1c.flotilla.v1.ProduceResponse\x12>\n\x05\x46\x65tch\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse\x12\x44\n\tSubscribe\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse0\x01\x12\x41\n\x06Health\x12\x1a.flotilla.v1.HealthRequest\x1a\x1b.flotilla.v1.HealthResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.flotilla_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMBERSTATE']._serialized_start=1577
-  _globals['_MEMBERSTATE']._serialized_end=1664
-  _globals['_ACKS']._serialized_start=1666
-  _globals['_ACKS']._serialized_end=1703
+  _globals['_MEMBERSTATE']._serialized_start=1603
+  _globals['_MEMBERSTATE']._serialized_end=1690
+  _globals['_ACKS']._serialized_start=1692
+  _globals['_ACKS']._serialized_end=1729
   _globals['_CREATETOPICREQUEST']._serialized_start=38
   _globals['_CREATETOPICREQUEST']._serialized_end=167
   _globals['_DELETETOPICREQUEST']._serialized_start=169
@@ -55,22 +55,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMBER']._serialized_end=723
   _globals['_METADATAREQUEST']._serialized_start=725
   _globals['_METADATAREQUEST']._serialized_end=758
-  _globals['_METADATARESPONSE']._serialized_start=760
-  _globals['_METADATARESPONSE']._serialized_end=873
-  _globals['_PRODUCEREQUEST']._serialized_start=875
-  _globals['_PRODUCEREQUEST']._serialized_end=993
-  _globals['_PRODUCERESPONSE']._serialized_start=995
-  _globals['_PRODUCERESPONSE']._serialized_end=1074
-  _globals['_FETCHREQUEST']._serialized_start=1077
-  _globals['_FETCHREQUEST']._serialized_end=1230
-  _globals['_STOREDBATCH']._serialized_start=1232
-  _globals['_STOREDBATCH']._serialized_end=1302
-  _globals['_FETCHRESPONSE']._serialized_start=1304
-  _globals['_FETCHRESPONSE']._serialized_end=1422
-  _globals['_HEALTHREQUEST']._serialized_start=1424
-  _globals['_HEALTHREQUEST']._serialized_end=1439
-  _globals['_HEALTHRESPONSE']._serialized_start=1442
-  _globals['_HEALTHRESPONSE']._serialized_end=1575
-  _globals['_FLOTILLA']._serialized_start=1706
-  _globals['_FLOTILLA']._serialized_end=2369
+  _globals['_METADATARESPONSE']._serialized_start=761
+  _globals['_METADATARESPONSE']._serialized_end=899
+  _globals['_PRODUCEREQUEST']._serialized_start=901
+  _globals['_PRODUCEREQUEST']._serialized_end=1019
+  _globals['_PRODUCERESPONSE']._serialized_start=1021
+  _globals['_PRODUCERESPONSE']._serialized_end=1100
+  _globals['_FETCHREQUEST']._serialized_start=1103
+  _globals['_FETCHREQUEST']._serialized_end=1256
+  _globals['_STOREDBATCH']._serialized_start=1258
+  _globals['_STOREDBATCH']._serialized_end=1328
+  _globals['_FETCHRESPONSE']._serialized_start=1330
+  _globals['_FETCHRESPONSE']._serialized_end=1448
+  _globals['_HEALTHREQUEST']._serialized_start=1450
+  _globals['_HEALTHREQUEST']._serialized_end=1465
+  _globals['_HEALTHRESPONSE']._serialized_start=1468
+  _globals['_HEALTHRESPONSE']._serialized_end=1601
+  _globals['_FLOTILLA']._serialized_start=1732
+  _globals['_FLOTILLA']._serialized_end=2395
 # @@protoc_insertion_point(module_scope)

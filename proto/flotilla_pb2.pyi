@@ -120,14 +120,16 @@ class MetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("members", "topics", "node_id")
+    __slots__ = ("members", "topics", "node_id", "max_batch_bytes")
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedCompositeFieldContainer[Member]
     topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
     node_id: str
-    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ...) -> None: ...
+    max_batch_bytes: int
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms")

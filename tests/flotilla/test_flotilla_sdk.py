@@ -110,6 +110,29 @@ def test_the_largest_batches_a_producer_makes_are_accepted(cluster: LocalCluster
         assert offsets == list(range(90))
 
 
+def test_batches_stay_within_the_smallest_max_batch_bytes_the_nodes_report(
+    tmp_path: Path,
+) -> None:
+    """A node configured below the default max_batch_bytes says so in metadata; a producer
+    aiming at bigger batches makes them no bigger than that (else the node refuses them)."""
+    limit = 64 * 1024
+    config = f"{CONFIG}max_batch_bytes = {limit}\n"
+    with LocalCluster(tmp_path, 1, config_text=config) as local:
+        local.start()
+        with Client(local.bootstrap, timeout_s=30) as client:
+            client.create_topic("small-batches", partitions=1, replication_factor=1)
+            assert client.router.max_batch_bytes == limit
+            with client.producer(linger_ms=200, batch_bytes=1 << 20) as producer:
+                futures = [
+                    producer.send("small-batches", b"r" * 1000, headers=[("n", b"%d" % n)])
+                    for n in range(300)
+                ]
+                offsets = [f.result(timeout=60).offset for f in futures]
+            assert offsets == list(range(300))
+            records = client.read("small-batches", 0, 0, max_records=1000)
+            assert [r.headers for r in records[:2]] == [(("n", b"0"),), (("n", b"1"),)]
+
+
 def producer_writes_again(client: Client) -> bool:
     with client.producer(linger_ms=1) as producer:
         return producer.send("gapped", b"after").result(timeout=30).offset >= 1
@@ -190,6 +213,19 @@ def test_errors_are_actionable(cluster: LocalCluster) -> None:
             client.read("errs", 0, offset=42)
         with pytest.raises(InvalidArgument, match="value must be bytes"):
             client.produce("errs", "text")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="key must be bytes, not str"):
+            client.produce("errs", b"v", key="text")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match=r"header \('h', 'x'\) is invalid"):
+            client.produce("errs", b"v", headers=[("h", "x")])  # type: ignore[list-item]
+        with pytest.raises(InvalidArgument, match="headers must be a sequence"):
+            client.produce("errs", b"v", headers={"h": b"x"})  # type: ignore[arg-type]
+        with client.producer(linger_ms=1) as producer:
+            with pytest.raises(InvalidArgument, match=r"header \(1, b'x'\) is invalid"):
+                producer.send("errs", b"v", headers=[(1, b"x")])  # type: ignore[list-item]
+            with pytest.raises(InvalidArgument, match="key must be bytes, not int"):
+                producer.send("errs", b"v", key=7)  # type: ignore[arg-type]
+            # nothing of the bad ones was written: the first good record is offset 0
+            assert producer.send("errs", b"good").result(timeout=30).offset == 0
         with pytest.raises(InvalidArgument, match="acks="):
             Client(cluster.bootstrap, acks="some")
         # a batch target no node accepts fails when the producer is made, not at every send
