@@ -345,6 +345,32 @@ class Node:
         if not deleted:
             raise KeyError(f"topic {name!r} does not exist")
 
+    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
+        """Changes a topic's retention; every node applies it at its next retention check."""
+        check_topic_name(request.name)
+        if self.controller is None:
+            return await self._forward(lambda stub: stub.AlterTopic(request, timeout=15))
+        change = {
+            "retention_bytes": (
+                request.retention_bytes if request.HasField("retention_bytes") else None
+            ),
+            "retention_ms": request.retention_ms if request.HasField("retention_ms") else None,
+        }
+        try:
+            found = await asyncio.wait_for(
+                asyncio.wrap_future(self.controller.update_topic(request.name, **change)), 15
+            )
+        except (ControlPlaneError, TimeoutError) as error:
+            raise ConnectionError(
+                f"the control plane could not alter {request.name!r}: {error or 'timed out'}"
+            ) from None
+        if not found:
+            raise KeyError(f"topic {request.name!r} does not exist")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _has_retention(self.topics, request.name, change):
+            await asyncio.sleep(0.02)
+        return (await self.metadata([request.name])).topics[0]
+
     async def _forward(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
         errors = []
         for controller_id in sorted(self.config.controllers):
@@ -671,3 +697,11 @@ class Node:
             log.exception("retiring replica %s failed", group)
         finally:
             self._retiring.discard(group)
+
+
+def _has_retention(topics: dict[str, TopicSpec], name: str, change: dict[str, int | None]) -> bool:
+    """Has this node's topic table caught up with a retention change (or lost the topic)?"""
+    spec = topics.get(name)
+    return spec is None or all(
+        value is None or getattr(spec, field) == value for field, value in change.items()
+    )

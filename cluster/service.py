@@ -90,6 +90,18 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
         return pb.DeleteTopicResponse()
 
+    async def AlterTopic(
+        self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicInfo:
+        try:
+            return await self.node.alter_topic(request)
+        except Invalid as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except KeyError as error:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
+        except ConnectionError as error:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:

@@ -303,6 +303,42 @@ def check_value(value: object, what: str = "value") -> bytes:
     return bytes(value)
 
 
+def create_request(
+    name: str, partitions: int, replication_factor: int, retention_bytes: int, retention_ms: int
+) -> pb.CreateTopicRequest:
+    return pb.CreateTopicRequest(
+        name=name,
+        partitions=_unsigned("partitions", partitions, 32),
+        replication_factor=_unsigned("replication_factor", replication_factor, 32),
+        retention_bytes=_unsigned("retention_bytes", retention_bytes, 64),
+        retention_ms=_unsigned("retention_ms", retention_ms, 64),
+    )
+
+
+def alter_request(
+    name: str, retention_bytes: int | None, retention_ms: int | None
+) -> pb.AlterTopicRequest:
+    """A retention change: None leaves a setting as it is, 0 makes it unlimited."""
+    if retention_bytes is None and retention_ms is None:
+        raise InvalidArgument(
+            f"altering topic {name!r} needs retention_bytes or retention_ms (0: unlimited)"
+        )
+    request = pb.AlterTopicRequest(name=name)
+    if retention_bytes is not None:
+        request.retention_bytes = _unsigned("retention_bytes", retention_bytes, 64)
+    if retention_ms is not None:
+        request.retention_ms = _unsigned("retention_ms", retention_ms, 64)
+    return request
+
+
+def _unsigned(what: str, value: object, bits: int) -> int:
+    if type(value) is not int or not 0 <= value < 1 << bits:
+        raise InvalidArgument(
+            f"{what}={value!r} is invalid: use an integer from 0 to {(1 << bits) - 1}"
+        )
+    return value
+
+
 def check_record(
     value: object, key: object, headers: object
 ) -> tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]:

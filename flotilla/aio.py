@@ -32,8 +32,10 @@ from flotilla._routing import (
     RecordMetadata,
     Router,
     TopicInfo,
+    alter_request,
     check_record,
     check_value,
+    create_request,
     decode_fetch,
     member,
     now_ms,
@@ -125,13 +127,19 @@ class Client:
         retention_bytes: int = 0,
         retention_ms: int = 0,
     ) -> TopicInfo:
-        request = pb.CreateTopicRequest(
-            name=name, partitions=partitions, replication_factor=replication_factor,
-            retention_bytes=retention_bytes, retention_ms=retention_ms,
-        )  # fmt: skip
+        request = create_request(
+            name, partitions, replication_factor, retention_bytes, retention_ms
+        )
         info = topic_info(await self._any_node(lambda stub: stub.CreateTopic(request, timeout=20)))
         await self._not_found_grace(lambda: self.refresh([name]))
         return info
+
+    async def alter_topic(
+        self, name: str, *, retention_bytes: int | None = None, retention_ms: int | None = None
+    ) -> TopicInfo:
+        request = alter_request(name, retention_bytes, retention_ms)
+        response = await self._any_node(lambda stub: stub.AlterTopic(request, timeout=20))
+        return topic_info(response)
 
     async def delete_topic(self, name: str) -> None:
         await self._any_node(

@@ -179,9 +179,9 @@ def _client_parsers(sub: Any) -> None:
         metavar="HOST:PORT",
         help="any node of the cluster (default: $FLOTILLA_BOOTSTRAP or the local dev cluster)",
     )
-    topic = sub.add_parser("topic", help="create, list or describe topics").add_subparsers(
-        dest="action", required=True
-    )
+    topic = sub.add_parser(
+        "topic", help="create, list, describe, alter or delete topics"
+    ).add_subparsers(dest="action", required=True)
     create = topic.add_parser("create", parents=[bootstrap], help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
@@ -193,6 +193,12 @@ def _client_parsers(sub: Any) -> None:
         "describe", parents=[bootstrap], help="partitions, leaders, replicas"
     )
     describe.add_argument("name")
+    alter = topic.add_parser(
+        "alter", parents=[bootstrap], help="change a topic's retention (0: unlimited)"
+    )
+    alter.add_argument("name")
+    alter.add_argument("--retention-bytes", type=int, default=None)
+    alter.add_argument("--retention-ms", type=int, default=None)
     delete = topic.add_parser("delete", parents=[bootstrap], help="delete a topic")
     delete.add_argument("name")
 
@@ -249,6 +255,13 @@ def _run_client_command(args: argparse.Namespace) -> int:
                     for name in client.list_topics():
                         print(name)
                 elif args.action == "describe":
+                    tools.describe_topic(client, args.name, console)
+                elif args.action == "alter":
+                    client.alter_topic(
+                        args.name,
+                        retention_bytes=args.retention_bytes,
+                        retention_ms=args.retention_ms,
+                    )
                     tools.describe_topic(client, args.name, console)
                 else:
                     client.delete_topic(args.name)

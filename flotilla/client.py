@@ -34,8 +34,10 @@ from flotilla._routing import (
     RecordMetadata,
     Router,
     TopicInfo,
+    alter_request,
     check_record,
     check_value,
+    create_request,
     decode_fetch,
     member,
     now_ms,
@@ -154,13 +156,20 @@ class Client:
         retention_ms: int = 0,
     ) -> TopicInfo:
         """Creates a topic; idempotent when a topic of the same spec exists."""
-        request = pb.CreateTopicRequest(
-            name=name, partitions=partitions, replication_factor=replication_factor,
-            retention_bytes=retention_bytes, retention_ms=retention_ms,
-        )  # fmt: skip
+        request = create_request(
+            name, partitions, replication_factor, retention_bytes, retention_ms
+        )
         info = topic_info(self._any_node(lambda stub: stub.CreateTopic(request, timeout=20)))
         self._not_found_grace(lambda: self.refresh([name]))
         return info
+
+    def alter_topic(
+        self, name: str, *, retention_bytes: int | None = None, retention_ms: int | None = None
+    ) -> TopicInfo:
+        """Changes a topic's retention (None: unchanged; 0: unlimited). Every node applies it at
+        its next retention check (`retention_check_s`)."""
+        request = alter_request(name, retention_bytes, retention_ms)
+        return topic_info(self._any_node(lambda stub: stub.AlterTopic(request, timeout=20)))
 
     def delete_topic(self, name: str) -> None:
         self._any_node(lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20))

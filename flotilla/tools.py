@@ -26,7 +26,18 @@ __all__ = ["consume", "describe_topic", "produce_lines", "status"]
 
 def describe_topic(client: Client, name: str, console: Console) -> None:
     info = client.describe_topic(name)
-    table = Table(title=f"topic {info.name} (replication factor {info.replication_factor})")
+    retention = ", ".join(
+        f"{what} {value}"
+        for what, value in (
+            ("retention bytes", info.retention_bytes),
+            ("retention ms", info.retention_ms),
+        )
+        if value
+    )
+    table = Table(
+        title=f"topic {info.name} (replication factor {info.replication_factor}"
+        f"{', ' + retention if retention else ''})"
+    )
     for column in ("partition", "leader", "replicas", "high watermark", "log start"):
         table.add_column(column)
     for p in info.partitions:

@@ -47,6 +47,16 @@ class DeleteTopicRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class AlterTopicRequest(_message.Message):
+    __slots__ = ("name", "retention_bytes", "retention_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    retention_bytes: int
+    retention_ms: int
+    def __init__(self, name: _Optional[str] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

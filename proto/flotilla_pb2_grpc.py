@@ -44,6 +44,11 @@ class FlotillaStub:
                 request_serializer=proto_dot_flotilla__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=proto_dot_flotilla__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.AlterTopic = channel.unary_unary(
+                '/flotilla.v1.Flotilla/AlterTopic',
+                request_serializer=proto_dot_flotilla__pb2.AlterTopicRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.TopicInfo.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/flotilla.v1.Flotilla/ListTopics',
                 request_serializer=proto_dot_flotilla__pb2.ListTopicsRequest.SerializeToString,
@@ -91,6 +96,12 @@ class FlotillaServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -150,6 +161,11 @@ def add_FlotillaServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=proto_dot_flotilla__pb2.DeleteTopicRequest.FromString,
                     response_serializer=proto_dot_flotilla__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'AlterTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopic,
+                    request_deserializer=proto_dot_flotilla__pb2.AlterTopicRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.TopicInfo.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
@@ -241,6 +257,33 @@ class Flotilla:
             '/flotilla.v1.Flotilla/DeleteTopic',
             proto_dot_flotilla__pb2.DeleteTopicRequest.SerializeToString,
             proto_dot_flotilla__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/AlterTopic',
+            proto_dot_flotilla__pb2.AlterTopicRequest.SerializeToString,
+            proto_dot_flotilla__pb2.TopicInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -85,3 +85,28 @@ def test_a_store_refuses_to_start_without_a_secret(tmp_path: Path) -> None:
         MetadataStore("c1", {"c1": "127.0.0.1:1"}, "", str(tmp_path))
     with pytest.raises(ControlPlaneError, match="is not among the controllers"):
         MetadataStore("c9", {"c1": "127.0.0.1:1"}, SECRET, str(tmp_path))
+
+
+def test_retention_is_updated_everywhere_and_method_numbers_stay(
+    controllers: dict[str, MetadataStore],
+) -> None:
+    store = controllers["c1"]
+    assert store.create_topic(_spec("kept")).result(timeout=10) is CreateOutcome.CREATED
+    assert store.update_topic("kept", retention_ms=60_000).result(timeout=10) is True
+    assert store.update_topic("kept", retention_bytes=1 << 20).result(timeout=10) is True
+    assert store.update_topic("missing", retention_ms=1).result(timeout=10) is False
+    for each in controllers.values():
+        wait_until(
+            lambda each=each: (
+                "kept" in each.topics()
+                and (each.topics()["kept"].retention_ms, each.topics()["kept"].retention_bytes)
+                == (60_000, 1 << 20)
+            ),
+            what="the new retention on every controller",
+        )
+    spec = store.topics()["kept"]
+    assert (spec.partitions, spec.assignment, spec.uid) == (3, _spec("kept").assignment, "u1")
+    # pysyncobj's journal names replicated methods by number, in name order: a method added
+    # later must not renumber those a journal written before it holds
+    numbers = store._sync._methodToID
+    assert numbers == {"create_topic_v0": 0, "delete_topic_v0": 1, "update_topic_v0": 2}

@@ -11,7 +11,7 @@ import pytest
 from harness import wait_until
 
 from cluster.local import LocalCluster
-from flotilla import Client, OffsetOutOfRange
+from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +83,44 @@ def test_retention_bounds_every_replica_and_resets_a_follower_left_behind(
             with pytest.raises(OffsetOutOfRange):
                 client.read("sized", 0, 0, 10, replica=follower)
             client.produce("sized", VALUE, partition=0)  # and the group takes writes
+
+
+def test_retention_altered_later_applies_and_bad_changes_change_nothing(tmp_path: Path) -> None:
+    """Kafka's `kafka-configs --alter`: a topic made without retention gets one, through a node
+    that is not a controller (it forwards), and every replica applies it."""
+    with LocalCluster(tmp_path, 2, controllers=1, config_text=CONFIG) as local:
+        local.start()
+        non_controller = local.addresses()[1]
+        with Client(non_controller, timeout_s=30) as client:
+            client.create_topic("grown", 1, 2)
+            for _ in range(20):
+                client.produce_batch("grown", [VALUE] * 10, partition=0)
+            with pytest.raises(TopicNotFound, match="'missing' does not exist"):
+                client.alter_topic("missing", retention_ms=1)
+            with pytest.raises(InvalidArgument, match="retention_bytes=-1 is invalid"):
+                client.alter_topic("grown", retention_bytes=-1)
+            with pytest.raises(InvalidArgument, match="needs retention_bytes or retention_ms"):
+                client.alter_topic("grown")
+            info = client.describe_topic("grown")
+            assert (info.retention_bytes, info.retention_ms) == (0, 0)
+            assert info.partitions[0].log_start == 0
+
+            altered = client.alter_topic("grown", retention_bytes=48 * 1024)
+            assert (altered.retention_bytes, altered.retention_ms) == (48 * 1024, 0)
+
+            wait_until(
+                lambda: not any(_readable_from_zero(client, node) for node in local.nodes),
+                30,
+                "both replicas to drop their oldest segments",
+            )
+            assert client.describe_topic("grown").partitions[0].log_start > 0
+            # a later change of the other setting leaves this one as it is
+            again = client.alter_topic("grown", retention_ms=3_600_000)
+            assert (again.retention_bytes, again.retention_ms) == (48 * 1024, 3_600_000)
+
+
+def _readable_from_zero(client: Client, replica: str) -> bool:
+    try:
+        return bool(client.read("grown", 0, 0, 1, replica=replica))
+    except OffsetOutOfRange:
+        return False

@@ -251,6 +251,10 @@ def test_asyncio_client_has_the_same_calls(cluster: LocalCluster) -> None:
             assert followed == [b"hello", b"a", b"b"]
             with pytest.raises(TopicNotFound):
                 await client.produce("nope", b"v")
+            altered = await client.alter_topic("async", retention_bytes=1 << 30)
+            assert (altered.retention_bytes, altered.retention_ms) == (1 << 30, 0)
+            with pytest.raises(InvalidArgument, match="key must be bytes"):
+                await client.produce("async", b"v", key="k")  # type: ignore[arg-type]
 
     asyncio.run(scenario())
 
@@ -288,6 +292,11 @@ def test_cli_produce_pipes_into_consume(cluster: LocalCluster) -> None:
         [*cli, "topic", "create", "a/b"], env=env, capture_output=True, timeout=60, check=False
     )
     assert bad.returncode == 1 and b"topic name 'a/b' is invalid" in bad.stderr
+    altered = subprocess.run(
+        [*cli, "topic", "alter", "piped", "--retention-ms", "86400000"],
+        env=env, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert b"retention ms 86400000" in altered.stdout
 
 
 def test_the_demo_runs_and_leaves_no_process_behind(tmp_path: Path) -> None:
