@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-__all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec"]
+__all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
 
 T = TypeVar("T")
 _TRANSIENT = {
@@ -47,6 +47,12 @@ class CreateOutcome(enum.Enum):
     CREATED = "created"
     EXISTS = "exists"  # the same spec exists already: create is idempotent
     CONFLICT = "conflict"  # a topic of that name exists with another spec
+
+
+class UpdateOutcome(enum.Enum):
+    UPDATED = "updated"
+    MISSING = "missing"  # no such topic
+    FEWER = "fewer"  # partitions can only be added
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +133,25 @@ class _Replicated(SyncObj):  # type: ignore[misc]
     # new method must sort after the existing ones, or a journal written before it would replay
     # as calls of the wrong methods (tests/cluster/test_cluster_controller.py pins the order).
     @replicated  # type: ignore[untyped-decorator]
-    def update_topic(self, change: dict[str, Any]) -> bool:
-        """Sets a topic's retention (`change`: name, and retention_bytes / retention_ms, each
-        optional). False if no such topic."""
+    def update_topic(self, change: dict[str, Any]) -> str:
+        """Changes a topic (`change`: name, and each optional: retention_bytes, retention_ms,
+        partitions with the assignment of every partition up to it, of which only those of the
+        partitions added are taken)."""
         existing = self.topics.get(change["name"])
         if existing is None:
-            return False
+            return UpdateOutcome.MISSING.value
+        partitions = change.get("partitions")
+        if partitions is not None and partitions < existing["partitions"]:
+            return UpdateOutcome.FEWER.value
         for field in ("retention_bytes", "retention_ms"):
             if change.get(field) is not None:
                 existing[field] = int(change[field])
+        if partitions is not None and partitions > existing["partitions"]:
+            added = change["assignment"][existing["partitions"] : partitions]
+            existing["assignment"] = list(existing["assignment"]) + [list(a) for a in added]
+            existing["partitions"] = partitions
         self.version += 1
-        return True
+        return UpdateOutcome.UPDATED.value
 
 
 class MetadataStore:
@@ -187,11 +201,26 @@ class MetadataStore:
         return self._submit("delete_topic", name, bool, retried_means=True)
 
     def update_topic(
-        self, name: str, *, retention_bytes: int | None = None, retention_ms: int | None = None
-    ) -> concurrent.futures.Future[bool]:
-        """Sets a topic's retention (None: unchanged). True if the topic exists. Idempotent."""
-        change = {"name": name, "retention_bytes": retention_bytes, "retention_ms": retention_ms}
-        return self._submit("update_topic", change, bool)
+        self,
+        name: str,
+        *,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
+        partitions: int | None = None,
+        assignment: tuple[tuple[str, ...], ...] = (),
+    ) -> concurrent.futures.Future[UpdateOutcome]:
+        """Changes a topic (None: unchanged). `partitions`: more than it has (FEWER if fewer),
+        with `assignment` naming the initial voters of every partition up to that count; only
+        those of the partitions added are taken, so a concurrent change cannot move existing
+        ones. Idempotent."""
+        change = {
+            "name": name,
+            "retention_bytes": retention_bytes,
+            "retention_ms": retention_ms,
+            "partitions": partitions,
+            "assignment": [list(voters) for voters in assignment],
+        }
+        return self._submit("update_topic", change, UpdateOutcome)
 
     def _submit(
         self,

@@ -31,7 +31,13 @@ from typing import Any
 import grpc
 
 from cluster.config import NodeConfig, parse_address
-from cluster.controller import ControlPlaneError, CreateOutcome, MetadataStore, TopicSpec
+from cluster.controller import (
+    ControlPlaneError,
+    CreateOutcome,
+    MetadataStore,
+    TopicSpec,
+    UpdateOutcome,
+)
 from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
@@ -145,6 +151,7 @@ class Node:
         self._topics_polled_at = 0.0
         self._retiring: set[str] = set()  # groups whose replica is being retired (`_retire`)
         self._retention_checked_at = time.monotonic()  # when retention was last applied
+        self._topics_lock = asyncio.Lock()
         self._probed_at = time.monotonic()  # when unplaced quiesced followers were last probed
         self._retire_tasks: set[asyncio.Task[None]] = set()
         self.started = asyncio.Event()
@@ -293,15 +300,7 @@ class Node:
         check_replication_factor(factor, len(live))
         if self.controller is None:
             return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
-        preferred: dict[str, int] = {}  # preferred leaderships of the existing topics
-        for known in self.topics.values():
-            for replicas in known.assignment:
-                if replicas:
-                    preferred[replicas[0]] = preferred.get(replicas[0], 0) + 1
-        assignment = balance_leaders(
-            [place(partition_id(request.name, p), live, factor) for p in range(request.partitions)],
-            preferred,
-        )
+        assignment = self._assign(request.name, range(request.partitions), factor)
         spec = TopicSpec(
             request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
             assignment, uuid.uuid4().hex,
@@ -327,6 +326,19 @@ class Node:
             await asyncio.sleep(0.02)
         return (await self.metadata([request.name])).topics[0]
 
+    def _assign(self, topic: str, partitions: range, factor: int) -> tuple[tuple[str, ...], ...]:
+        """The initial voters of new partitions: placed over the live members, and their
+        preferred leaders spread so that each node leads about as many partitions as the next,
+        counting the existing topics'."""
+        live = self.live_candidates()
+        preferred: dict[str, int] = {}  # preferred leaderships of the existing topics
+        for known in self.topics.values():
+            for replicas in known.assignment:
+                if replicas:
+                    preferred[replicas[0]] = preferred.get(replicas[0], 0) + 1
+        placed = [place(partition_id(topic, p), live, factor) for p in partitions]
+        return tuple(tuple(voters) for voters in balance_leaders(placed, preferred))
+
     async def delete_topic(self, name: str) -> None:
         check_topic_name(name)
         if self.controller is None:
@@ -346,28 +358,52 @@ class Node:
             raise KeyError(f"topic {name!r} does not exist")
 
     async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
-        """Changes a topic's retention; every node applies it at its next retention check."""
+        """Changes a topic's retention (every node applies it at its next retention check) or
+        adds partitions (placed as a new topic's are; each node opens its new replicas)."""
         check_topic_name(request.name)
+        partitions = request.partitions if request.HasField("partitions") else None
+        if partitions is not None:
+            check_partition_count(partitions)
         if self.controller is None:
             return await self._forward(lambda stub: stub.AlterTopic(request, timeout=15))
-        change = {
+        change: dict[str, Any] = {
             "retention_bytes": (
                 request.retention_bytes if request.HasField("retention_bytes") else None
             ),
             "retention_ms": request.retention_ms if request.HasField("retention_ms") else None,
+            "partitions": partitions,
         }
+        spec = self.controller.topics().get(request.name)
+        if spec is None:
+            raise KeyError(f"topic {request.name!r} does not exist")
+        assignment: tuple[tuple[str, ...], ...] = ()
+        if partitions is not None and partitions > spec.partitions:
+            check_replication_factor(spec.replication_factor, len(self.live_candidates()))
+            assignment = spec.assignment + self._assign(
+                request.name, range(spec.partitions, partitions), spec.replication_factor
+            )
         try:
-            found = await asyncio.wait_for(
-                asyncio.wrap_future(self.controller.update_topic(request.name, **change)), 15
+            outcome = await asyncio.wait_for(
+                asyncio.wrap_future(
+                    self.controller.update_topic(request.name, assignment=assignment, **change)
+                ),
+                15,
             )
         except (ControlPlaneError, TimeoutError) as error:
             raise ConnectionError(
                 f"the control plane could not alter {request.name!r}: {error or 'timed out'}"
             ) from None
-        if not found:
+        if outcome is UpdateOutcome.MISSING:
             raise KeyError(f"topic {request.name!r} does not exist")
+        if outcome is UpdateOutcome.FEWER:
+            now = self.controller.topics().get(request.name)
+            raise Invalid(
+                f"partitions={partitions} is invalid: topic {request.name!r} has "
+                f"{now.partitions if now else spec.partitions}; partitions can only be added "
+                "(records keep their partition, so a key's partition never changes back)"
+            )
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not _has_retention(self.topics, request.name, change):
+        while time.monotonic() < deadline and not _has_change(self.topics, request.name, change):
             await asyncio.sleep(0.02)
         return (await self.metadata([request.name])).topics[0]
 
@@ -379,7 +415,7 @@ class Node:
                 continue
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
-                return await call(stub)
+                answer = await call(stub)
             except grpc.aio.AioRpcError as error:
                 if error.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -393,9 +429,20 @@ class Node:
                 if error.code() == grpc.StatusCode.NOT_FOUND:
                     raise KeyError(error.details()) from None
                 errors.append(f"{controller_id}: {error.details()}")
+                continue
+            # the change is made: this node's view of the topics takes it in before it answers,
+            # so the client's next call here sees what it just did (other nodes within a poll)
+            self._topics_polled_at = 0.0
+            await self._refresh_topics()
+            return answer
         raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
 
     async def _refresh_topics(self) -> None:
+        # one poll at a time: a poll sent before a change must not land after one sent since
+        async with self._topics_lock:
+            await self._refresh_topics_now()
+
+    async def _refresh_topics_now(self) -> None:
         if self.controller is not None and self.controller.ready:
             if self.controller.version != self._topics_version:
                 self._topics_version = self.controller.version
@@ -699,9 +746,12 @@ class Node:
             self._retiring.discard(group)
 
 
-def _has_retention(topics: dict[str, TopicSpec], name: str, change: dict[str, int | None]) -> bool:
-    """Has this node's topic table caught up with a retention change (or lost the topic)?"""
+def _has_change(topics: dict[str, TopicSpec], name: str, change: dict[str, int | None]) -> bool:
+    """Has this node's topic table caught up with a change of the topic (or lost the topic)?"""
     spec = topics.get(name)
     return spec is None or all(
-        value is None or getattr(spec, field) == value for field, value in change.items()
+        value is None
+        or getattr(spec, field) == value
+        or (field == "partitions" and spec.partitions > value)
+        for field, value in change.items()
     )

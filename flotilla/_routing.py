@@ -101,6 +101,12 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
     )
 
 
+def _older(info: TopicInfo, known: TopicInfo) -> bool:
+    """Is `info` (from a node whose view lags) an earlier state of the topic than `known`? A
+    topic's partitions are only ever added, so fewer of the same incarnation are older."""
+    return bool(info.uid) and info.uid == known.uid and len(info.partitions) < len(known.partitions)
+
+
 def member(message: pb.Member) -> Member:
     return Member(
         message.id,
@@ -190,7 +196,9 @@ class Router:
                 self.max_batch_bytes = min(self._batch_limits.values())
             for message in response.topics:
                 info = topic_info(message)
-                self._topics[info.name] = info
+                known = self._topics.get(info.name)
+                if known is None or not _older(info, known):
+                    self._topics[info.name] = info
                 for p in info.partitions:
                     if p.leader:
                         self._leaders[(info.name, p.index)] = p.leader
@@ -316,14 +324,16 @@ def create_request(
 
 
 def alter_request(
-    name: str, retention_bytes: int | None, retention_ms: int | None
+    name: str, partitions: int | None, retention_bytes: int | None, retention_ms: int | None
 ) -> pb.AlterTopicRequest:
-    """A retention change: None leaves a setting as it is, 0 makes it unlimited."""
-    if retention_bytes is None and retention_ms is None:
+    """A topic change: None leaves a setting as it is; retention 0 makes it unlimited."""
+    if partitions is None and retention_bytes is None and retention_ms is None:
         raise InvalidArgument(
-            f"altering topic {name!r} needs retention_bytes or retention_ms (0: unlimited)"
+            f"altering topic {name!r} needs partitions, retention_bytes or retention_ms"
         )
     request = pb.AlterTopicRequest(name=name)
+    if partitions is not None:
+        request.partitions = _unsigned("partitions", partitions, 32)
     if retention_bytes is not None:
         request.retention_bytes = _unsigned("retention_bytes", retention_bytes, 64)
     if retention_ms is not None:

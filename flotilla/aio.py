@@ -135,10 +135,16 @@ class Client:
         return info
 
     async def alter_topic(
-        self, name: str, *, retention_bytes: int | None = None, retention_ms: int | None = None
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
     ) -> TopicInfo:
-        request = alter_request(name, retention_bytes, retention_ms)
+        request = alter_request(name, partitions, retention_bytes, retention_ms)
         response = await self._any_node(lambda stub: stub.AlterTopic(request, timeout=20))
+        self.router.absorb(pb.MetadataResponse(topics=[response]))  # its partitions from now
         return topic_info(response)
 
     async def delete_topic(self, name: str) -> None:

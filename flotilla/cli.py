@@ -194,9 +194,12 @@ def _client_parsers(sub: Any) -> None:
     )
     describe.add_argument("name")
     alter = topic.add_parser(
-        "alter", parents=[bootstrap], help="change a topic's retention (0: unlimited)"
+        "alter",
+        parents=[bootstrap],
+        help="add partitions, or change retention (0: unlimited); what is not given stays",
     )
     alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, default=None, help="more than it has")
     alter.add_argument("--retention-bytes", type=int, default=None)
     alter.add_argument("--retention-ms", type=int, default=None)
     delete = topic.add_parser("delete", parents=[bootstrap], help="delete a topic")
@@ -259,6 +262,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
                 elif args.action == "alter":
                     client.alter_topic(
                         args.name,
+                        partitions=args.partitions,
                         retention_bytes=args.retention_bytes,
                         retention_ms=args.retention_ms,
                     )

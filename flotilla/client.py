@@ -164,12 +164,21 @@ class Client:
         return info
 
     def alter_topic(
-        self, name: str, *, retention_bytes: int | None = None, retention_ms: int | None = None
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
     ) -> TopicInfo:
-        """Changes a topic's retention (None: unchanged; 0: unlimited). Every node applies it at
-        its next retention check (`retention_check_s`)."""
-        request = alter_request(name, retention_bytes, retention_ms)
-        return topic_info(self._any_node(lambda stub: stub.AlterTopic(request, timeout=20)))
+        """Changes a topic; None leaves a setting as it is. `partitions`: more than it has,
+        never fewer (Kafka's `--alter --partitions`: keyed records written from now on may go
+        to another partition than earlier ones of the same key). Retention (0: unlimited) is
+        applied by every node at its next retention check (`retention_check_s`)."""
+        request = alter_request(name, partitions, retention_bytes, retention_ms)
+        response = self._any_node(lambda stub: stub.AlterTopic(request, timeout=20))
+        self.router.absorb(pb.MetadataResponse(topics=[response]))  # its partitions from now
+        return topic_info(response)
 
     def delete_topic(self, name: str) -> None:
         self._any_node(lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20))

@@ -48,14 +48,16 @@ class DeleteTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class AlterTopicRequest(_message.Message):
-    __slots__ = ("name", "retention_bytes", "retention_ms")
+    __slots__ = ("name", "retention_bytes", "retention_ms", "partitions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     retention_bytes: int
     retention_ms: int
-    def __init__(self, name: _Optional[str] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+    partitions: int
+    def __init__(self, name: _Optional[str] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from harness import free_port, wait_until
 
-from cluster.controller import ControlPlaneError, CreateOutcome, MetadataStore, TopicSpec
+from cluster.controller import (
+    ControlPlaneError,
+    CreateOutcome,
+    MetadataStore,
+    TopicSpec,
+    UpdateOutcome,
+)
 
 SECRET = "test-secret"
 
@@ -92,9 +98,17 @@ def test_retention_is_updated_everywhere_and_method_numbers_stay(
 ) -> None:
     store = controllers["c1"]
     assert store.create_topic(_spec("kept")).result(timeout=10) is CreateOutcome.CREATED
-    assert store.update_topic("kept", retention_ms=60_000).result(timeout=10) is True
-    assert store.update_topic("kept", retention_bytes=1 << 20).result(timeout=10) is True
-    assert store.update_topic("missing", retention_ms=1).result(timeout=10) is False
+    updated = UpdateOutcome.UPDATED
+    assert store.update_topic("kept", retention_ms=60_000).result(timeout=10) is updated
+    assert store.update_topic("kept", retention_bytes=1 << 20).result(timeout=10) is updated
+    missing = store.update_topic("missing", retention_ms=1).result(timeout=10)
+    assert missing is UpdateOutcome.MISSING
+    # partitions are only added; of the assignment given, only the added ones' is taken
+    wider = (("x", "y", "z"),) * 5
+    grown = store.update_topic("kept", partitions=5, assignment=wider).result(timeout=10)
+    assert grown is updated
+    fewer = store.update_topic("kept", partitions=4, retention_ms=1).result(timeout=10)
+    assert fewer is UpdateOutcome.FEWER
     for each in controllers.values():
         wait_until(
             lambda each=each: (
@@ -105,7 +119,8 @@ def test_retention_is_updated_everywhere_and_method_numbers_stay(
             what="the new retention on every controller",
         )
     spec = store.topics()["kept"]
-    assert (spec.partitions, spec.assignment, spec.uid) == (3, _spec("kept").assignment, "u1")
+    assert (spec.partitions, spec.uid) == (5, "u1")
+    assert spec.assignment == _spec("kept").assignment + (("x", "y", "z"),) * 2
     # pysyncobj's journal names replicated methods by number, in name order: a method added
     # later must not renumber those a journal written before it holds
     numbers = store._sync._methodToID

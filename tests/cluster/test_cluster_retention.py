@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
 from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +102,9 @@ def test_retention_altered_later_applies_and_bad_changes_change_nothing(tmp_path
                 client.alter_topic("missing", retention_ms=1)
             with pytest.raises(InvalidArgument, match="retention_bytes=-1 is invalid"):
                 client.alter_topic("grown", retention_bytes=-1)
-            with pytest.raises(InvalidArgument, match="needs retention_bytes or retention_ms"):
+            with pytest.raises(
+                InvalidArgument, match="needs partitions, retention_bytes or retention_ms"
+            ):
                 client.alter_topic("grown")
             info = client.describe_topic("grown")
             assert (info.retention_bytes, info.retention_ms) == (0, 0)
@@ -118,9 +123,41 @@ def test_retention_altered_later_applies_and_bad_changes_change_nothing(tmp_path
             again = client.alter_topic("grown", retention_ms=3_600_000)
             assert (again.retention_bytes, again.retention_ms) == (48 * 1024, 3_600_000)
 
+            # partitions are added (placed, opened and elected as a new topic's), never removed
+            wider = client.alter_topic("grown", partitions=3)
+            assert [p.index for p in wider.partitions] == [0, 1, 2]
+            assert all(len(p.replicas) == 2 for p in wider.partitions)
+            settled = (3, 48 * 1024, 3_600_000)
+            wait_until(  # every node's view: metadata reaches the other nodes within a poll
+                lambda: all(_view(a, "grown") == settled for a in local.addresses()),
+                30,
+                "every node to see the changes",
+            )
+            with pytest.raises(
+                InvalidArgument, match=r"partitions=2 is invalid.*can only be added"
+            ):
+                client.alter_topic("grown", partitions=2, retention_ms=1)
+            assert all(_view(a, "grown") == settled for a in local.addresses())  # all or nothing
+            assert client.produce("grown", b"new", partition=2).offset == 0
+            assert [r.value for r in client.read("grown", 2, 0)] == [b"new"]
+            keyed = {client.produce("grown", b"k", key=b"%d" % n).partition for n in range(30)}
+            assert keyed == {0, 1, 2}  # the client routes over all three at once
+
 
 def _readable_from_zero(client: Client, replica: str) -> bool:
     try:
         return bool(client.read("grown", 0, 0, 1, replica=replica))
     except OffsetOutOfRange:
         return False
+
+
+def _view(address: str, topic: str) -> tuple[int, int, int]:
+    """One node's own view of a topic: partitions, retention_bytes, retention_ms."""
+    with grpc.insecure_channel(address) as channel:
+        response = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
+            pb.MetadataRequest(topics=[topic]),
+            timeout=10,
+            metadata=(("flotilla-topics-only", "1"),),
+        )
+    info = response.topics[0]
+    return len(info.partitions), info.retention_bytes, info.retention_ms

@@ -77,3 +77,20 @@ def test_an_early_batch_waits_unless_the_one_before_it_failed_for_good() -> None
     failed[0] = True
     with pytest.raises(Unavailable, match="failed for good"):
         route.failed(ADDRESS["n1"], OutOfOrder("102 comes next"))
+
+
+def test_a_lagging_node_s_metadata_never_takes_added_partitions_away() -> None:
+    def topic(uid: str, partitions: int, retention_ms: int = 0) -> pb.MetadataResponse:
+        parts = [pb.PartitionInfo(index=i, replicas=["n1"]) for i in range(partitions)]
+        info = pb.TopicInfo(name="t", partitions=parts, uid=uid, retention_ms=retention_ms)
+        return pb.MetadataResponse(topics=[info])
+
+    router = Router(["127.0.0.1:1"])
+    router.absorb(topic("u1", 3))  # as alter_topic's answer
+    router.absorb(topic("u1", 1, retention_ms=5))  # a node that has not seen it yet
+    info = router.topic("t")
+    assert info is not None and len(info.partitions) == 3
+    assert router.partition_for("t", None, 2) == 2
+    router.absorb(topic("u2", 1))  # deleted and created again: the new incarnation's count
+    info = router.topic("t")
+    assert info is not None and (len(info.partitions), info.uid) == (1, "u2")
