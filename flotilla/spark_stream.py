@@ -91,9 +91,11 @@ class FlotillaStreamReader(DataSourceStreamReader):
         topics = describe_topics(self.options, addresses)
         first, last = _decode(start), _decode(end)
         for topic, info in topics.items():
+            begins, ends = first.setdefault(topic, {}), last.setdefault(topic, {})
             for p in info.partitions:
-                last.setdefault(topic, {}).setdefault(p.index, p.log_start)
-                first.setdefault(topic, {}).setdefault(p.index, last[topic][p.index])
+                if p.index not in begins:  # added since `start`: read from its log start
+                    begins[p.index] = min(p.log_start, ends.get(p.index, p.log_start))
+                ends.setdefault(p.index, begins[p.index])  # added since `end`: next batch
         ranges = plan_ranges(
             topics, first, last, self.options, ending_option="latestOffset", addresses=addresses
         )

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from flotilla import spark_stream
 from flotilla._routing import PartitionInfo, TopicInfo
 from flotilla.spark_plan import (
     OffsetRange,
@@ -92,3 +93,27 @@ def test_admission_caps_records_per_trigger() -> None:
     admitted = sum(end["t"][p] - start["t"][p] for p in (0, 1))
     assert admitted <= 21 and end["t"][1] > 5, end
     assert admit(start, latest, 1000) == latest
+
+
+def test_a_stream_reads_partitions_added_since_its_last_batch_from_their_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A partition added (alter_topic) after a micro-batch's start offset was taken: its records
+    up to the end offset belong to this batch, from its log start (as Kafka's source reads new
+    partitions from earliest), and one added after the end offset waits for the next."""
+    grown = TopicInfo(
+        "t",
+        (
+            *TOPIC.partitions,
+            PartitionInfo(2, "n3", ("n3", "n1", "n2"), high_watermark=7, log_start=0),
+            PartitionInfo(3, "n1", ("n1", "n2", "n3"), high_watermark=4, log_start=0),
+        ),
+    )
+    monkeypatch.setattr(spark_stream, "describe_topics", lambda *args: {"t": grown})
+    reader = spark_stream.FlotillaStreamReader(parse_options(options(), streaming=True))
+    start = {"t": {"0": 90, "1": 10}}
+    end = reader.latestOffset(start, spark_stream.ReadAllAvailable())
+    assert end == {"t": {"0": 100, "1": 10, "2": 7, "3": 4}}
+    end["t"].pop("3")  # as if partition 3 came after the end offset was taken
+    ranges = [p.value for p in reader.partitions(start, end)]
+    assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 90, 100), (2, 0, 7)]
