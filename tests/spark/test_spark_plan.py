@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from flotilla import spark_stream
 from flotilla._routing import PartitionInfo, TopicInfo
@@ -112,7 +113,7 @@ def test_a_stream_reads_partitions_added_since_its_last_batch_from_their_start(
     monkeypatch.setattr(spark_stream, "describe_topics", lambda *args: {"t": grown})
     reader = spark_stream.FlotillaStreamReader(parse_options(options(), streaming=True))
     start = {"t": {"0": 90, "1": 10}}
-    end = reader.latestOffset(start, spark_stream.ReadAllAvailable())
+    end = reader.latestOffset(start, ReadAllAvailable())
     assert end == {"t": {"0": 100, "1": 10, "2": 7, "3": 4}}
     end["t"].pop("3")  # as if partition 3 came after the end offset was taken
     ranges = [p.value for p in reader.partitions(start, end)]
