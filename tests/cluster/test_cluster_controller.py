@@ -109,15 +109,19 @@ def test_retention_is_updated_everywhere_and_method_numbers_stay(
     assert grown is updated
     fewer = store.update_topic("kept", partitions=4, retention_ms=1).result(timeout=10)
     assert fewer is UpdateOutcome.FEWER
-    for each in controllers.values():
-        wait_until(
-            lambda each=each: (
-                "kept" in each.topics()
-                and (each.topics()["kept"].retention_ms, each.topics()["kept"].retention_bytes)
-                == (60_000, 1 << 20)
-            ),
-            what="the new retention on every controller",
+
+    def changed(each: MetadataStore) -> bool:
+        spec = each.topics().get("kept")
+        return spec is not None and (spec.retention_ms, spec.retention_bytes, spec.partitions) == (
+            60_000,
+            1 << 20,
+            5,
         )
+
+    wait_until(
+        lambda: all(changed(each) for each in controllers.values()),
+        what="the changes on every controller",
+    )
     spec = store.topics()["kept"]
     assert (spec.partitions, spec.uid) == (5, "u1")
     assert spec.assignment == _spec("kept").assignment + (("x", "y", "z"),) * 2
