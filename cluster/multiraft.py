@@ -209,6 +209,11 @@ class MultiRaft:
             if isinstance(item, Proposal):
                 self._make_proposal(item)
             elif isinstance(item, _Call):
+                hosted = (
+                    item.replica is None or self.replicas.get(item.replica.group) is item.replica
+                )
+                if not hosted:
+                    continue  # removed since the call was queued (retired, topic deleted)
                 try:
                     item.action()
                 except Exception:

@@ -75,6 +75,8 @@ _STATE = {
 VERSION = "0.1.0"
 
 
+# Replicas `Node._probe_unplaced` looks at between two yields to the event loop.
+PROBE_CHUNK = 500
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
 
@@ -623,7 +625,7 @@ class Node:
                     await apply_retention(self.multiraft, self.topics)
                 if time.monotonic() - self._probed_at > self.removal_probe_s:
                     self._probed_at = time.monotonic()
-                    self._probe_unplaced()
+                    await self._probe_unplaced()
                 await self.opener.open_pending()
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
@@ -689,7 +691,7 @@ class Node:
             return True
         return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
 
-    def _probe_unplaced(self) -> int:
+    async def _probe_unplaced(self) -> int:
         """Replica GC's safety net: a quiesced follower never campaigns, so if the leader's word
         of its removal was lost (a partition when the removal committed) nothing else would
         tell it. Those that placement no longer names ask their group (`probe_membership`);
@@ -697,7 +699,9 @@ class Node:
         many were probed."""
         candidates = self.placement_candidates()
         probed = 0
-        for replica in self.multiraft.replicas.values():
+        for n, replica in enumerate(list(self.multiraft.replicas.values())):
+            if n % PROBE_CHUNK == PROBE_CHUNK - 1:
+                await asyncio.sleep(0)  # ~10 µs of placement each: let the loop breathe
             node = replica.node
             spec = self.topics.get(replica.topic)
             if not node.quiesced or node.role is not Role.FOLLOWER or spec is None:

@@ -174,3 +174,27 @@ def test_messages_of_another_incarnation_of_the_topic_are_dropped(tmp_path: Path
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_call_for_a_replica_removed_since_it_was_queued_is_dropped(tmp_path: Path) -> None:
+    """A retired replica's log is closed on the storage thread right after its removal: a call
+    queued for it before (a probe, a leadership transfer) must not touch it, or bring it back
+    into the rounds."""
+
+    async def scenario() -> None:
+        multiraft, replica, _ = _host(tmp_path)
+        await multiraft._round()
+        called: list[str] = []
+        multiraft.call(lambda: called.append("gone"), replica)
+        multiraft.remove(GROUP)
+        await multiraft._round()
+        assert not called and multiraft.active_count == 0
+        other = _open(tmp_path, "t/1")
+        multiraft.add(other)
+        multiraft.call(lambda: called.append("hosted"), other)
+        await multiraft._round()
+        assert called == ["hosted"]
+        replica.close()
+        await multiraft.stop()
+
+    asyncio.run(scenario())

@@ -254,12 +254,12 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
         placed = [Candidate(n) for n in ("n1", "n2", "n3")]
         elsewhere = [Candidate(n) for n in ("n2", "n3", "n4", "n5")]
         monkeypatch.setattr(node, "placement_candidates", lambda: placed)
-        assert node._probe_unplaced() == 0  # every partition still placed here
+        assert await node._probe_unplaced() == 0  # every partition still placed here
         monkeypatch.setattr(node, "placement_candidates", lambda: elsewhere)
         sent: list[Message] = []
         node.multiraft.send = lambda to, group, parts: sent.append(decode_message(b"".join(parts)))
         node.multiraft._inbox.clear()
-        assert node._probe_unplaced() == PARTITIONS - 1  # not the one still ticking
+        assert await node._probe_unplaced() == PARTITIONS - 1  # not the one still ticking
         await node.multiraft._round()
         probes = [m for m in sent if isinstance(m, VoteRequest)]
         assert len(probes) == 2 * (PARTITIONS - 1)  # to its two fellow voters each
