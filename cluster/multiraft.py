@@ -33,7 +33,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cluster.replica import OutOfOrderSequence, Replica, Waiter, same_incarnation
+from cluster.replica import (
+    SNAPSHOT_EVERY_ENTRIES,
+    OutOfOrderSequence,
+    Replica,
+    Waiter,
+    same_incarnation,
+)
 from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
@@ -356,6 +362,10 @@ class MultiRaft:
         if self.replicas.get(replica.group) is not replica:
             return  # removed while its disk work ran (deleted topic, retired replica)
         replica.note_appended(ready)
+        if replica.entries_since_snapshot >= SNAPSHOT_EVERY_ENTRIES:
+            snapshot = replica.producer_snapshot()  # here: no write of the replica is running
+            if snapshot is not None:  # written after this round's writes, before the next's
+                self._storage.submit(replica.save_snapshot, snapshot)
         replica.node.advance(ready)
         # settle the produce waiters before queueing the messages: their replies then go
         # out ahead of this round's stream writes (the order does not matter to Raft)

@@ -10,6 +10,10 @@ The table is fed from the log itself, entry by entry, on every replica (`note` w
 appended, `forget_from` when a conflict truncates them), so a new leader has it already and a
 restart rebuilds it by scanning the tail of the log. Pure: no I/O.
 
+A replica also saves the table now and then (`cluster.replica`, a snapshot every
+`SNAPSHOT_EVERY_ENTRIES` entries), so a restart rebuilds it from the snapshot and the entries
+after it, however long ago a producer last wrote (Kafka's producer state snapshots).
+
 Like Kafka, only a window of recent batches per producer is remembered: a retry older than
 `WINDOW` batches is treated as new. Producers retry within seconds, far inside the window.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["BatchRef", "ProducerTable"]
 
@@ -81,3 +86,17 @@ class ProducerTable:
                 del batches[sequence]
             if not batches:
                 del self._producers[producer_id]
+
+    def dump(self) -> list[Any]:
+        """The table as plain lists (msgpack-able), least recently used producer first:
+        [[producer_id, [[base_sequence, index, term, record_count], ...]], ...]."""
+        return [
+            [pid, [[seq, ref.index, ref.term, ref.record_count] for seq, ref in batches.items()]]
+            for pid, batches in self._producers.items()
+        ]
+
+    def load(self, dumped: list[Any]) -> None:
+        """Adds what `dump` returned (in its order, so the bounds and recency hold)."""
+        for pid, batches in dumped:
+            for seq, index, term, count in batches:
+                self.note(int(pid), int(seq), BatchRef(int(index), int(term), int(count)))

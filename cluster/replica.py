@@ -13,9 +13,13 @@ which is thread-safe, and the high watermark, which only grows.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 from dataclasses import dataclass, field
+
+import msgpack
+import xxhash
 
 from cluster.producers import BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
@@ -26,6 +30,7 @@ from raft.ready import Ready
 from raft.storage_log import SegmentedRaftLog
 from raft.types import Configuration, EntryKind
 from storage import FileHandles, HardState, LogConfig, SegmentedLog
+from storage.atomic import write_atomic
 
 __all__ = [
     "NotCommitted",
@@ -37,7 +42,18 @@ __all__ = [
     "same_incarnation",
 ]
 
+logger = logging.getLogger("flotilla.replica")
+
+# Entries a restart scans for producer state without a snapshot; with one, those after it (at
+# most SNAPSHOT_STALE_ENTRIES, else the snapshot is too old to use without a long scan).
 REBUILD_SCAN_ENTRIES = 4096
+# The producer table is saved every this many entries written (`producer_snapshot`), unless it
+# holds more than SNAPSHOT_MAX_PRODUCERS producers.
+SNAPSHOT_EVERY_ENTRIES = 2048
+SNAPSHOT_STALE_ENTRIES = 4 * REBUILD_SCAN_ENTRIES
+SNAPSHOT_MAX_PRODUCERS = 10_000
+PRODUCER_SNAPSHOT = "producers.snapshot"
+_SNAPSHOT_FORMAT = 1
 # Hex digits of a topic's uid that tag its groups' Raft messages on the wire.
 TAG_DIGITS = 16
 
@@ -99,6 +115,7 @@ class Replica:
     saved_term_vote: tuple[int, str | None] = (0, None)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
     topic_uid: str = ""  # the incarnation of the topic this replica belongs to (TopicSpec.uid)
+    entries_since_snapshot: int = 0  # written since the producer table was last saved
     # the group as its Raft messages name it on the wire: `group@tag`, the tag a prefix of the
     # topic uid, so a peer hosting another incarnation of the topic drops them (`incarnation_tag`)
     wire_group: str = ""
@@ -145,7 +162,13 @@ class Replica:
         self.wire_group = f"{self.group}@{incarnation_tag(uid)}" if uid else self.group
 
     def _rebuild_producers(self) -> None:
+        """The producer table after a restart: the saved snapshot, if it still matches the log,
+        and the entries after it; else the last REBUILD_SCAN_ENTRIES entries only (a producer
+        that wrote before them is unknown here, and may then resume at any sequence)."""
         first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)
+        covered = self._load_producer_snapshot()
+        if covered is not None:
+            first = covered + 1
         if first > self.segmented.last_index:
             return
         for entry in self.segmented.read_from(first, 1 << 62):
@@ -154,6 +177,54 @@ class Replica:
                 self.producers.note(
                     producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
                 )
+
+    def _load_producer_snapshot(self) -> int | None:
+        """Loads the saved producer table if the log still holds the entry it ends at, with the
+        same term (so, by Raft's log matching, every entry it covers), not too far back.
+        Returns that entry's index, or None (no usable snapshot: the table stays empty)."""
+        path = os.path.join(self.directory, PRODUCER_SNAPSHOT)
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            return None
+        try:
+            digest, body = data[:8], data[8:]
+            if xxhash.xxh3_64_digest(body) != digest:
+                raise ValueError("checksum mismatch")
+            version, index, term, dumped = msgpack.unpackb(body)
+            log = self.segmented
+            if version != _SNAPSHOT_FORMAT or not log.first_index <= index <= log.last_index:
+                return None  # another format, or the log no longer holds its last entry
+            if log.term_at(index) != term or log.last_index - index > SNAPSHOT_STALE_ENTRIES:
+                return None  # truncated and rewritten since, or too old to catch up cheaply
+            self.producers.load(dumped)
+            return int(index)
+        except Exception as error:  # a torn or foreign file: the bounded scan instead
+            self.producers = ProducerTable()
+            logger.warning("ignored the producer snapshot of %s: %s", self.group, error)
+            return None
+
+    def producer_snapshot(self) -> bytes | None:
+        """The producer table and the last log entry it covers, to save (`save_snapshot`). In
+        the driver, between rounds: every entry written so far has been noted. None when there
+        is nothing worth saving."""
+        self.entries_since_snapshot = 0
+        log = self.segmented
+        count = len(self.producers)
+        if not count or count > SNAPSHOT_MAX_PRODUCERS or log.last_index < log.first_index:
+            return None
+        index = log.last_index
+        body = msgpack.packb([_SNAPSHOT_FORMAT, index, log.term_at(index), self.producers.dump()])
+        return xxhash.xxh3_64_digest(body) + body
+
+    def save_snapshot(self, data: bytes) -> None:
+        """Storage thread: replaces the saved producer table (atomically; a failure only means
+        a longer scan after a restart)."""
+        try:
+            write_atomic(os.path.join(self.directory, PRODUCER_SNAPSHOT), data)
+        except OSError as error:  # e.g. the replica was deleted meanwhile
+            logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
     def check_sequence(self, producer_id: int, base_sequence: int) -> None:
         """Leader, in the driver, right before proposing: a producer's batches are written in
@@ -220,6 +291,7 @@ class Replica:
                             definitely_not_written=False,
                         )
                     )
+        self.entries_since_snapshot += len(ready.entries)
         for entry in ready.entries:
             if entry.kind is EntryKind.NORMAL:
                 producer_id, sequence = peek_producer(entry.data)

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
+import msgpack
+import xxhash
+
 from cluster.producers import BatchRef, ProducerTable
+from cluster.replica import PRODUCER_SNAPSHOT, Replica
+from proto.records import encode_batch
+from raft.config import RaftConfig
+from raft.types import Configuration, Entry, EntryKind
+from storage import FileHandles, HardState, LogConfig
 
 
 def test_a_retry_finds_the_first_copy() -> None:
@@ -46,3 +57,59 @@ def test_windows_and_producer_counts_are_bounded() -> None:
     table.note(3, 0, BatchRef(10, 1, 1))
     assert table.lookup(1, 4) is None  # the least recently used producer was dropped
     assert table.lookup(3, 0) == BatchRef(10, 1, 1)
+
+
+def _replica(directory: Path) -> Replica:
+    return Replica.open(
+        node_id="a",
+        topic="t",
+        partition=0,
+        directory=str(directory),
+        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
+        hard_state=HardState(),
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(16),
+        rng=random.Random(1),
+    )
+
+
+def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path: Path) -> None:
+    """Producer P wrote entry 1; 6,000 entries of Q followed, more than a restart scans. The
+    saved table still knows P; a torn snapshot, or one the log no longer matches, is ignored
+    (the bounded scan instead, as without one)."""
+    replica = _replica(tmp_path)
+    total = 6000
+    entries = []
+    for index in range(1, total + 1):
+        producer, sequence = (7, 0) if index == 1 else (9, index - 2)
+        batch = encode_batch([(None, b"v", None, 0)], producer_id=producer, base_sequence=sequence)
+        entries.append(Entry(index, 1, EntryKind.NORMAL, 1, batch))
+        replica.producers.note(producer, sequence, BatchRef(index, 1, 1))
+    replica.log.append(entries)
+    replica.segmented.flush()
+    snapshot = replica.producer_snapshot()
+    assert snapshot is not None
+    replica.save_snapshot(snapshot)
+    replica.close()
+    path = tmp_path / PRODUCER_SNAPSHOT
+
+    def reopened_knows_p() -> bool:
+        again = _replica(tmp_path)
+        try:
+            assert again.producers.next_sequence(9) == total - 1  # the scan, either way
+            return again.producers.lookup(7, 0) == BatchRef(1, 1, 1)
+        finally:
+            again.close()
+
+    assert reopened_knows_p()
+    good = path.read_bytes()
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # torn
+    assert not reopened_knows_p()
+    body = msgpack.unpackb(good[8:])
+    body[2] = 2  # a term the log does not have at that index: rewritten since
+    forged = msgpack.packb(body)
+    path.write_bytes(xxhash.xxh3_64_digest(forged) + forged)
+    assert not reopened_knows_p()
+    path.unlink()
+    assert not reopened_knows_p()  # what a restart knew before snapshots

@@ -1,0 +1,60 @@
+"""The idempotent producer across a restart (kill -9): a retry of a batch written long before —
+thousands of entries of other producers since — is still answered with its first copy, because
+the replica saves its producer table (`cluster.replica.producer_snapshot`) and a restart loads it
+and scans only the entries after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from harness import wait_until
+
+from cluster.local import LocalCluster
+from cluster.replica import PRODUCER_SNAPSHOT, REBUILD_SCAN_ENTRIES
+from flotilla import Client
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+from proto.records import encode_batch
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+PRODUCER = 0x5EED
+
+
+def _produce(address: str, batch: bytes) -> pb.ProduceResponse:
+    with grpc.insecure_channel(address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        response: pb.ProduceResponse = stub.Produce(
+            pb.ProduceRequest(topic="ids", partition=0, batch=batch), timeout=30
+        )
+        return response
+
+
+def test_a_retry_after_a_restart_finds_a_batch_written_long_before(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, 1, controllers=1, config_text=CONFIG) as local:
+        local.start()
+        address = local.addresses()[0]
+        with Client(address, timeout_s=30) as client:
+            client.create_topic("ids", 1, 1)
+            wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
+            batch = encode_batch([(None, b"once", None, 1)], producer_id=PRODUCER)
+            first = _produce(address, batch)
+            assert (first.base_offset, first.duplicate) == (0, False)
+            # more batches of other producers than a restart scans without the saved table
+            others = REBUILD_SCAN_ENTRIES + 600
+            with client.producer(linger_ms=0, batch_bytes=1024) as producer:
+                futures = [producer.send("ids", b"x" * 900, partition=0) for _ in range(others)]
+                assert futures[-1].result(timeout=120).offset == others
+        directory = tmp_path / "n1" / "partitions" / "ids" / "0"
+        assert (directory / PRODUCER_SNAPSHOT).exists()
+
+        node = next(iter(local.nodes))
+        local.kill(node)
+        local.start(node)
+        with Client(address, timeout_s=30) as client:
+            wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
+        again = _produce(address, batch)  # the producer's retry, after the restart
+        assert (again.base_offset, again.duplicate) == (0, True)
