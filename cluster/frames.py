@@ -21,7 +21,11 @@ from dataclasses import dataclass
 
 __all__ = ["FORMAT_VERSION", "Frame", "FrameError", "encode_frame", "parse_frame"]
 
-FORMAT_VERSION = 1
+# 2: a group may end in `@tag`, the topic incarnation's (`cluster.replica.Replica.wire_group`).
+# Frames of version 1 (untagged groups) are still read; a node older than version 2 refuses the
+# newer frames, with a FrameError naming the version, rather than dropping their messages.
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _MAGIC = b"FR"
 _TAG = 0x0A  # field 1, wire type 2 (length-delimited)
 _HEAD = struct.Struct("<2sBQ")
@@ -104,10 +108,10 @@ def parse_frame(data: bytes | memoryview) -> Frame:
         raise FrameError(f"the frame announces {length} bytes but {len(view) - at} follow")
     try:
         magic, version, sequence = _HEAD.unpack_from(view, at)
-        if magic != _MAGIC or version != FORMAT_VERSION:
+        if magic != _MAGIC or version not in _READABLE_VERSIONS:
             raise FrameError(
                 f"frame magic {bytes(magic)!r} version {version}: expected {_MAGIC!r} "
-                f"version {FORMAT_VERSION}"
+                f"version {' or '.join(map(str, _READABLE_VERSIONS))}"
             )
         at += _HEAD.size
         from_node, at = _read_short(view, at)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
 
@@ -38,6 +38,7 @@ MAX_WAIT_MS = 60_000
 # waits this long at most for it: a follower learns a commit within one Raft tick. After that
 # the read is served as it stands, and the client tries another replica.
 READ_YOUR_WRITES_WAIT_S = 0.5
+T = TypeVar("T")
 
 
 async def _offset_out_of_range(
@@ -49,6 +50,20 @@ async def _offset_out_of_range(
         f"offset {offset} is out of range for {replica.group}: valid offsets are "
         f"{replica.segmented.first_offset}..{replica.high_watermark} (the high watermark)",
     )
+
+
+async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) -> T:
+    """Runs a topic change, answering its failures with their gRPC status."""
+    try:
+        return await change
+    except Invalid as error:
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+    except FileExistsError as error:
+        await _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(error))
+    except KeyError as error:
+        await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
+    except ConnectionError as error:
+        await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
 
 
 async def _abort(
@@ -68,39 +83,18 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        try:
-            return await self.node.create_topic(request)
-        except Invalid as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except FileExistsError as error:
-            await _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(error))
-        except ConnectionError as error:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        return await _topic_change(context, self.node.create_topic(request))
 
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
-        try:
-            await self.node.delete_topic(request.name)
-        except Invalid as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except KeyError as error:
-            await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
-        except ConnectionError as error:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        await _topic_change(context, self.node.delete_topic(request.name))
         return pb.DeleteTopicResponse()
 
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        try:
-            return await self.node.alter_topic(request)
-        except Invalid as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except KeyError as error:
-            await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
-        except ConnectionError as error:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        return await _topic_change(context, self.node.alter_topic(request))
 
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext

@@ -42,7 +42,7 @@ def test_an_empty_frame_parses() -> None:
         (b"\x0a\x05abc", "announces 5 bytes but 3"),
         (b"\x0a\x80", "cut short"),
         (peer_pb2.RaftFrame(frame=b"XX\x01" + bytes(8)).SerializeToString(), "magic"),
-        (peer_pb2.RaftFrame(frame=b"FR\x02" + bytes(8)).SerializeToString(), "version 2"),
+        (peer_pb2.RaftFrame(frame=b"FR\x03" + bytes(8)).SerializeToString(), "version 3"),
         (peer_pb2.RaftFrame(frame=b"FR\x01" + bytes(4)).SerializeToString(), "cut short"),
         (encode_frame(1, "a", "b", MESSAGES)[:-3] + b"", "announces"),
     ],
@@ -79,3 +79,14 @@ def test_garbage_raises_frame_error_only(body: bytes) -> None:
 def test_node_ids_longer_than_a_byte_can_count_are_refused() -> None:
     with pytest.raises(FrameError, match="longer than 255"):
         encode_frame(1, "n" * 300, "b", [])
+
+
+def test_a_version_1_frame_of_an_older_node_is_still_read() -> None:
+    body = bytearray(peer_pb2.RaftFrame.FromString(encode_frame(4, "a", "b", MESSAGES)).frame)
+    assert body[2] == 2  # what this version writes
+    body[2] = 1
+    frame = parse_frame(peer_pb2.RaftFrame(frame=bytes(body)).SerializeToString())
+    assert (frame.sequence, frame.from_node, frame.to_node) == (4, "a", "b")
+    assert [(g, bytes(p)) for g, p in frame.messages] == [
+        (g.decode(), b"".join(parts)) for g, parts, _ in MESSAGES
+    ]
