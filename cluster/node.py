@@ -2,6 +2,9 @@
 
 It wires the pieces together: the gRPC server (client + peer services), the SWIM host, the
 MultiRaft host, the control plane (on controller nodes), the partition manager, and metrics.
+Topic administration (create, alter, delete, and the node's view of the topic table) is in
+`cluster.topics`; retention in `cluster.retention`; opening and retiring replicas in
+`cluster.opener`.
 
 Partition manager: every `manage_interval_s` the node compares the topics it knows with its
 local replicas. It opens a replica for every partition whose initial assignment names it (with
@@ -23,38 +26,28 @@ import logging
 import os
 import shutil
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
-from typing import Any
 
 import grpc
 
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import (
-    ControlPlaneError,
-    CreateOutcome,
     MetadataStore,
     TopicSpec,
-    UpdateOutcome,
 )
 from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
-from cluster.placement import Candidate, balance_leaders, partition_id, place
+from cluster.placement import Candidate, partition_id, place
 from cluster.replica import Replica
 from cluster.retention import apply_retention
 from cluster.service import ClientService, PeerService
 from cluster.steward import GroupSteward
+from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, channel_options, peer_handler
-from cluster.validation import (
-    Invalid,
-    check_partition_count,
-    check_replication_factor,
-    check_topic_name,
-)
 from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -77,11 +70,9 @@ VERSION = "0.1.0"
 
 # Replicas `Node._probe_unplaced` looks at between two yields to the event loop.
 PROBE_CHUNK = 500
-# How often a node that is not a controller asks a controller for the topic table.
-TOPICS_POLL_S = 1.0
 
 
-class Node:
+class Node(TopicAdmin):
     manage_interval_s = 0.2
     # how often quiesced followers that placement no longer names ask their group whether they
     # were removed (`_probe_unplaced`)
@@ -292,201 +283,6 @@ class Node:
             if hint:
                 return hint
         return ""
-
-    # -- topics ----------------------------------------------------------------------------------
-    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
-        check_topic_name(request.name)
-        check_partition_count(request.partitions)
-        live = self.live_candidates()
-        factor = request.replication_factor or self.config.default_replication_factor
-        check_replication_factor(factor, len(live))
-        if self.controller is None:
-            return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
-        assignment = self._assign(request.name, range(request.partitions), factor)
-        spec = TopicSpec(
-            request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
-            assignment, uuid.uuid4().hex,
-        )  # fmt: skip
-        try:
-            outcome = await asyncio.wait_for(
-                asyncio.wrap_future(self.controller.create_topic(spec)), 15
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not create {request.name!r}: {error or 'timed out'}"
-            ) from None
-        if outcome is CreateOutcome.CONFLICT:
-            existing = self.controller.topics().get(request.name)
-            shape = (
-                f"partitions={existing.partitions}, replication_factor={existing.replication_factor}"
-                if existing
-                else "another spec"
-            )
-            raise FileExistsError(f"topic {request.name!r} already exists with {shape}")
-        deadline = time.monotonic() + 10
-        while request.name not in self.topics and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        return (await self.metadata([request.name])).topics[0]
-
-    def _assign(self, topic: str, partitions: range, factor: int) -> tuple[tuple[str, ...], ...]:
-        """The initial voters of new partitions: placed over the live members, and their
-        preferred leaders spread so that each node leads about as many partitions as the next,
-        counting the existing topics'."""
-        live = self.live_candidates()
-        preferred: dict[str, int] = {}  # preferred leaderships of the existing topics
-        for known in self.topics.values():
-            for replicas in known.assignment:
-                if replicas:
-                    preferred[replicas[0]] = preferred.get(replicas[0], 0) + 1
-        placed = [place(partition_id(topic, p), live, factor) for p in partitions]
-        return tuple(tuple(voters) for voters in balance_leaders(placed, preferred))
-
-    async def delete_topic(self, name: str) -> None:
-        check_topic_name(name)
-        if self.controller is None:
-            await self._forward(
-                lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=15)
-            )
-            return
-        try:
-            deleted = await asyncio.wait_for(
-                asyncio.wrap_future(self.controller.delete_topic(name)), 15
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not delete {name!r}: {error or 'timed out'}"
-            ) from None
-        if not deleted:
-            raise KeyError(f"topic {name!r} does not exist")
-
-    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
-        """Changes a topic's retention (every node applies it at its next retention check) or
-        adds partitions (placed as a new topic's are; each node opens its new replicas)."""
-        check_topic_name(request.name)
-        partitions = request.partitions if request.HasField("partitions") else None
-        if partitions is not None:
-            check_partition_count(partitions)
-        if self.controller is None:
-            return await self._forward(lambda stub: stub.AlterTopic(request, timeout=15))
-        change: dict[str, Any] = {
-            "retention_bytes": (
-                request.retention_bytes if request.HasField("retention_bytes") else None
-            ),
-            "retention_ms": request.retention_ms if request.HasField("retention_ms") else None,
-            "partitions": partitions,
-        }
-        spec = self.controller.topics().get(request.name)
-        if spec is None:
-            raise KeyError(f"topic {request.name!r} does not exist")
-        assignment: tuple[tuple[str, ...], ...] = ()
-        if partitions is not None and partitions > spec.partitions:
-            check_replication_factor(spec.replication_factor, len(self.live_candidates()))
-            assignment = spec.assignment + self._assign(
-                request.name, range(spec.partitions, partitions), spec.replication_factor
-            )
-        try:
-            outcome = await asyncio.wait_for(
-                asyncio.wrap_future(
-                    self.controller.update_topic(request.name, assignment=assignment, **change)
-                ),
-                15,
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not alter {request.name!r}: {error or 'timed out'}"
-            ) from None
-        if outcome is UpdateOutcome.MISSING:
-            raise KeyError(f"topic {request.name!r} does not exist")
-        if outcome is UpdateOutcome.FEWER:
-            now = self.controller.topics().get(request.name)
-            raise Invalid(
-                f"partitions={partitions} is invalid: topic {request.name!r} has "
-                f"{now.partitions if now else spec.partitions}; partitions can only be added "
-                "(records keep their partition, so a key's partition never changes back)"
-            )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not _has_change(self.topics, request.name, change):
-            await asyncio.sleep(0.02)
-        return (await self.metadata([request.name])).topics[0]
-
-    async def _forward(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
-        errors = []
-        for controller_id in sorted(self.config.controllers):
-            address = self.transport.address_of(controller_id)
-            if not address:
-                continue
-            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
-            try:
-                answer = await call(stub)
-            except grpc.aio.AioRpcError as error:
-                if error.code() in (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    grpc.StatusCode.ALREADY_EXISTS,
-                ):
-                    raise (
-                        Invalid
-                        if error.code() == grpc.StatusCode.INVALID_ARGUMENT
-                        else FileExistsError
-                    )(error.details()) from None
-                if error.code() == grpc.StatusCode.NOT_FOUND:
-                    raise KeyError(error.details()) from None
-                errors.append(f"{controller_id}: {error.details()}")
-                continue
-            # the change is made: this node's view of the topics takes it in before it answers,
-            # so the client's next call here sees what it just did (other nodes within a poll)
-            self._topics_polled_at = 0.0
-            await self._refresh_topics()
-            return answer
-        raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
-
-    async def _refresh_topics(self) -> None:
-        # one poll at a time: a poll sent before a change must not land after one sent since
-        async with self._topics_lock:
-            await self._refresh_topics_now()
-
-    async def _refresh_topics_now(self) -> None:
-        if self.controller is not None and self.controller.ready:
-            if self.controller.version != self._topics_version:
-                self._topics_version = self.controller.version
-                self.topics = self.controller.topics()
-                self.topics_loaded = True
-                self._local_checked_at = 0.0
-            return
-        # not a controller, or a controller whose control plane has not caught up yet: ask
-        # the other controllers over gRPC, at most every TOPICS_POLL_S once loaded
-        now = time.monotonic()
-        if self.topics_loaded and now - self._topics_polled_at < TOPICS_POLL_S:
-            return
-        self._topics_polled_at = now
-        for controller_id in sorted(self.config.controllers):
-            address = self.transport.address_of(controller_id)
-            if not address or controller_id == self.config.node_id:
-                continue
-            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
-            try:
-                response = await stub.Metadata(
-                    pb.MetadataRequest(), timeout=2, metadata=(("flotilla-topics-only", "1"),)
-                )
-            except grpc.aio.AioRpcError:
-                continue
-            signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
-            if signature != self._topics_version:
-                self._topics_version = signature
-                self._local_checked_at = 0.0
-            self.topics = {
-                t.name: TopicSpec(
-                    t.name,
-                    len(t.partitions),
-                    t.replication_factor,
-                    t.retention_bytes,
-                    t.retention_ms,
-                    tuple(tuple(p.replicas) for p in t.partitions),
-                    t.uid,
-                )
-                for t in response.topics
-            }
-            self.topics_loaded = True
-            return
 
     # -- metadata ----------------------------------------------------------------------------------
     def _local_partition(self, topic: str, index: int) -> pb.PartitionInfo | None:
@@ -748,14 +544,3 @@ class Node:
             log.exception("retiring replica %s failed", group)
         finally:
             self._retiring.discard(group)
-
-
-def _has_change(topics: dict[str, TopicSpec], name: str, change: dict[str, int | None]) -> bool:
-    """Has this node's topic table caught up with a change of the topic (or lost the topic)?"""
-    spec = topics.get(name)
-    return spec is None or all(
-        value is None
-        or getattr(spec, field) == value
-        or (field == "partitions" and spec.partitions > value)
-        for field, value in change.items()
-    )
