@@ -13,10 +13,11 @@ Mixed into `cluster.node.Node`, whose state it uses (declared below).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -40,6 +41,8 @@ from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
 __all__ = ["TOPICS_POLL_S", "TopicAdmin"]
+
+T = TypeVar("T")
 
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
@@ -77,14 +80,7 @@ class TopicAdmin:
             request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
             assignment, uuid.uuid4().hex,
         )  # fmt: skip
-        try:
-            outcome = await asyncio.wait_for(
-                asyncio.wrap_future(self.controller.create_topic(spec)), 15
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not create {request.name!r}: {error or 'timed out'}"
-            ) from None
+        outcome = await _decided("create", request.name, self.controller.create_topic(spec))
         if outcome is CreateOutcome.CONFLICT:
             existing = self.controller.topics().get(request.name)
             shape = (
@@ -118,14 +114,7 @@ class TopicAdmin:
                 lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=15)
             )
             return
-        try:
-            deleted = await asyncio.wait_for(
-                asyncio.wrap_future(self.controller.delete_topic(name)), 15
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not delete {name!r}: {error or 'timed out'}"
-            ) from None
+        deleted = await _decided("delete", name, self.controller.delete_topic(name))
         if not deleted:
             raise KeyError(f"topic {name!r} does not exist")
 
@@ -154,17 +143,8 @@ class TopicAdmin:
             assignment = spec.assignment + self._assign(
                 request.name, range(spec.partitions, partitions), spec.replication_factor
             )
-        try:
-            outcome = await asyncio.wait_for(
-                asyncio.wrap_future(
-                    self.controller.update_topic(request.name, assignment=assignment, **change)
-                ),
-                15,
-            )
-        except (ControlPlaneError, TimeoutError) as error:
-            raise ConnectionError(
-                f"the control plane could not alter {request.name!r}: {error or 'timed out'}"
-            ) from None
+        change_made = self.controller.update_topic(request.name, assignment=assignment, **change)
+        outcome = await _decided("alter", request.name, change_made)
         if outcome is UpdateOutcome.MISSING:
             raise KeyError(f"topic {request.name!r} does not exist")
         if outcome is UpdateOutcome.FEWER:
@@ -257,6 +237,16 @@ class TopicAdmin:
             }
             self.topics_loaded = True
             return
+
+
+async def _decided(verb: str, name: str, change: concurrent.futures.Future[T]) -> T:
+    """The control plane's answer to a change, or ConnectionError saying why there is none."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(change), 15)
+    except (ControlPlaneError, TimeoutError) as error:
+        raise ConnectionError(
+            f"the control plane could not {verb} {name!r}: {error or 'timed out'}"
+        ) from None
 
 
 def _has_change(topics: dict[str, TopicSpec], name: str, change: dict[str, int | None]) -> bool:

@@ -1,10 +1,18 @@
-"""Shared test helpers: free ports and waiting on conditions with deadlines (never fixed sleeps)."""
+"""Shared test helpers: free ports, waiting on conditions with deadlines (never fixed sleeps), and
+a bare replica on disk."""
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from cluster.replica import Replica
+from raft.config import RaftConfig
+from raft.types import Configuration
+from storage import FileHandles, HardState, LogConfig
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,3 +52,20 @@ def holds_throughout(
             seen = f"; seen: {detail()}" if detail is not None else ""
             raise AssertionError(f"{what or condition} stopped holding{seen}")
         time.sleep(0.02)
+
+
+def open_replica(root: Path, group: str = "t/0", node_id: str = "b") -> Replica:
+    """A replica of `group` in a group of a, b and c, stored under `root/<topic>/<partition>`."""
+    topic, _, partition = group.partition("/")
+    return Replica.open(
+        node_id=node_id,
+        topic=topic,
+        partition=int(partition),
+        directory=str(root / topic / partition),
+        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
+        hard_state=HardState(),
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(16),
+        rng=random.Random(1),
+    )

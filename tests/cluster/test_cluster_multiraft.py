@@ -4,8 +4,9 @@ Ready's messages may leave before the round's disk work."""
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
+
+from harness import open_replica
 
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
@@ -13,31 +14,18 @@ from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
 from raft.types import (
     AppendRequest,
-    Configuration,
     Heartbeat,
     HeartbeatResponse,
     VoteRequest,
     VoteResponse,
 )
-from storage import FileHandles, HardState, LogConfig, StateJournal
+from storage import StateJournal
 
 GROUP = "t/0"
 
 
 def _open(tmp_path: Path, group: str) -> Replica:
-    topic, _, partition = group.partition("/")
-    return Replica.open(
-        node_id="b",
-        topic=topic,
-        partition=int(partition),
-        directory=str(tmp_path / topic / partition),
-        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
-        hard_state=HardState(),
-        raft_config=RaftConfig(),
-        log_config=LogConfig(),
-        handles=FileHandles(16),
-        rng=random.Random(1),
-    )
+    return open_replica(tmp_path, group)
 
 
 def _host(tmp_path: Path) -> tuple[MultiRaft, Replica, list[tuple[str, object]]]:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import msgpack
 import xxhash
+from harness import open_replica
 
 from cluster.producers import BatchRef, ProducerTable
 from cluster.replica import PRODUCER_SNAPSHOT, Replica
 from proto.records import encode_batch
-from raft.config import RaftConfig
-from raft.types import Configuration, Entry, EntryKind
-from storage import FileHandles, HardState, LogConfig
+from raft.types import Entry, EntryKind
 
 
 def test_a_retry_finds_the_first_copy() -> None:
@@ -60,18 +58,7 @@ def test_windows_and_producer_counts_are_bounded() -> None:
 
 
 def _replica(directory: Path) -> Replica:
-    return Replica.open(
-        node_id="a",
-        topic="t",
-        partition=0,
-        directory=str(directory),
-        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
-        hard_state=HardState(),
-        raft_config=RaftConfig(),
-        log_config=LogConfig(),
-        handles=FileHandles(16),
-        rng=random.Random(1),
-    )
+    return open_replica(directory, node_id="a")
 
 
 def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path: Path) -> None:
@@ -92,7 +79,7 @@ def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path:
     assert snapshot is not None
     replica.save_snapshot(snapshot)
     replica.close()
-    path = tmp_path / PRODUCER_SNAPSHOT
+    path = tmp_path / "t" / "0" / PRODUCER_SNAPSHOT
 
     def reopened_knows_p() -> bool:
         again = _replica(tmp_path)
