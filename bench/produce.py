@@ -8,7 +8,8 @@ Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB 
 - the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
 - the ceiling: a bare grpc.aio bidirectional stream between two processes carrying the same
   batch sizes with an ack per message (what one gRPC hop costs in Python, no Raft, no disk),
-  and a bare unary call's round trip (the floor under a synchronous produce);
+  and the floor under a synchronous produce: a bare unary call's round trip, plus a bare stream
+  round trip (leader to follower and back), plus one fdatasync (the follower's);
 - the disk's ceiling for this workload: three writers (one per replica) appending the same
   bytes in batches of the same size to their own files on this disk, each fsyncing every batch.
 Prints a table and, last, one JSON line with the figures, `produce_vs_grpc_ceiling` (best
@@ -109,7 +110,44 @@ def unary_rtt_ms(port: int, count: int = 500) -> float:
     return latencies[len(latencies) // 2] * 1000
 
 
-def ceiling(batch_sizes: list[int], total_bytes: int) -> tuple[dict[int, float], float]:
+async def _stream_rtt_ms(port: int, count: int = 500) -> float:
+    """p50 of one record's round trip on a bare grpc.aio stream (write, then read the ack): the
+    floor under the leader↔follower exchange a synchronous produce waits for."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.stream_stream(_METHOD)()
+        await call.write(RECORD)
+        await call.read()
+        latencies = []
+        for _ in range(count):
+            started = time.perf_counter()
+            await call.write(RECORD)
+            await call.read()
+            latencies.append(time.perf_counter() - started)
+        await call.done_writing()
+    latencies.sort()
+    return latencies[len(latencies) // 2] * 1000
+
+
+def fdatasync_ms(directory: str, count: int = 300) -> float:
+    """p50 of appending one record and fdatasync-ing it: the follower's disk wait under a
+    synchronous produce (the leader's runs alongside the round trip)."""
+    path = os.path.join(directory, "fdatasync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    latencies = []
+    try:
+        for _ in range(count):
+            os.write(fd, RECORD)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    latencies.sort()
+    return latencies[len(latencies) // 2] * 1000
+
+
+def ceiling(batch_sizes: list[int], total_bytes: int) -> tuple[dict[int, float], float, float]:
     port = free_port("127.0.0.1")
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.produce", "--ceiling-server", str(port)],
@@ -120,7 +158,7 @@ def ceiling(batch_sizes: list[int], total_bytes: int) -> tuple[dict[int, float],
         limits = {
             size: asyncio.run(_drive_ceiling(port, size, total_bytes)) for size in batch_sizes
         }
-        return limits, unary_rtt_ms(port)
+        return limits, unary_rtt_ms(port), asyncio.run(_stream_rtt_ms(port))
     finally:
         server.kill()
         server.wait(timeout=10)
@@ -255,11 +293,13 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
     sizes = sorted({b for _, b in SETTINGS})
-    limits, rtt_ms = ceiling(sizes, total_bytes=args.records * len(RECORD))
+    limits, rtt_ms, stream_ms = ceiling(sizes, total_bytes=args.records * len(RECORD))
     for size, mb_s in limits.items():
         rows.append((f"grpc ceiling, {size // 1024}KiB messages", mb_s * 1e6 / len(RECORD), mb_s))
     with tempfile.TemporaryDirectory(prefix="flotilla-disk-", dir=os.getcwd()) as scratch:
         disk = {size: disk_ceiling(scratch, size, args.records * len(RECORD)) for size in sizes}
+        sync_ms = fdatasync_ms(scratch)
+    floor_ms = rtt_ms + stream_ms + sync_ms
     for size, mb_s in disk.items():
         rows.append((f"disk ceiling, 3 x {size // 1024}KiB+fsync", mb_s * 1e6 / len(RECORD), mb_s))
     print(f"{'case':<42}{'records/s':>12}{'MB/s':>10}")
@@ -267,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
     print(f"sync produce latency: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
     print(f"bare gRPC unary round trip (sync client, aio server, 1 KiB): p50 {rtt_ms:.2f} ms")
+    print(
+        f"floor under a sync produce, no work at all: unary {rtt_ms:.2f} + stream round trip "
+        f"{stream_ms:.2f} + fdatasync {sync_ms:.2f} = {floor_ms:.2f} ms (p50s)"
+    )
     cores = os.cpu_count() or 1
     total_cpu_ms = sum(cpu_ms.values())
     print(
@@ -287,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         "produce_vs_disk_ceiling": round(best_mb_s / disk[best_batch], 3),
         "sync_p50_vs_target_1ms": round(p50_ms / 1.0, 2),
         "grpc_unary_rtt_p50_ms": round(rtt_ms, 2),
+        "grpc_stream_rtt_p50_ms": round(stream_ms, 2), "fdatasync_p50_ms": round(sync_ms, 2),
+        "sync_floor_ms": round(floor_ms, 2),
         "sync_cpu_ms_per_produce": {role: round(ms, 2) for role, ms in sorted(cpu_ms.items())},
         "sync_cpu_ms_total_per_core": round(total_cpu_ms / cores, 2),
         "sync_mean_ms": round(mean_ms, 2),
