@@ -66,7 +66,7 @@ def incarnation_tag(uid: str) -> str:
 def same_incarnation(tag: str, uid: str) -> bool:
     """May a message tagged `tag` reach a replica (or open one) of topic incarnation `uid`?
     An untagged message, or a replica whose incarnation is unknown, is not checked."""
-    return not tag or not uid or tag == uid[:TAG_DIGITS]
+    return not tag or not uid or tag == incarnation_tag(uid)
 
 
 class OutOfOrderSequence(Exception):
