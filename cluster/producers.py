@@ -7,15 +7,29 @@ the log, keyed by base sequence, with the Raft index and term that hold them. A 
 being written twice — also when the first copy is still uncommitted (the retry waits for it).
 
 The table is fed from the log itself, entry by entry, on every replica (`note` when entries are
-appended, `forget_from` when a conflict truncates them), so a new leader has it already and a
-restart rebuilds it by scanning the tail of the log. Pure: no I/O.
+appended, `forget_from` when a conflict truncates them), so a new leader has it already. A
+replica saves it (`cluster.replica`, a snapshot every `SNAPSHOT_EVERY_ENTRIES` entries, however
+many producers it holds), so a restart rebuilds it from the snapshot and the entries after it,
+however long ago a producer last wrote (Kafka's producer state snapshots). Pure: no I/O.
 
-A replica also saves the table now and then (`cluster.replica`, a snapshot every
-`SNAPSHOT_EVERY_ENTRIES` entries), so a restart rebuilds it from the snapshot and the entries
-after it, however long ago a producer last wrote (Kafka's producer state snapshots).
+Bounds (so memory and the snapshot stay bounded):
 
-Like Kafka, only a window of recent batches per producer is remembered: a retry older than
-`WINDOW` batches is treated as new. Producers retry within seconds, far inside the window.
+- per producer, the last `window` batches (a retry older than that is treated as new;
+  producers retry within seconds, far inside the window);
+- by age: a producer whose latest batch is more than `expiration_ms` older than the newest entry
+  noted is forgotten (Kafka's producer.id.expiration.ms). Age is measured on the timestamps the
+  entries carry (the leader's clock when it proposed them, replicated with the entry), never on
+  a local clock: `clock_ms` is the largest entry timestamp noted, so every replica that noted
+  the same entries, and every restart that replays them, answers alike;
+- by count: at most `max_producers`; past it the least recently written producer (in log
+  order) is dropped.
+
+    expired(p)  <=>  clock_ms - timestamp_ms(latest batch of p) > expiration_ms
+
+Expiry is decided by that equation on every lookup; dropping expired producers from memory is
+only garbage collection and may run at any time without changing an answer (the clock never
+runs back). A Raft truncation (`forget_from`) does not move the clock back either: the entries
+it removes were proposed moments ago, so their timestamps are about the present anyway.
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ __all__ = ["BatchRef", "ProducerTable"]
 
 WINDOW = 8
 MAX_PRODUCERS = 100_000
+EXPIRATION_MS = 24 * 3600 * 1000  # one day, as Kafka's producer.id.expiration.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,45 +50,75 @@ class BatchRef:
     index: int  # Raft index of the entry holding the batch
     term: int  # its term (a retry must match the copy that survived)
     record_count: int
+    timestamp_ms: int = 0  # the entry's timestamp (the proposing leader's clock)
 
 
 class ProducerTable:
-    def __init__(self, window: int = WINDOW, max_producers: int = MAX_PRODUCERS) -> None:
+    def __init__(
+        self,
+        window: int = WINDOW,
+        max_producers: int = MAX_PRODUCERS,
+        expiration_ms: int = EXPIRATION_MS,
+    ) -> None:
         self.window = window
         self.max_producers = max_producers
+        self.expiration_ms = expiration_ms
+        self.clock_ms = 0  # the largest entry timestamp noted: the table's notion of now
+        # least recently written producer first; per producer, its batches in log order
         self._producers: OrderedDict[int, OrderedDict[int, BatchRef]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._producers)
 
     def note(self, producer_id: int, base_sequence: int, ref: BatchRef) -> None:
-        """Records that the log holds this producer's batch at `ref` (called in log order)."""
-        if producer_id == 0:
-            return
-        batches = self._producers.get(producer_id)
-        if batches is None:
-            batches = self._producers[producer_id] = OrderedDict()
-            while len(self._producers) > self.max_producers:
-                self._producers.popitem(last=False)
-        else:
-            self._producers.move_to_end(producer_id)
-        batches[base_sequence] = ref
-        batches.move_to_end(base_sequence)
-        while len(batches) > self.window:
-            batches.popitem(last=False)
+        """Records that the log holds this producer's batch at `ref` (called in log order, for
+        every entry holding records: a batch of producer 0 only moves the clock)."""
+        self.clock_ms = max(self.clock_ms, ref.timestamp_ms)
+        if producer_id:
+            batches = self._producers.get(producer_id)
+            if batches is None:
+                batches = self._producers[producer_id] = OrderedDict()
+            else:
+                if self._expired(batches):  # writes again after it expired: starts afresh
+                    batches.clear()
+                self._producers.move_to_end(producer_id)
+            batches[base_sequence] = ref
+            batches.move_to_end(base_sequence)
+            while len(batches) > self.window:
+                batches.popitem(last=False)
+        self._collect()
+
+    def _expired(self, batches: OrderedDict[int, BatchRef]) -> bool:
+        latest = next(reversed(batches.values()))
+        return self.clock_ms - latest.timestamp_ms > self.expiration_ms
+
+    def _collect(self) -> None:
+        """Drops producers over the count bound, and expired ones from the least recent end
+        (O(1) amortised per note; an expired producer behind a live one waits its turn: it is
+        answered as unknown meanwhile)."""
+        producers = self._producers
+        while producers:
+            batches = next(iter(producers.values()))
+            if len(producers) <= self.max_producers and batches and not self._expired(batches):
+                break
+            producers.popitem(last=False)
+
+    def _live(self, producer_id: int) -> OrderedDict[int, BatchRef] | None:
+        batches = self._producers.get(producer_id) if producer_id else None
+        if not batches or self._expired(batches):
+            return None
+        return batches
 
     def lookup(self, producer_id: int, base_sequence: int) -> BatchRef | None:
         """Where an earlier copy of this batch sits in the log, if any."""
-        if producer_id == 0:
-            return None
-        batches = self._producers.get(producer_id)
+        batches = self._live(producer_id)
         return None if batches is None else batches.get(base_sequence)
 
     def next_sequence(self, producer_id: int) -> int | None:
         """The sequence this producer's next batch must start at (after its latest batch in the
-        log), or None when the producer is not known here."""
-        batches = self._producers.get(producer_id) if producer_id else None
-        if not batches:
+        log), or None when the producer is not known here (new, expired or evicted)."""
+        batches = self._live(producer_id)
+        if batches is None:
             return None
         base, ref = next(reversed(batches.items()))
         return base + ref.record_count
@@ -87,16 +132,30 @@ class ProducerTable:
             if not batches:
                 del self._producers[producer_id]
 
-    def dump(self) -> list[Any]:
-        """The table as plain lists (msgpack-able), least recently used producer first:
-        [[producer_id, [[base_sequence, index, term, record_count], ...]], ...]."""
+    def copy_rows(self) -> list[tuple[int, list[tuple[int, BatchRef]]]]:
+        """A shallow copy of the table (cheap: BatchRefs are immutable), for `dump_rows` to turn
+        into plain lists on another thread while this table goes on changing."""
+        return [(pid, list(batches.items())) for pid, batches in self._producers.items()]
+
+    @staticmethod
+    def dump_rows(rows: list[tuple[int, list[tuple[int, BatchRef]]]]) -> list[Any]:
+        """`copy_rows` as plain lists (msgpack-able), least recently used producer first:
+        [[producer_id, [[base_sequence, index, term, record_count, timestamp_ms], ...]], ...]."""
         return [
-            [pid, [[seq, ref.index, ref.term, ref.record_count] for seq, ref in batches.items()]]
-            for pid, batches in self._producers.items()
+            [pid, [[seq, r.index, r.term, r.record_count, r.timestamp_ms] for seq, r in batches]]
+            for pid, batches in rows
         ]
 
-    def load(self, dumped: list[Any]) -> None:
-        """Adds what `dump` returned (in its order, so the bounds and recency hold)."""
+    def dump(self) -> list[Any]:
+        return self.dump_rows(self.copy_rows())
+
+    def load(self, dumped: list[Any], clock_ms: int = 0) -> None:
+        """Restores what `dump` returned (in its order, so recency holds) into an empty table,
+        with the clock the table had then: the same answers as the table that was dumped."""
         for pid, batches in dumped:
-            for seq, index, term, count in batches:
-                self.note(int(pid), int(seq), BatchRef(int(index), int(term), int(count)))
+            restored = self._producers[int(pid)] = OrderedDict()
+            for seq, index, term, count, timestamp in batches:
+                restored[int(seq)] = BatchRef(int(index), int(term), int(count), int(timestamp))
+            self._producers.move_to_end(int(pid))
+        self.clock_ms = max(self.clock_ms, int(clock_ms))
+        self._collect()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import msgpack
 import xxhash
 
-from cluster.producers import BatchRef, ProducerTable
+from cluster.producers import EXPIRATION_MS, BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
 from raft.config import RaftConfig
@@ -36,7 +36,9 @@ __all__ = [
     "NotCommitted",
     "OutOfOrderSequence",
     "ProduceResult",
+    "ProducerSnapshot",
     "Replica",
+    "UnknownProducer",
     "Waiter",
     "incarnation_tag",
     "same_incarnation",
@@ -47,13 +49,12 @@ logger = logging.getLogger("flotilla.replica")
 # Entries a restart scans for producer state without a snapshot; with one, those after it (at
 # most SNAPSHOT_STALE_ENTRIES, else the snapshot is too old to use without a long scan).
 REBUILD_SCAN_ENTRIES = 4096
-# The producer table is saved every this many entries written (`producer_snapshot`), unless it
-# holds more than SNAPSHOT_MAX_PRODUCERS producers.
+# The producer table is saved every this many entries written (`producer_snapshot`), whatever
+# its size: the table's own bounds (`cluster.producers`) bound the snapshot.
 SNAPSHOT_EVERY_ENTRIES = 2048
 SNAPSHOT_STALE_ENTRIES = 4 * REBUILD_SCAN_ENTRIES
-SNAPSHOT_MAX_PRODUCERS = 10_000
 PRODUCER_SNAPSHOT = "producers.snapshot"
-_SNAPSHOT_FORMAT = 1
+_SNAPSHOT_FORMAT = 2  # 2: [format, index, term, clock_ms, table]; batches carry timestamps
 # Hex digits of a topic's uid that tag its groups' Raft messages on the wire.
 TAG_DIGITS = 16
 
@@ -74,6 +75,14 @@ class OutOfOrderSequence(Exception):
     of the same producer is not written yet (it is in flight or being retried). Retriable."""
 
 
+class UnknownProducer(OutOfOrderSequence):
+    """A batch with a non-zero first sequence from a producer this partition does not know (its
+    state expired or was evicted, or it never wrote here): the batch may follow batches the
+    partition has forgotten, so it is refused, unwritten. Retriable under a new producer id
+    (Kafka's UNKNOWN_PRODUCER_ID). A kind of
+    OutOfOrderSequence: the sequence follows nothing this partition knows."""
+
+
 class NotCommitted(Exception):
     """The batch was not committed: `definitely_not_written` says whether a retry can only
     help, or whether the outcome is unknown (an idempotent retry is still safe)."""
@@ -88,6 +97,17 @@ class ProduceResult:
     base_offset: int
     record_count: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSnapshot:
+    """The producer table as of entry (`index`, `term`): copied on the event loop (cheap),
+    encoded and written by the storage thread (`Replica.save_snapshot`)."""
+
+    index: int
+    term: int
+    clock_ms: int
+    rows: list[tuple[int, list[tuple[int, BatchRef]]]]
 
 
 @dataclass(slots=True)
@@ -137,6 +157,7 @@ class Replica:
         log_config: LogConfig,
         handles: FileHandles,
         rng: random.Random,
+        producer_expiration_ms: int = EXPIRATION_MS,
     ) -> Replica:
         os.makedirs(directory, exist_ok=True)
         segmented = SegmentedLog(os.path.join(directory, "log"), log_config, handles=handles)
@@ -151,6 +172,7 @@ class Replica:
             segmented=segmented,
             log=raft_log,
             saved_term_vote=(hard_state.term, hard_state.vote),
+            producers=ProducerTable(expiration_ms=producer_expiration_ms),
         )
         replica.wire_group = replica.group
         replica.high_watermark = segmented.offset_after(node.applied_index)
@@ -164,7 +186,7 @@ class Replica:
     def _rebuild_producers(self) -> None:
         """The producer table after a restart: the saved snapshot, if it still matches the log,
         and the entries after it; else the last REBUILD_SCAN_ENTRIES entries only (a producer
-        that wrote before them is unknown here, and may then resume at any sequence)."""
+        that wrote before them is unknown here: its next batch is refused as UnknownProducer)."""
         first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)
         covered = self._load_producer_snapshot()
         if covered is not None:
@@ -175,7 +197,9 @@ class Replica:
             if entry.record_count > 0:
                 producer_id, sequence = peek_producer(entry.data)
                 self.producers.note(
-                    producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
+                    producer_id,
+                    sequence,
+                    BatchRef(entry.index, entry.term, entry.record_count, entry.timestamp_ms),
                 )
 
     def _load_producer_snapshot(self) -> int | None:
@@ -192,37 +216,44 @@ class Replica:
             digest, body = data[:8], data[8:]
             if xxhash.xxh3_64_digest(body) != digest:
                 raise ValueError("checksum mismatch")
-            version, index, term, dumped = msgpack.unpackb(body)
+            version, index, term, *rest = msgpack.unpackb(body)
             log = self.segmented
             if version != _SNAPSHOT_FORMAT or not log.first_index <= index <= log.last_index:
                 return None  # another format, or the log no longer holds its last entry
             if log.term_at(index) != term or log.last_index - index > SNAPSHOT_STALE_ENTRIES:
                 return None  # truncated and rewritten since, or too old to catch up cheaply
-            self.producers.load(dumped)
+            clock_ms, dumped = rest
+            self.producers.load(dumped, clock_ms)
             return int(index)
         except Exception as error:  # a torn or foreign file: the bounded scan instead
-            self.producers = ProducerTable()
+            self.producers = ProducerTable(expiration_ms=self.producers.expiration_ms)
             logger.warning("ignored the producer snapshot of %s: %s", self.group, error)
             return None
 
-    def producer_snapshot(self) -> bytes | None:
+    def producer_snapshot(self) -> ProducerSnapshot | None:
         """The producer table and the last log entry it covers, to save (`save_snapshot`). In
-        the driver, between rounds: every entry written so far has been noted. None when there
-        is nothing worth saving."""
+        the driver, between rounds: every entry written so far has been noted. Only a shallow
+        copy is made here, on the event loop; encoding is the storage thread's. None when the
+        log is empty."""
         self.entries_since_snapshot = 0
         log = self.segmented
-        count = len(self.producers)
-        if not count or count > SNAPSHOT_MAX_PRODUCERS or log.last_index < log.first_index:
+        if log.last_index < log.first_index:
             return None
         index = log.last_index
-        body = msgpack.packb([_SNAPSHOT_FORMAT, index, log.term_at(index), self.producers.dump()])
-        return xxhash.xxh3_64_digest(body) + body
+        table = self.producers
+        return ProducerSnapshot(index, log.term_at(index), table.clock_ms, table.copy_rows())
 
-    def save_snapshot(self, data: bytes) -> None:
+    def save_snapshot(self, snapshot: ProducerSnapshot) -> None:
         """Storage thread: replaces the saved producer table (atomically; a failure only means
         a longer scan after a restart)."""
+        dumped = ProducerTable.dump_rows(snapshot.rows)
+        body = msgpack.packb(
+            [_SNAPSHOT_FORMAT, snapshot.index, snapshot.term, snapshot.clock_ms, dumped]
+        )
         try:
-            write_atomic(os.path.join(self.directory, PRODUCER_SNAPSHOT), data)
+            write_atomic(
+                os.path.join(self.directory, PRODUCER_SNAPSHOT), xxhash.xxh3_64_digest(body) + body
+            )
         except OSError as error:  # e.g. the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
@@ -230,8 +261,10 @@ class Replica:
         """Leader, in the driver, right before proposing: a producer's batches are written in
         sequence order, so batches it pipelines (several in flight) or retries cannot overtake
         each other, and a retry racing its first copy is refused rather than written twice.
-        A producer not known here may start anywhere (a new producer starts at 0; one whose
-        state aged out resumes where it is). Raises OutOfOrderSequence."""
+        A producer not known here (new, or its state expired or was evicted) must start at
+        sequence 0: any other first sequence may follow batches this partition has forgotten,
+        and is refused as UnknownProducer (the client moves to a new producer id). Raises
+        OutOfOrderSequence or UnknownProducer."""
         if not producer_id:
             return
         proposed = self.proposed_next.get(producer_id)
@@ -239,7 +272,14 @@ class Replica:
             expected: int | None = proposed[1]
         else:
             expected = self.producers.next_sequence(producer_id)
-        if expected is not None and base_sequence != expected:
+        if expected is None:
+            if base_sequence != 0:
+                raise UnknownProducer(
+                    f"producer {producer_id} is not known on {self.group} (new, or its state "
+                    f"expired), so its first batch must start at sequence 0, not sequence "
+                    f"{base_sequence}; nothing was written: send it again under a new producer id"
+                )
+        elif base_sequence != expected:
             raise OutOfOrderSequence(
                 f"batch of producer {producer_id} on {self.group} starts at sequence "
                 f"{base_sequence}, but {expected} comes next: an earlier batch of this producer "
@@ -296,7 +336,9 @@ class Replica:
             if entry.kind is EntryKind.NORMAL:
                 producer_id, sequence = peek_producer(entry.data)
                 self.producers.note(
-                    producer_id, sequence, BatchRef(entry.index, entry.term, entry.record_count)
+                    producer_id,
+                    sequence,
+                    BatchRef(entry.index, entry.term, entry.record_count, entry.timestamp_ms),
                 )
 
     def apply(self, committed: tuple[int, int] | None) -> None:

@@ -16,11 +16,19 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import grpc
 
 from cluster.multiraft import Proposal
-from cluster.replica import NotCommitted, OutOfOrderSequence, ProduceResult, Replica, Waiter
+from cluster.replica import (
+    NotCommitted,
+    OutOfOrderSequence,
+    ProduceResult,
+    Replica,
+    UnknownProducer,
+    Waiter,
+)
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc, peer_pb2
+from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
 from proto.records import InvalidBatch, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
@@ -183,6 +191,11 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             )
         except ProposalDropped as error:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        except UnknownProducer as error:
+            # ABORTED as an out-of-order batch (an older SDK retries it until its deadline), with
+            # a reason a current SDK recognises: it moves to a new producer id at once
+            context.set_trailing_metadata(((REASON_KEY, UNKNOWN_PRODUCER_ID),))
+            await _abort(context, grpc.StatusCode.ABORTED, str(error))
         except OutOfOrderSequence as error:
             await _abort(context, grpc.StatusCode.ABORTED, str(error))
         except NotCommitted as error:

@@ -5,6 +5,8 @@ and scans only the entries after it."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import grpc
@@ -58,3 +60,64 @@ def test_a_retry_after_a_restart_finds_a_batch_written_long_before(tmp_path: Pat
             wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
         again = _produce(address, batch)  # the producer's retry, after the restart
         assert (again.base_offset, again.duplicate) == (0, True)
+
+
+# -- the long-lived producers test (issue 21, item 5) ------------------------------------------
+LONG_LIVED_PRODUCERS = 3 * REBUILD_SCAN_ENTRIES + 14_000  # > 10,000 ids, and far past the scan
+EARLY = 64  # the producers whose batches are retried late, after the restart
+IN_FLIGHT = 128  # concurrent raw produce calls (the leader packs them into few rounds)
+
+
+async def _produce_many(address: str, batches: list[bytes]) -> list[pb.ProduceResponse]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(batch: bytes) -> pb.ProduceResponse:
+            async with gate:
+                request = pb.ProduceRequest(topic="ids", partition=0, batch=batch)
+                response: pb.ProduceResponse = await stub.Produce(request, timeout=60)
+                return response
+
+        return await asyncio.gather(*(one(batch) for batch in batches))
+
+
+def test_long_lived_producers_a_late_retry_after_a_restart_is_a_duplicate(tmp_path: Path) -> None:
+    """More than 10,000 producer ids write to one partition (one batch each); the node is killed
+    (-9) and restarted; then the first producers' batches are retried, as a producer retries a
+    batch whose answer it lost. Each retry must be answered as a duplicate with the first copy's
+    offset, and the log read back must hold each of those records once."""
+    with LocalCluster(tmp_path, 1, controllers=1, config_text=CONFIG) as local:
+        local.start()
+        address = local.addresses()[0]
+        with Client(address, timeout_s=30) as client:
+            client.create_topic("ids", 1, 1)
+            wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
+        batches = [
+            encode_batch([(None, b"p%d" % n, None, 1)], producer_id=1000 + n)
+            for n in range(LONG_LIVED_PRODUCERS)
+        ]
+        started = time.monotonic()
+        first = asyncio.run(_produce_many(address, batches))
+        offsets = [response.base_offset for response in first]
+        assert sorted(offsets) == list(range(LONG_LIVED_PRODUCERS))
+        print(f"{LONG_LIVED_PRODUCERS} producers wrote in {time.monotonic() - started:.1f} s")
+
+        node = next(iter(local.nodes))
+        local.kill(node)
+        local.start(node)
+        with Client(address, timeout_s=30) as client:
+            wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
+            again = asyncio.run(_produce_many(address, batches[:EARLY]))
+            answers = [(r.base_offset, r.duplicate) for r in again]
+            assert answers == [(offset, True) for offset in offsets[:EARLY]]
+            values: list[bytes] = []
+            offset = 0
+            while offset < LONG_LIVED_PRODUCERS + EARLY:  # past the end, were it written twice
+                records = client.read("ids", 0, offset, max_records=10_000)
+                if not records:
+                    break
+                values += [record.value for record in records]
+                offset = records[-1].offset + 1
+        assert len(values) == LONG_LIVED_PRODUCERS  # nothing written twice
+        assert values.count(b"p0") == 1

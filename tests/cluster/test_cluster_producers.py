@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgpack
+import pytest
 import xxhash
 from harness import open_replica
 
 from cluster.producers import BatchRef, ProducerTable
-from cluster.replica import PRODUCER_SNAPSHOT, Replica
+from cluster.replica import PRODUCER_SNAPSHOT, OutOfOrderSequence, Replica, UnknownProducer
 from proto.records import encode_batch
 from raft.types import Entry, EntryKind
 
@@ -100,3 +101,96 @@ def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path:
     assert not reopened_knows_p()
     path.unlink()
     assert not reopened_knows_p()  # what a restart knew before snapshots
+
+
+def test_producers_expire_by_the_time_the_log_carries() -> None:
+    """A producer whose latest batch is older than `expiration_ms`, measured by the newest entry
+    timestamp noted (the leader's time, replicated in the log: every replica and every restart
+    decides alike), is unknown; the clock never runs back."""
+    table = ProducerTable(expiration_ms=1000)
+    table.note(7, 0, BatchRef(1, 1, 5, 100))
+    table.note(8, 0, BatchRef(2, 1, 1, 600))
+    assert table.next_sequence(7) == 5
+    table.note(0, 0, BatchRef(3, 1, 1, 1101))  # a non-idempotent batch moves the clock too
+    assert table.clock_ms == 1101
+    assert table.lookup(7, 0) is None and table.next_sequence(7) is None  # 1001 ms idle
+    assert table.lookup(8, 0) == BatchRef(2, 1, 1, 600)
+    table.note(8, 1, BatchRef(4, 1, 1, 900))  # a leader whose clock is behind: no step back
+    assert table.clock_ms == 1101
+    # an expired producer that writes again starts afresh: its old batches are not found
+    table.note(7, 5, BatchRef(5, 1, 1, 1200))
+    assert table.lookup(7, 0) is None and table.next_sequence(7) == 6
+
+
+def test_expiry_does_not_depend_on_when_expired_producers_are_dropped() -> None:
+    """The same entries give the same answers whether the expired producers were physically
+    dropped (bounded memory) or not yet, and after a dump and load (a restart)."""
+    entries = [(pid, 0, BatchRef(n + 1, 1, 1, n * 10)) for n, pid in enumerate(range(1, 400))]
+    tables = [ProducerTable(expiration_ms=1000), ProducerTable(expiration_ms=1000)]
+    for pid, sequence, ref in entries:
+        tables[0].note(pid, sequence, ref)
+    for pid, sequence, ref in entries[:200]:
+        tables[1].note(pid, sequence, ref)
+    reloaded = ProducerTable(expiration_ms=1000)
+    reloaded.load(tables[1].dump())
+    for pid, sequence, ref in entries[200:]:
+        reloaded.note(pid, sequence, ref)
+    assert len(tables[0]) < 150  # expired producers are dropped as the log goes on
+    for pid in range(1, 400):
+        answers = {t.next_sequence(pid) for t in (tables[0], reloaded)}
+        assert len(answers) == 1, pid
+    assert tables[0].next_sequence(1) is None and tables[0].next_sequence(399) == 1
+    assert reloaded.clock_ms == tables[0].clock_ms
+
+
+def test_the_table_is_bounded_by_count_evicting_the_least_recently_written() -> None:
+    table = ProducerTable(max_producers=3)
+    for pid in (1, 2, 3):
+        table.note(pid, 0, BatchRef(pid, 1, 1, pid))
+    table.note(1, 1, BatchRef(4, 1, 1, 4))  # 1 wrote again: 2 is now the least recent
+    table.note(4, 0, BatchRef(5, 1, 1, 5))
+    assert len(table) == 3
+    assert table.next_sequence(2) is None
+    assert [table.next_sequence(pid) for pid in (1, 3, 4)] == [2, 1, 1]
+
+
+def test_a_snapshot_is_saved_however_many_producers_wrote(tmp_path: Path) -> None:
+    """12,000 producers (more than the old limit of 10,000, past which no snapshot was saved
+    again): the snapshot is still made, and a restart finds the first producer in it."""
+    replica = _replica(tmp_path)
+    count = 12_000
+    entries = []
+    for index in range(1, count + 1):
+        batch = encode_batch([(None, b"v", None, 0)], producer_id=index)
+        entries.append(Entry(index, 1, EntryKind.NORMAL, 1, batch, timestamp_ms=index))
+    replica.log.append(entries)
+    replica.segmented.flush()
+    for entry in entries:
+        replica.producers.note(entry.index, 0, BatchRef(entry.index, 1, 1, entry.timestamp_ms))
+    snapshot = replica.producer_snapshot()
+    assert snapshot is not None
+    replica.save_snapshot(snapshot)
+    replica.close()
+    again = _replica(tmp_path)
+    try:
+        assert again.producers.lookup(1, 0) == BatchRef(1, 1, 1, 1)
+        assert len(again.producers) == count
+    finally:
+        again.close()
+
+
+def test_an_unknown_producer_must_start_at_sequence_zero(tmp_path: Path) -> None:
+    """A producer the partition does not know (new, or its state expired) may only start at
+    sequence 0; any other first sequence is refused with UnknownProducer (retriable: the client
+    moves to a new producer id), as the batch may follow batches the replica has forgotten."""
+    replica = _replica(tmp_path)
+    try:
+        replica.check_sequence(7, 0)  # a new producer
+        with pytest.raises(UnknownProducer, match=r"producer 7 .* sequence 5"):
+            replica.check_sequence(7, 5)
+        replica.producers.note(8, 0, BatchRef(1, 1, 5))
+        replica.check_sequence(8, 5)  # known: follows its latest batch
+        with pytest.raises(OutOfOrderSequence):
+            replica.check_sequence(8, 9)
+    finally:
+        replica.close()
