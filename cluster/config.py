@@ -77,6 +77,9 @@ class NodeConfig:
     retention_check_s: float = 60.0
     # behaviour
     produce_timeout_ms: int = 10_000  # default wait for commit of an acks=all produce
+    # an idempotent producer is forgotten by a partition this long after its latest batch,
+    # measured on the entries' (leader) timestamps; its next batch then starts a new producer id
+    producer_expiration_ms: int = 24 * 3600 * 1000
     replace_after_s: float = 30.0  # a dead member's replicas are replaced after this long
     # a partition's preferred leader takes it back once alive this long and caught up (Kafka's
     # auto leader rebalance); 0: never
@@ -113,7 +116,7 @@ class NodeConfig:
         positive = (
             "tick_ms", "election_ticks", "heartbeat_ticks", "swim_tick_ms", "segment_bytes",
             "max_batch_bytes", "max_message_bytes", "max_open_files", "produce_timeout_ms",
-            "default_replication_factor",
+            "producer_expiration_ms", "default_replication_factor",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:

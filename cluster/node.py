@@ -127,6 +127,7 @@ class Node(TopicAdmin):
             handles=self.handles,
             multiraft=self.multiraft,
             topics=lambda: self.topics,
+            producer_expiration_ms=config.producer_expiration_ms,
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left

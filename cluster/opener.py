@@ -42,6 +42,7 @@ from typing import cast
 
 from cluster.controller import TopicSpec
 from cluster.multiraft import MultiRaft
+from cluster.producers import EXPIRATION_MS
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
@@ -86,8 +87,10 @@ class ReplicaOpener:
         handles: FileHandles,
         multiraft: MultiRaft,
         topics: Callable[[], Mapping[str, TopicSpec]],
+        producer_expiration_ms: int = EXPIRATION_MS,
     ) -> None:
         self.node_id = node_id
+        self.producer_expiration_ms = producer_expiration_ms
         self.partitions_dir = partitions_dir
         self.journal = journal
         self.raft_config = raft_config
@@ -225,6 +228,7 @@ class ReplicaOpener:
             log_config=self.log_config,
             handles=self.handles,
             rng=random.Random(self._rng.getrandbits(64)),
+            producer_expiration_ms=self.producer_expiration_ms,
         )
         replica.set_topic_uid(spec.uid)
         if spec.uid and not os.path.exists(uid_path):

@@ -18,6 +18,7 @@ from flotilla.errors import (
     Timeout,
     TopicNotFound,
     Unavailable,
+    UnknownProducer,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "TopicInfo",
     "TopicNotFound",
     "Unavailable",
+    "UnknownProducer",
 ]

@@ -26,6 +26,7 @@ from flotilla._routing import (
     RYW_WAIT_S,
     Headers,
     Member,
+    ProducerGap,
     ProduceRoute,
     ReadYourWrites,
     Record,
@@ -53,7 +54,7 @@ from flotilla.errors import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from proto.records import peek_producer
+from proto.records import peek_producer, with_producer
 
 __all__ = ["Client"]
 
@@ -206,16 +207,32 @@ class Client:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
         A batch that fails for good moves the partition to a new producer id (see
         `flotilla._routing.Sequences.reset`)."""
+        sequences = self.router.sequences
+        route = ProduceRoute(self.router, topic, partition, self.timeout_s)
+        route.batch = peek_producer(batch)
         try:
-            base = await self._send_batch(topic, partition, batch)
+            while True:
+                try:
+                    base = await self._send_batch(route, batch)
+                    break
+                except ProducerGap as gap:  # resend under a new id (see `Sequences.move`)
+                    moved = sequences.move(topic, partition, *route.batch)
+                    if moved is None:
+                        raise Unavailable(
+                            f"{gap.cause} (an earlier batch of this producer failed for good; "
+                            "this one was not written: send it again)"
+                        ) from None
+                    batch, route.batch = with_producer(batch, *moved), moved
         except FlotillaError:
-            self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
+            sequences.reset(topic, partition, route.batch[0])
             raise
+        finally:
+            sequences.settled(topic, partition, *route.batch)
         self.router.note_written(topic, partition, base, batch)
         return base
 
-    async def _send_batch(self, topic: str, partition: int, batch: bytes) -> int:
-        route = ProduceRoute(self.router, topic, partition, self.timeout_s)
+    async def _send_batch(self, route: ProduceRoute, batch: bytes) -> int:
+        topic, partition = route.topic, route.partition
         while True:
             attempt_s = route.attempt_s()
             address = route.next_address()

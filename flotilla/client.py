@@ -28,6 +28,7 @@ from flotilla._routing import (
     Headers,
     Member,
     Once,
+    ProducerGap,
     ProduceRoute,
     ReadYourWrites,
     Record,
@@ -54,7 +55,7 @@ from flotilla.errors import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from proto.records import peek_producer
+from proto.records import peek_producer, with_producer
 
 if TYPE_CHECKING:
     from flotilla.producer import Producer
@@ -247,22 +248,41 @@ class Client:
         batch: bytes,
         on_issued: Callable[[], None] | None = None,
         abandoned: Callable[[], bool] | None = None,
+        on_moved: Callable[[int, int], None] | None = None,
     ) -> int:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
         A retry resends the very same bytes, so the server never writes the batch twice.
         `on_issued` runs once the first attempt is on its way (the batching producer starts a
         partition's next batch only then, so they reach the leader in order); `abandoned`
-        says when an earlier batch of this one's producer id failed for good."""
+        says when an earlier batch of this one's producer id failed for good. A batch the
+        leader will never write under its producer id (`ProducerGap`) is resent under a new one;
+        `on_moved` then hears its new (producer id, first sequence)."""
         issued = Once(on_issued)
+        sequences = self.router.sequences
+        route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
+        route.batch = peek_producer(batch)
         try:
-            route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
-            base = self._send_batch(route, batch, issued)
+            while True:
+                try:
+                    base = self._send_batch(route, batch, issued)
+                    break
+                except ProducerGap as gap:  # resend under a new id (see `Sequences.move`)
+                    moved = sequences.move(topic, partition, *route.batch)
+                    if moved is None:
+                        raise Unavailable(
+                            f"{gap.cause} (an earlier batch of this producer failed for good; "
+                            "this one was not written: send it again)"
+                        ) from None
+                    batch, route.batch = with_producer(batch, *moved), moved
+                    if on_moved is not None:
+                        on_moved(*moved)
             self.router.note_written(topic, partition, base, batch)
             return base
         except FlotillaError:
-            self.router.sequences.reset(topic, partition, peek_producer(batch)[0])
+            sequences.reset(topic, partition, route.batch[0])
             raise
         finally:
+            sequences.settled(topic, partition, *route.batch)
             issued()  # a batch that never went out releases the next one too
 
     def _send_batch(self, route: ProduceRoute, batch: bytes, issued: Once) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
+
 __all__ = [
     "FlotillaError",
     "InvalidArgument",
@@ -13,6 +15,7 @@ __all__ = [
     "Timeout",
     "TopicNotFound",
     "Unavailable",
+    "UnknownProducer",
     "from_rpc_error",
 ]
 
@@ -51,6 +54,12 @@ class OutOfOrder(Unavailable):
     is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
 
 
+class UnknownProducer(Unavailable):
+    """The partition does not know the batch's producer id (its state expired, was evicted, or
+    the batch that introduced it was lost) and the batch does not start at sequence 0; nothing
+    was written. The SDK resends such a batch under a new producer id by itself."""
+
+
 class Timeout(FlotillaError, TimeoutError):
     """The request did not complete in time; for a produce, the outcome is unknown (a retry with
     the same idempotent producer will not write it twice)."""
@@ -60,6 +69,14 @@ def leader_from(error: grpc.RpcError) -> str:
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     for key, value in trailing or ():
         if key == "flotilla-leader":
+            return str(value)
+    return ""
+
+
+def reason_from(error: grpc.RpcError) -> str:
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == REASON_KEY:
             return str(value)
     return ""
 
@@ -80,5 +97,7 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Timeout(details)
     if code == grpc.StatusCode.ABORTED:
+        if reason_from(error) == UNKNOWN_PRODUCER_ID:
+            return UnknownProducer(details)
         return OutOfOrder(details)
     return Unavailable(f"{details} ({code.name})")

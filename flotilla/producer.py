@@ -395,7 +395,8 @@ class Producer:
                 partition,
                 encoded,
                 on_issued=issued,
-                abandoned=partial(self._abandoned, state, batch.producer_id),
+                abandoned=partial(self._abandoned, state, batch),
+                on_moved=partial(self._moved, batch),
             )
             acknowledged = True
             # every future of the batch settles before a waiter wakes
@@ -415,6 +416,10 @@ class Producer:
                     state.failed_producers.clear()  # bounded: old ids have nothing in flight
                 state.failed_producers.add(batch.producer_id)
         finally:
+            # settled whatever happened (`send_batch` does it too, unless it never ran)
+            self.client.router.sequences.settled(
+                topic, partition, batch.producer_id, batch.sequence
+            )
             if not issued.done:  # failed before its turn came: wait for it, then pass it on
                 with state.turn:
                     while state.issued != batch.ticket:
@@ -429,9 +434,15 @@ class Producer:
                 self._buffered -= batch.bytes
                 self._condition.notify_all()
 
-    def _abandoned(self, state: _Partition, producer_id: int) -> bool:
+    def _abandoned(self, state: _Partition, batch: _Batch) -> bool:
         with self._condition:
-            return producer_id in state.failed_producers
+            return batch.producer_id in state.failed_producers
+
+    @staticmethod
+    def _moved(batch: _Batch, producer_id: int, sequence: int) -> None:
+        """The leader will never write the batch under its producer id: it goes under another
+        (`flotilla._routing.Sequences.move`, which keeps the partition's batches in order)."""
+        batch.producer_id, batch.sequence = producer_id, sequence
 
     def _issued(self, state: _Partition) -> None:
         with state.turn:

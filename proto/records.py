@@ -40,6 +40,7 @@ __all__ = [
     "peek_producer",
     "peek_record_count",
     "read_header",
+    "with_producer",
 ]
 
 MAGIC = 0xF1
@@ -154,6 +155,15 @@ def peek_producer(batch: bytes | memoryview) -> tuple[int, int]:
     """(producer_id, base_sequence) of an already validated batch, without checksum work."""
     _, _, _, _, producer_id, sequence, _, _ = _HEADER.unpack_from(batch, 0)
     return producer_id, sequence
+
+
+_PRODUCER = struct.Struct("<Qq")  # producer_id, base_sequence: at offset 8 of the header
+
+
+def with_producer(batch: bytes, producer_id: int, base_sequence: int) -> bytes:
+    """The batch under another producer id and first sequence (the body, and so its checksum,
+    unchanged): how a client resends a batch a node refused as from an unknown producer."""
+    return batch[:8] + _PRODUCER.pack(producer_id, base_sequence) + batch[24:]
 
 
 def peek_record_count(batch: bytes | memoryview) -> int:

@@ -110,11 +110,14 @@ def test_producers_expire_by_the_time_the_log_carries() -> None:
     table = ProducerTable(expiration_ms=1000)
     table.note(7, 0, BatchRef(1, 1, 5, 100))
     table.note(8, 0, BatchRef(2, 1, 1, 600))
+    table.note(9, 0, BatchRef(3, 1, 1, 0))
+    table.note(9, 1, BatchRef(4, 1, 1, 150))  # its latest batch decides: known until 1150
     assert table.next_sequence(7) == 5
     table.note(0, 0, BatchRef(3, 1, 1, 1101))  # a non-idempotent batch moves the clock too
     assert table.clock_ms == 1101
     assert table.lookup(7, 0) is None and table.next_sequence(7) is None  # 1001 ms idle
     assert table.lookup(8, 0) == BatchRef(2, 1, 1, 600)
+    assert table.lookup(9, 0) == BatchRef(3, 1, 1, 0)
     table.note(8, 1, BatchRef(4, 1, 1, 900))  # a leader whose clock is behind: no step back
     assert table.clock_ms == 1101
     # an expired producer that writes again starts afresh: its old batches are not found
