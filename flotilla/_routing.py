@@ -602,6 +602,8 @@ class ProduceRoute:
                     "one cannot follow it under the same producer id; it was not written by this "
                     "attempt (send it again)"
                 ) from None
+            if earliest:  # every earlier batch settled, yet the leader lacks one: acknowledged
+                raise ProducerGap(error)  # by a leader alone (acks=leader) and lost with it
             return False  # an earlier batch is still on its way: pause, then the same leader
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1

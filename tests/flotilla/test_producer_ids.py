@@ -83,3 +83,45 @@ def test_an_expired_producer_moves_to_a_new_id_in_order(tmp_path: Path) -> None:
         expected += [b"x" * 300 + b"%d" % n for n in range(200)]
         assert values == expected  # in order, none twice
         assert elapsed < 10
+
+
+def test_acks_leader_moves_on_at_once_after_an_acknowledged_batch_is_lost(tmp_path: Path) -> None:
+    """acks=leader: the leader alone acknowledges a batch, then dies before any follower has
+    it; the new leader has never seen it, so the producer's next batch leaves a gap it refuses
+    as out of order. The producer must move to a new id at once, not stall until its timeout."""
+    with LocalCluster(tmp_path, 3, controllers=3, config_text=CONFIG) as local:
+        local.start()
+        with Client(local.bootstrap, timeout_s=15, acks="leader") as client:
+            client.create_topic("lost", 1, 3)
+            wait_until(lambda: client.describe_topic("lost").partitions[0].leader, 30, "a leader")
+            with client.producer(linger_ms=0) as producer:
+                assert producer.send("lost", b"first", partition=0).result(timeout=15).offset == 0
+                info = client.describe_topic("lost").partitions[0]
+                leader = info.leader
+                followers = [r for r in info.replicas if r != leader]
+
+                def everyone_has_it() -> bool:
+                    try:
+                        return all(
+                            len(client.read("lost", 0, 0, replica=r)) == 1 for r in followers
+                        )
+                    except Exception:
+                        return False
+
+                wait_until(everyone_has_it, 30, "the first record on every replica")
+                for follower in followers:
+                    local.kill(follower)
+                lost = producer.send("lost", b"lost", partition=0).result(timeout=15)
+                assert lost.offset == 1  # acknowledged by the leader alone
+                local.kill(leader)
+                for follower in followers:
+                    local.start(follower, wait=False)
+                for follower in followers:
+                    local.wait_serving(follower)
+                started = time.monotonic()
+                after = producer.send("lost", b"after", partition=0).result(timeout=30)
+                elapsed = time.monotonic() - started
+            print(f"the batch after the lost one was written in {elapsed:.2f} s")
+            values = [r.value for r in client.read("lost", 0, 0, replica=followers[0])]
+        assert after.offset == 1 and values[:2] == [b"first", b"after"]
+        assert elapsed < 8, f"stalled {elapsed:.1f} s behind the lost batch"
