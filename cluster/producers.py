@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BatchRef", "ProducerTable"]
+__all__ = ["BatchRef", "Batches", "ProducerTable"]
 
 WINDOW = 8
 MAX_PRODUCERS = 100_000
@@ -53,6 +53,9 @@ class BatchRef:
     timestamp_ms: int = 0  # the entry's timestamp (the proposing leader's clock)
 
 
+Batches = tuple[tuple[int, BatchRef], ...]  # (base sequence, where), in log order
+
+
 class ProducerTable:
     def __init__(
         self,
@@ -64,8 +67,10 @@ class ProducerTable:
         self.max_producers = max_producers
         self.expiration_ms = expiration_ms
         self.clock_ms = 0  # the largest entry timestamp noted: the table's notion of now
-        # least recently written producer first; per producer, its batches in log order
-        self._producers: OrderedDict[int, OrderedDict[int, BatchRef]] = OrderedDict()
+        # least recently written producer first; per producer an immutable tuple of its latest
+        # batches (at most `window`, a few): replaced, never changed, so a snapshot's copy is
+        # one shallow copy of this dict, not one per producer
+        self._producers: OrderedDict[int, Batches] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -75,22 +80,19 @@ class ProducerTable:
         every entry holding records: a batch of producer 0 only moves the clock)."""
         self.clock_ms = max(self.clock_ms, ref.timestamp_ms)
         if producer_id:
-            batches = self._producers.get(producer_id)
-            if batches is None:
-                batches = self._producers[producer_id] = OrderedDict()
+            producers = self._producers
+            batches = producers.get(producer_id)
+            if batches is None or self._expired(batches):  # new, or starts afresh
+                producers[producer_id] = ((base_sequence, ref),)
             else:
-                if self._expired(batches):  # writes again after it expired: starts afresh
-                    batches.clear()
-                self._producers.move_to_end(producer_id)
-            batches[base_sequence] = ref
-            batches.move_to_end(base_sequence)
-            while len(batches) > self.window:
-                batches.popitem(last=False)
+                if base_sequence <= batches[-1][0]:  # rare: a sequence written again
+                    batches = tuple(batch for batch in batches if batch[0] != base_sequence)
+                producers[producer_id] = (*batches, (base_sequence, ref))[-self.window :]
+            producers.move_to_end(producer_id)
         self._collect()
 
-    def _expired(self, batches: OrderedDict[int, BatchRef]) -> bool:
-        latest = next(reversed(batches.values()))
-        return self.clock_ms - latest.timestamp_ms > self.expiration_ms
+    def _expired(self, batches: Batches) -> bool:
+        return self.clock_ms - batches[-1][1].timestamp_ms > self.expiration_ms
 
     def _collect(self) -> None:
         """Drops producers over the count bound, and expired ones from the least recent end
@@ -99,20 +101,22 @@ class ProducerTable:
         producers = self._producers
         while producers:
             batches = next(iter(producers.values()))
-            if len(producers) <= self.max_producers and batches and not self._expired(batches):
+            if len(producers) <= self.max_producers and not self._expired(batches):
                 break
             producers.popitem(last=False)
 
-    def _live(self, producer_id: int) -> OrderedDict[int, BatchRef] | None:
+    def _live(self, producer_id: int) -> Batches | None:
         batches = self._producers.get(producer_id) if producer_id else None
-        if not batches or self._expired(batches):
+        if batches is None or self._expired(batches):
             return None
         return batches
 
     def lookup(self, producer_id: int, base_sequence: int) -> BatchRef | None:
         """Where an earlier copy of this batch sits in the log, if any."""
-        batches = self._live(producer_id)
-        return None if batches is None else batches.get(base_sequence)
+        for sequence, ref in self._live(producer_id) or ():
+            if sequence == base_sequence:
+                return ref
+        return None
 
     def next_sequence(self, producer_id: int) -> int | None:
         """The sequence this producer's next batch must start at (after its latest batch in the
@@ -120,25 +124,28 @@ class ProducerTable:
         batches = self._live(producer_id)
         if batches is None:
             return None
-        base, ref = next(reversed(batches.items()))
+        base, ref = batches[-1]
         return base + ref.record_count
 
     def forget_from(self, index: int) -> None:
         """Entries from `index` on were truncated away (a Raft conflict): forget them."""
-        for producer_id in list(self._producers):
-            batches = self._producers[producer_id]
-            for sequence in [s for s, ref in batches.items() if ref.index >= index]:
-                del batches[sequence]
-            if not batches:
-                del self._producers[producer_id]
+        producers = self._producers
+        for producer_id, batches in list(producers.items()):
+            if batches[-1][1].index < index:
+                continue  # log order: its latest batch is before the cut, so are the others
+            kept = tuple(batch for batch in batches if batch[1].index < index)
+            if kept:
+                producers[producer_id] = kept  # keeps its place in the recency order
+            else:
+                del producers[producer_id]
 
-    def copy_rows(self) -> list[tuple[int, list[tuple[int, BatchRef]]]]:
-        """A shallow copy of the table (cheap: BatchRefs are immutable), for `dump_rows` to turn
-        into plain lists on another thread while this table goes on changing."""
-        return [(pid, list(batches.items())) for pid, batches in self._producers.items()]
+    def copy_rows(self) -> list[tuple[int, Batches]]:
+        """A copy of the table, for `dump_rows` to turn into plain lists on another thread
+        while this table goes on changing (one shallow copy: the tuples are immutable)."""
+        return list(self._producers.items())
 
     @staticmethod
-    def dump_rows(rows: list[tuple[int, list[tuple[int, BatchRef]]]]) -> list[Any]:
+    def dump_rows(rows: list[tuple[int, Batches]]) -> list[Any]:
         """`copy_rows` as plain lists (msgpack-able), least recently used producer first:
         [[producer_id, [[base_sequence, index, term, record_count, timestamp_ms], ...]], ...]."""
         return [
@@ -153,9 +160,12 @@ class ProducerTable:
         """Restores what `dump` returned (in its order, so recency holds) into an empty table,
         with the clock the table had then: the same answers as the table that was dumped."""
         for pid, batches in dumped:
-            restored = self._producers[int(pid)] = OrderedDict()
-            for seq, index, term, count, timestamp in batches:
-                restored[int(seq)] = BatchRef(int(index), int(term), int(count), int(timestamp))
-            self._producers.move_to_end(int(pid))
+            restored = tuple(
+                (int(seq), BatchRef(int(index), int(term), int(count), int(timestamp)))
+                for seq, index, term, count, timestamp in batches
+            )
+            if restored:
+                self._producers[int(pid)] = restored
+                self._producers.move_to_end(int(pid))
         self.clock_ms = max(self.clock_ms, int(clock_ms))
         self._collect()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import msgpack
 import xxhash
 
-from cluster.producers import EXPIRATION_MS, BatchRef, ProducerTable
+from cluster.producers import EXPIRATION_MS, Batches, BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
 from raft.config import RaftConfig
@@ -107,7 +107,7 @@ class ProducerSnapshot:
     index: int
     term: int
     clock_ms: int
-    rows: list[tuple[int, list[tuple[int, BatchRef]]]]
+    rows: list[tuple[int, Batches]]
 
 
 @dataclass(slots=True)
@@ -218,11 +218,18 @@ class Replica:
                 raise ValueError("checksum mismatch")
             version, index, term, *rest = msgpack.unpackb(body)
             log = self.segmented
-            if version != _SNAPSHOT_FORMAT or not log.first_index <= index <= log.last_index:
+            if (
+                version not in (1, _SNAPSHOT_FORMAT)
+                or not log.first_index <= index <= log.last_index
+            ):
                 return None  # another format, or the log no longer holds its last entry
             if log.term_at(index) != term or log.last_index - index > SNAPSHOT_STALE_ENTRIES:
                 return None  # truncated and rewritten since, or too old to catch up cheaply
-            clock_ms, dumped = rest
+            if version == 1:  # before timestamps: as if every producer wrote at its last entry
+                clock_ms, dumped = log.read(index).timestamp_ms, rest[0]
+                dumped = [[pid, [[*b, clock_ms] for b in batches]] for pid, batches in dumped]
+            else:
+                clock_ms, dumped = rest
             self.producers.load(dumped, clock_ms)
             return int(index)
         except Exception as error:  # a torn or foreign file: the bounded scan instead
