@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from flotilla._routing import MAX_HINT_HOPS, ProduceRoute, Router
-from flotilla.errors import InvalidArgument, NotLeader, OutOfOrder, TopicNotFound, Unavailable
+from flotilla._routing import MAX_HINT_HOPS, ProducerGap, ProduceRoute, Router
+from flotilla.errors import (
+    InvalidArgument,
+    NotLeader,
+    OutOfOrder,
+    TopicNotFound,
+    Unavailable,
+    UnknownProducer,
+)
 from proto import flotilla_pb2 as pb
 
 ADDRESS = {"n1": "127.0.0.1:1", "n2": "127.0.0.2:1", "n3": "127.0.0.3:1"}
@@ -94,3 +101,54 @@ def test_a_lagging_node_s_metadata_never_takes_added_partitions_away() -> None:
     router.absorb(topic("u2", 1))  # deleted and created again: the new incarnation's count
     info = router.topic("t")
     assert info is not None and (len(info.partitions), info.uid) == (1, "u2")
+
+
+def test_a_batch_the_leader_will_never_write_moves_only_when_it_is_the_earliest() -> None:
+    """UNKNOWN_PRODUCER_ID, or out of order with nothing earlier still on its way (acks=leader:
+    an acknowledged batch lost with its leader): move to a new id (ProducerGap), at once. While
+    an earlier batch is still on its way, wait for it instead."""
+    router = _router()
+    first = router.sequences.take("t", 0, 3)
+    second = router.sequences.take("t", 0, 3)
+    for error in (UnknownProducer("unknown"), OutOfOrder("gap")):
+        route = ProduceRoute(router, "t", 0, timeout_s=10)
+        route.batch = second
+        assert not route.failed(ADDRESS["n1"], error)  # the first is on its way: wait
+    router.sequences.settled("t", 0, *first)
+    for error in (UnknownProducer("unknown"), OutOfOrder("gap")):
+        route = ProduceRoute(router, "t", 0, timeout_s=10)
+        route.batch = second
+        with pytest.raises(ProducerGap):
+            route.failed(ADDRESS["n1"], error)
+    route.batch = (12345, 0)  # a batch encoded elsewhere: nothing known of what came before
+    assert not route.failed(ADDRESS["n1"], UnknownProducer("unknown"))
+
+
+def test_moving_to_a_new_id_keeps_the_order_of_every_batch_in_flight() -> None:
+    sequences = Router(["127.0.0.1:1"]).sequences
+    a, b, c = (sequences.take("t", 0, 3) for _ in range(3))
+    producer = a[0]
+    assert [a, b, c] == [(producer, 0), (producer, 3), (producer, 6)]
+    sequences.settled("t", 0, *a)  # acknowledged; then the partition forgot the producer
+    moved_b = sequences.move("t", 0, *b)
+    assert moved_b is not None and moved_b[1] == 0 and moved_b[0] != producer
+    sequences.settled("t", 0, *moved_b)  # written under the new id
+    d = sequences.take("t", 0, 3)  # taken after the move: after c under the new id
+    assert d == (moved_b[0], 6)
+    # c, still under the old id, was taken before d: d is not the earliest, whatever its id
+    # (else d, refused as out of order, would move ahead of c)
+    assert not sequences.earliest("t", 0, *d)
+    assert sequences.move("t", 0, *c) == (moved_b[0], 3)
+    assert not sequences.earliest("t", 0, *d)
+    sequences.settled("t", 0, moved_b[0], 3)
+    assert sequences.earliest("t", 0, *d)
+
+
+def test_a_producer_id_reset_by_a_failure_is_not_moved() -> None:
+    """A batch of an id that failed for good (reset) fails too, as ever: it may follow a batch
+    whose outcome is unknown, so resending it under a new id could reorder them."""
+    sequences = Router(["127.0.0.1:1"]).sequences
+    a, b = sequences.take("t", 0, 1), sequences.take("t", 0, 1)
+    sequences.reset("t", 0, a[0])
+    sequences.settled("t", 0, *a)
+    assert sequences.move("t", 0, *b) is None
