@@ -1,0 +1,120 @@
+"""The idempotent producer's identity and sequence numbers, per partition, and how a partition's
+batches move to a new producer id when the leader will never write them under theirs (no I/O)."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+from flotilla.errors import FlotillaError
+
+__all__ = ["ProducerGap", "Sequences"]
+
+_MOVES_KEPT = 64  # producer ids moved away from whose batches may still be in flight
+
+
+class ProducerGap(FlotillaError):
+    """Internal to the SDK: the leader will never write this batch under its producer id (it
+    does not know the id, or an earlier batch the leader acknowledged with acks=leader was lost
+    with it), and no earlier batch of the id is still on its way: the batch is to be resent
+    under a new id (`Sequences.move`). `cause` is the leader's answer."""
+
+    def __init__(self, cause: FlotillaError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass(slots=True)
+class Sequences:
+    """The idempotent producer's identity and sequence numbers, per partition: every batch
+    carries (producer id, sequence of its first record), and the leader writes a producer's
+    batches of a partition only in sequence order, each once.
+
+    `outstanding` holds, per partition, the batches taken and not yet settled, as
+    (producer id, first sequence) -> their place in the order they were taken (kept when a
+    batch moves to a new id): a batch is the partition's earliest outstanding one when every
+    batch taken before it, under whichever id, has settled (acknowledged, or failed)."""
+
+    next: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    outstanding: dict[tuple[str, int], dict[tuple[int, int], int]] = field(default_factory=dict)
+    taken: int = 0  # batches taken so far: the order of `outstanding`
+    # (topic, partition, old id) -> (new id, the old sequence the new id's 0 stands for)
+    moved: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
+
+    def take(self, topic: str, partition: int, count: int) -> tuple[int, int]:
+        """(producer id, first sequence) for a batch of `count` records."""
+        with self.lock:
+            key = (topic, partition)
+            producer_id, first = self.next.get(key) or (secrets.randbits(63) or 1, 0)
+            self.next[key] = (producer_id, first + count)
+            self.taken += 1
+            self.outstanding.setdefault(key, {})[(producer_id, first)] = self.taken
+            return producer_id, first
+
+    def settled(self, topic: str, partition: int, producer_id: int, sequence: int) -> None:
+        """The batch (producer_id, sequence) is no longer on its way (idempotent)."""
+        with self.lock:
+            pending = self.outstanding.get((topic, partition))
+            if pending is not None:
+                pending.pop((producer_id, sequence), None)
+                if not pending:
+                    del self.outstanding[(topic, partition)]
+
+    def earliest(self, topic: str, partition: int, producer_id: int, sequence: int) -> bool:
+        """Is (producer_id, sequence) a batch taken here whose every earlier batch settled? (A
+        batch encoded elsewhere is never: nothing is known of its predecessors.)"""
+        with self.lock:
+            pending = self.outstanding.get((topic, partition))
+            if not pending:
+                return False
+            place = pending.get((producer_id, sequence))
+            return place is not None and place == min(pending.values())
+
+    def move(
+        self, topic: str, partition: int, producer_id: int, sequence: int
+    ) -> tuple[int, int] | None:
+        """Where the batch (producer_id, sequence) goes now that the leader will never write it
+        under `producer_id`: (new id, new sequence), or None when `producer_id` is no longer the
+        partition's (a batch of it failed for good: its later batches fail too, as ever).
+
+        Order and duplicates: a batch is moved only when it is the partition's earliest
+        outstanding batch (`earliest`), so every batch taken before it has settled: those
+        acknowledged are written (or were lost with a leader under acks=leader), and none can be
+        written after it. The leader's refusal wrote nothing, and it refuses only when it holds
+        no batch of the id at or after this one's sequence, so no earlier attempt of this batch
+        is in its log either (an unknown id: a partition keeps a producer's state a day after
+        its latest batch). The move keeps the order of the id's later batches, whichever of
+        them moves first: sequence s of the old id becomes s - base under the new one, base
+        being the first moved sequence, and batches taken afterwards follow them under the new
+        id; the leader writes the new id's batches in that order, from 0, each once."""
+        with self.lock:
+            key = (topic, partition)
+            target = self.moved.get((topic, partition, producer_id))
+            if target is None:
+                current = self.next.get(key)
+                if current is None or current[0] != producer_id or current[1] < sequence:
+                    return None
+                target = (secrets.randbits(63) or 1, sequence)
+                if len(self.moved) >= _MOVES_KEPT:
+                    self.moved.clear()  # bounded: ids moved long ago have nothing in flight
+                self.moved[(topic, partition, producer_id)] = target
+                self.next[key] = (target[0], current[1] - sequence)
+            new_id, base = target
+            if sequence < base:
+                return None
+            moved = (new_id, sequence - base)
+            pending = self.outstanding.setdefault(key, {})
+            place = pending.pop((producer_id, sequence), None)
+            pending[moved] = place if place is not None else self.taken + 1
+            return moved
+
+    def reset(self, topic: str, partition: int, producer_id: int) -> None:
+        """A batch of `producer_id` failed for good: its sequences left a gap the leader would
+        wait for forever, so the partition's later batches go out under a new producer id,
+        from sequence 0 (a batch whose outcome was unknown keeps whatever outcome it had)."""
+        with self.lock:
+            current = self.next.get((topic, partition))
+            if current is not None and current[0] == producer_id:
+                del self.next[(topic, partition)]
