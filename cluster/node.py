@@ -39,6 +39,7 @@ from cluster.controller import (
 )
 from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
+from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
@@ -178,7 +179,24 @@ class Node(TopicAdmin):
                 os.path.join(config.data_dir, "controller"),
                 election_timeout_s=max(0.2, config.election_timeout_ms / 1000),
             )
-        self.server = grpc.aio.server(options=server_options(config.max_message_bytes))
+        request_limit = max_request_bytes(
+            config.max_batch_bytes,
+            self.transport.limits.max_batch_bytes,
+            self.raft_config.max_msg_bytes,
+            config.max_message_bytes,
+        )
+        self.produce_gate = ProduceGate(
+            config.node_id,
+            ProduceLimits(
+                config.max_inflight_produce, config.max_inflight_request_bytes, request_limit
+            ),
+        )
+        self.server = grpc.aio.server(
+            options=server_options(
+                config.max_message_bytes, request_limit, config.max_streams_per_connection
+            ),
+            interceptors=(self.produce_gate,),
+        )
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
         peer = PeerService(self)
         self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))

@@ -50,6 +50,7 @@ class TransportLimits:
 
 
 LOOKAHEAD_BYTES = 16 * 1024 * 1024
+_RECEIVE_LIMIT = "grpc.max_receive_message_length"
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -74,11 +75,22 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """The node's gRPC server: the channel options, and no SO_REUSEPORT (gRPC's default is on,
-    so a second server on a port in use would start without error and take some of the
-    connections: see `cluster.ownership`)."""
-    return [*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)]
+def server_options(
+    max_message_bytes: int, max_receive_bytes: int = 0, max_streams_per_connection: int = 256
+) -> list[tuple[str, int]]:
+    """The node's gRPC server: the channel options; no SO_REUSEPORT (gRPC's default is on, so a
+    second server on a port in use would start without error and take some of the connections:
+    see `cluster.ownership`); and a bound on one connection's concurrent streams (HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS: a client's further calls wait on its side, costing this
+    node nothing). `max_receive_bytes`: the largest request taken (0: `max_message_bytes`);
+    gRPC refuses a larger one from its length prefix, before buffering it."""
+    receive = max_receive_bytes or max_message_bytes
+    return [
+        *(o for o in channel_options(max_message_bytes) if o[0] != _RECEIVE_LIMIT),
+        (_RECEIVE_LIMIT, receive),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", max_streams_per_connection),
+    ]
 
 
 class _Outbox:
@@ -145,13 +157,19 @@ class PeerTransport:
         outbox.ready.set()
 
     def _take_frame(self, to: str, outbox: _Outbox) -> bytes:
-        """The next frame for `to`: queued messages up to `max_batch_bytes` (at least one)."""
+        """The next frame for `to`: queued messages up to `max_batch_bytes`, or one message if
+        it alone is larger. So a frame is never larger than max(max_batch_bytes, the largest
+        message), which the receiver's gRPC message limit is sized for (cluster.ingress)."""
         messages: list[tuple[bytes, Sequence[bytes], int]] = []
         size = 0
-        while outbox.queue and (not messages or size < self.limits.max_batch_bytes):
+        while outbox.queue:
+            group, _parts, message_size = outbox.queue[0]
+            grown = size + message_size + len(group) + 6
+            if messages and grown > self.limits.max_batch_bytes:
+                break
             message = outbox.queue.popleft()
-            outbox.bytes -= message[2]
-            size += message[2] + len(message[0]) + 6
+            outbox.bytes -= message_size
+            size = grown
             messages.append(message)
         if not outbox.queue:
             outbox.ready.clear()

@@ -1,8 +1,10 @@
 """What a node accepts at its edge, on a real node process: a produce whose batch body is
-malformed is refused before anything is written."""
+malformed is refused before anything is written; a flood of oversized produce requests leaves
+the node's memory bounded."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from cluster.local import LocalCluster
 from flotilla import Client
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.records import encode_batch
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +68,68 @@ def test_a_malformed_body_is_refused_and_nothing_is_written(
         assert after.offset == good.offset + 1, "the malformed batch took offsets"
         records = client.read(topic, 0, 0, 100)  # the partition stays readable
         assert [r.value for r in records] == [b"first", b"second"]
+
+
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+FLOOD_REQUESTS = 32
+FLOOD_REQUEST_MIB = 15
+RSS_GROWTH_LIMIT_MIB = 512  # the flood's bytes are 480 MiB; unbounded, a node grew ~1.1 GiB
+
+
+def test_a_flood_of_oversized_produce_requests_leaves_memory_bounded(tmp_path: Path) -> None:
+    """32 concurrent 15 MiB produce requests (over max_batch_bytes, under the old 16 MiB gRPC
+    limit), all refused: the node's RSS must not grow by anything like their size."""
+    with LocalCluster(tmp_path, 1, controllers=1, config_text=CONFIG) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        assert spec.process is not None
+        pid = spec.process.pid
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("flood", partitions=1, replication_factor=1)
+            client.produce("flood", b"warm", partition=0)
+        baseline = _rss_mib(pid)
+        batch = encode_batch([(None, b"x" * (FLOOD_REQUEST_MIB * 2**20 - 100), None, 0)])
+        peak = baseline
+        watching = threading.Event()
+
+        def watch() -> None:
+            nonlocal peak
+            while not watching.is_set():
+                peak = max(peak, _rss_mib(pid))
+                watching.wait(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        options = [("grpc.max_send_message_length", 64 * 2**20)]
+        channels = [grpc.insecure_channel(spec.address, options=options) for _ in range(4)]
+        try:
+            request = pb.ProduceRequest(topic="flood", partition=0, batch=batch)
+            calls = [
+                flotilla_pb2_grpc.FlotillaStub(channels[n % 4]).Produce.future(request, timeout=60)
+                for n in range(FLOOD_REQUESTS)
+            ]
+            codes = []
+            for call in calls:
+                try:
+                    call.result()
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as error:
+                    codes.append(error.code())
+        finally:
+            watching.set()
+            watcher.join()
+            for channel in channels:
+                channel.close()
+        after = _rss_mib(pid)
+        print(f"RSS MiB: baseline {baseline}, peak {peak}, after {after}")
+        assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * FLOOD_REQUESTS, codes
+        assert peak - baseline < RSS_GROWTH_LIMIT_MIB, (baseline, peak, after)
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            assert client.produce("flood", b"still serving", partition=0).offset == 1
