@@ -131,6 +131,15 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
         node = self.node
+        if request.timeout_ms > node.config.max_produce_timeout_ms:
+            # a waiter and its batch live until the deadline: a client may not pin them for long
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_ms={request.timeout_ms} exceeds max_produce_timeout_ms="
+                f"{node.config.max_produce_timeout_ms}: use 1..{node.config.max_produce_timeout_ms}"
+                " (0: the node's default)",
+            )
         replica = await self._leader_replica(request.topic, request.partition, context)
         batch = request.batch  # each access to a bytes field copies it: read it once
         size = len(batch)

@@ -70,6 +70,23 @@ def test_a_malformed_body_is_refused_and_nothing_is_written(
         assert [r.value for r in records] == [b"first", b"second"]
 
 
+def test_a_produce_timeout_above_the_maximum_is_refused(single: LocalCluster) -> None:
+    with Client(single.addresses(), timeout_s=30) as client:
+        client.create_topic("patient", partitions=1, replication_factor=1)
+        client.produce("patient", b"first", partition=0)
+        batch = encode_batch([(None, b"late", None, 0)])
+        request = pb.ProduceRequest(topic="patient", partition=0, batch=batch, timeout_ms=3_600_000)
+        error = _raw_produce(single, request)
+        assert error is not None, "a produce asking to wait an hour was accepted"
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error
+        assert "timeout_ms=3600000 exceeds max_produce_timeout_ms=120000" in (
+            error.details() or ""
+        ), error.details()
+        assert [r.value for r in client.read("patient", 0, 0, 10)] == [b"first"]
+        request.timeout_ms = 120_000  # the maximum itself is fine
+        assert _raw_produce(single, request) is None
+
+
 def _rss_mib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
