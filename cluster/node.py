@@ -106,6 +106,7 @@ class Node(TopicAdmin):
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
         )
+        self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(
             election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks
         )

@@ -373,7 +373,11 @@ class PeerService:
     ) -> AsyncIterator[peer_pb2.RaftAck]:
         node = self.node
         await serve_raft_stream(
-            request_iterator, node.config.node_id, node.multiraft.deliver, node.transport.heard_from
+            request_iterator,
+            node.config.node_id,
+            node.multiraft.deliver,
+            node.transport.heard_from,
+            node.transport.inbox,
         )
         return
         yield  # an async generator that sends nothing back

@@ -12,6 +12,14 @@ memory stays bounded. The address dialled comes from the dial map when it names 
 member (chaos runs route each directed link through its own proxy), else the advertised address;
 a changed address re-dials.
 
+Receiving: each frame's messages go to the host's inbox (`MultiRaft.deliver`) as views into the
+frame, so a frame lives until the driver's next round takes it. `InboxBudget` bounds those bytes
+(`max_inbox_bytes`): a frame arriving past it is dropped, not held back. Dropping, because Raft
+recovers from lost messages by itself (a leader resends what a follower lacks, a candidate asks
+again at its next election timeout) and a full inbox means the driver is behind (a slow fsync),
+when queued messages age fastest; holding the stream back instead would stall every group's
+heartbeats on it behind the backlog and still leave gRPC's window of bytes buffered.
+
 Guarantees: per destination, messages are delivered in the order queued or not at all (one
 stream, one writer). Nothing is retried by the transport.
 """
@@ -31,7 +39,7 @@ from cluster.dialmap import DialMap
 from cluster.frames import FrameError, encode_frame, parse_frame
 from proto import peer_pb2, peer_pb2_grpc
 
-__all__ = ["PeerTransport", "TransportLimits", "channel_options", "server_options"]
+__all__ = ["InboxBudget", "PeerTransport", "TransportLimits", "channel_options", "server_options"]
 
 log = logging.getLogger("flotilla.transport")
 
@@ -43,6 +51,7 @@ _RAFT_METHOD = "/flotilla.v1.Peer/Raft"
 class TransportLimits:
     max_batch_bytes: int = 4 * 1024 * 1024  # one frame
     max_queue_bytes: int = 64 * 1024 * 1024  # per destination, beyond which messages drop
+    max_inbox_bytes: int = 64 * 1024 * 1024  # received, not yet taken: beyond, frames drop
     max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 1.0
@@ -93,6 +102,30 @@ def server_options(
     ]
 
 
+class InboxBudget:
+    """Bytes of received Raft frames handed to the host and not yet taken by its driver:
+
+    bytes <= max_bytes, or bytes is one frame (a frame larger than the budget still passes
+    when nothing else waits, or it could never be delivered)
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.dropped = 0  # frames dropped, since the start
+
+    def admit(self, size: int) -> bool:
+        if self.bytes and self.bytes + size > self.max_bytes:
+            self.dropped += 1
+            return False
+        self.bytes += size
+        return True
+
+    def taken(self) -> None:
+        """The driver has taken every frame delivered so far (`MultiRaft.on_inputs_taken`)."""
+        self.bytes = 0
+
+
 class _Outbox:
     """Pending messages for one destination and the task that sends them."""
 
@@ -118,6 +151,7 @@ class PeerTransport:
         self.dial_map = dial_map
         self.advertised = advertised
         self.limits = limits or TransportLimits()
+        self.inbox = InboxBudget(self.limits.max_inbox_bytes)
         self._outboxes: dict[str, _Outbox] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closed = False
@@ -271,13 +305,28 @@ async def serve_raft_stream(
     self_id: str,
     handler: RaftHandler,
     opened: Callable[[str], None] = lambda sender: None,
+    inbox: InboxBudget | None = None,
 ) -> None:
     """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
     (payloads are views into the received bytes), and the sender of its first frame to
     `opened` (a new stream: the peer may have restarted). A malformed frame is dropped and
-    logged."""
+    logged, and so is a frame past the `inbox` budget (logged once per stream)."""
     sender = None
+    over_budget = 0
     async for data in requests:
+        if inbox is not None and not inbox.admit(len(data)):
+            over_budget += 1
+            level = logging.WARNING if over_budget == 1 else logging.DEBUG
+            log.log(
+                level,
+                "dropped a raft frame of %d bytes: %d bytes received wait for the driver, "
+                "max_inbox_bytes=%d (%d dropped on this stream)",
+                len(data),
+                inbox.bytes,
+                inbox.max_bytes,
+                over_budget,
+            )
+            continue
         try:
             frame = parse_frame(data)
         except FrameError as error:
