@@ -91,7 +91,8 @@ def server_options(
     second server on a port in use would start without error and take some of the connections:
     see `cluster.ownership`); and a bound on one connection's concurrent streams (HTTP/2's
     SETTINGS_MAX_CONCURRENT_STREAMS: a client's further calls wait on its side, costing this
-    node nothing). `max_receive_bytes`: the largest request taken (0: `max_message_bytes`);
+    node nothing; one that races another's end may be refused, UNAVAILABLE, which the SDK
+    retries). `max_receive_bytes`: the largest request taken (0: `max_message_bytes`);
     gRPC refuses a larger one from its length prefix, before buffering it."""
     receive = max_receive_bytes or max_message_bytes
     return [
