@@ -73,6 +73,14 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024  # largest accepted produce batch
     max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit, both directions
     max_open_files: int = 4096  # bound on open segment files in this process
+    # produce admission (cluster.ingress): calls admitted at once, and their bytes, each call
+    # counting as max_message_bytes until its message has arrived; beyond: RESOURCE_EXHAUSTED
+    max_inflight_produce: int = 1024
+    max_inflight_request_bytes: int = 256 * 1024 * 1024
+    # HTTP/2 streams one client connection may have open at once (more wait in the client)
+    max_streams_per_connection: int = 256
+    # the longest produce `timeout_ms` a client may ask for; above it: INVALID_ARGUMENT
+    max_produce_timeout_ms: int = 120_000
     # how often topics' retention (retention_bytes, retention_ms) is applied to local logs
     retention_check_s: float = 60.0
     # behaviour
@@ -116,7 +124,8 @@ class NodeConfig:
         positive = (
             "tick_ms", "election_ticks", "heartbeat_ticks", "swim_tick_ms", "segment_bytes",
             "max_batch_bytes", "max_message_bytes", "max_open_files", "produce_timeout_ms",
-            "producer_expiration_ms", "default_replication_factor",
+            "producer_expiration_ms", "default_replication_factor", "max_inflight_produce",
+            "max_inflight_request_bytes", "max_streams_per_connection", "max_produce_timeout_ms",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
@@ -130,6 +139,17 @@ class NodeConfig:
             raise ConfigError(
                 f"max_batch_bytes={self.max_batch_bytes} must leave room within "
                 f"max_message_bytes={self.max_message_bytes}"
+            )
+        if self.max_inflight_request_bytes < self.max_message_bytes:
+            raise ConfigError(
+                f"max_inflight_request_bytes={self.max_inflight_request_bytes} must be at least "
+                f"max_message_bytes={self.max_message_bytes} (a call counts as that until it "
+                "has arrived)"
+            )
+        if self.produce_timeout_ms > self.max_produce_timeout_ms:
+            raise ConfigError(
+                f"produce_timeout_ms={self.produce_timeout_ms} must be at most "
+                f"max_produce_timeout_ms={self.max_produce_timeout_ms}"
             )
         if not self.retention_check_s > 0:
             raise ConfigError(f"retention_check_s={self.retention_check_s} must be > 0")

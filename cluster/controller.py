@@ -19,13 +19,16 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import enum
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
+
+from cluster.ownership import AddressInUse
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
 
@@ -102,6 +105,15 @@ class TopicSpec:
             ),
             uid=str(data.get("uid", "")),
         )
+
+
+def _quiet_bind_failure(record: logging.LogRecord) -> bool:
+    """pysyncobj logs a failed bind with its traceback; `MetadataStore` raises `AddressInUse`
+    for it instead, which says more."""
+    return record.getMessage() != "failed to perform initialization"
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_quiet_bind_failure)
 
 
 class _Replicated(SyncObj):  # type: ignore[misc]
@@ -186,9 +198,17 @@ class MetadataStore:
             dnsCacheTime=5.0,
             dnsFailCacheTime=1.0,
             dynamicMembershipChange=False,
+            # one attempt: a control-plane port another process holds is a refusal to start,
+            # not a retry every second behind a node that seems to serve (cluster.ownership)
+            maxBindRetries=1,
         )
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
         self._sync = _Replicated(controllers[self_id], peers, conf)
+        try:
+            self._sync.waitBinded()
+        except SyncObjException:
+            self._sync.destroy()
+            raise AddressInUse("control-plane", controllers[self_id]) from None
 
     # -- changes --------------------------------------------------------------------------------
     def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:

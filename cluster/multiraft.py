@@ -94,6 +94,8 @@ class MultiRaft:
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
         # after each round that did disk work, with how long it took (writes and group commit)
         self.on_disk: Callable[[float], None] = lambda seconds: None
+        # when a round has taken every input delivered so far (the transport's inbox budget)
+        self.on_inputs_taken: Callable[[], None] = lambda: None
         self._inbox: deque[tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call] = (
             deque()
         )
@@ -211,6 +213,7 @@ class MultiRaft:
     # -- one round ----------------------------------------------------------------------------
     def _take_inputs(self) -> None:
         inbox, self._inbox = self._inbox, deque()
+        self.on_inputs_taken()
         for item in inbox:
             if isinstance(item, Proposal):
                 self._make_proposal(item)

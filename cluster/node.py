@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -38,16 +39,18 @@ from cluster.controller import (
 )
 from cluster.dialmap import DialMap
 from cluster.gossip import GossipHost
+from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
+from cluster.ownership import AddressInUse, DataDirLock
 from cluster.placement import Candidate, partition_id, place
 from cluster.replica import Replica
 from cluster.retention import apply_retention
 from cluster.service import ClientService, PeerService
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
-from cluster.transport import PeerTransport, TransportLimits, channel_options, peer_handler
+from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -93,6 +96,8 @@ class Node(TopicAdmin):
             TransportLimits(max_message_bytes=config.max_message_bytes),
         )
         os.makedirs(config.data_dir, exist_ok=True)
+        # before anything under data_dir is opened: one data directory, one process
+        self.data_dir_lock = DataDirLock(config.data_dir)
         self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
         self.multiraft = MultiRaft(
             config.node_id,
@@ -101,6 +106,7 @@ class Node(TopicAdmin):
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
         )
+        self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(
             election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks
         )
@@ -156,6 +162,14 @@ class Node(TopicAdmin):
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
+        """Raises `StartRefused` (an address in use) after stopping what had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(graceful=False)
+            raise
+
+    async def _start(self) -> None:
         config = self.config
         os.makedirs(self.partitions_dir, exist_ok=True)
         if config.is_controller:
@@ -167,12 +181,32 @@ class Node(TopicAdmin):
                 os.path.join(config.data_dir, "controller"),
                 election_timeout_s=max(0.2, config.election_timeout_ms / 1000),
             )
-        self.server = grpc.aio.server(options=channel_options(config.max_message_bytes))
+        request_limit = max_request_bytes(
+            config.max_batch_bytes,
+            self.transport.limits.max_batch_bytes,
+            self.raft_config.max_msg_bytes,
+            config.max_message_bytes,
+        )
+        self.produce_gate = ProduceGate(
+            config.node_id,
+            ProduceLimits(
+                config.max_inflight_produce, config.max_inflight_request_bytes, request_limit
+            ),
+        )
+        self.server = grpc.aio.server(
+            options=server_options(
+                config.max_message_bytes, request_limit, config.max_streams_per_connection
+            ),
+            interceptors=(self.produce_gate,),
+        )
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
         peer = PeerService(self)
         self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))
         host, port = parse_address(config.listen, "listen")
-        self.server.add_insecure_port(f"{host}:{port}")
+        try:
+            self.server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as error:  # grpc's only word for "bind failed"
+            raise AddressInUse("gRPC", config.listen, str(error).split(";")[0]) from None
         await self.server.start()
         self.multiraft.on_round = self._after_round
         self.multiraft.on_disk = self.metrics.observe_fsync
@@ -180,7 +214,12 @@ class Node(TopicAdmin):
         self.gossip.start([seed for seed in config.join if seed != config.advertised])
         if config.metrics:
             metrics_host, metrics_port = parse_address(config.metrics, "metrics")
-            self.metrics.serve(metrics_host, metrics_port)
+            try:
+                self.metrics.serve(metrics_host, metrics_port)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise AddressInUse("metrics", config.metrics) from None
         self._tasks.append(asyncio.get_running_loop().create_task(self._manage_loop()))
         self.started.set()
         log.info("node %s serving on %s", config.node_id, config.listen)
@@ -208,6 +247,7 @@ class Node(TopicAdmin):
         if self.controller is not None:
             self.controller.close()
         self.metrics.close()
+        self.data_dir_lock.release()  # last: nothing of this node touches data_dir any more
 
     async def _hand_off_leadership(self) -> None:
         deadline = time.monotonic() + 4 * self.config.election_timeout_ms / 1000

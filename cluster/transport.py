@@ -12,6 +12,14 @@ memory stays bounded. The address dialled comes from the dial map when it names 
 member (chaos runs route each directed link through its own proxy), else the advertised address;
 a changed address re-dials.
 
+Receiving: each frame's messages go to the host's inbox (`MultiRaft.deliver`) as views into the
+frame, so a frame lives until the driver's next round takes it. `InboxBudget` bounds those bytes
+(`max_inbox_bytes`): a frame arriving past it is dropped, not held back. Dropping, because Raft
+recovers from lost messages by itself (a leader resends what a follower lacks, a candidate asks
+again at its next election timeout) and a full inbox means the driver is behind (a slow fsync),
+when queued messages age fastest; holding the stream back instead would stall every group's
+heartbeats on it behind the backlog and still leave gRPC's window of bytes buffered.
+
 Guarantees: per destination, messages are delivered in the order queued or not at all (one
 stream, one writer). Nothing is retried by the transport.
 """
@@ -31,7 +39,7 @@ from cluster.dialmap import DialMap
 from cluster.frames import FrameError, encode_frame, parse_frame
 from proto import peer_pb2, peer_pb2_grpc
 
-__all__ = ["PeerTransport", "TransportLimits"]
+__all__ = ["InboxBudget", "PeerTransport", "TransportLimits", "channel_options", "server_options"]
 
 log = logging.getLogger("flotilla.transport")
 
@@ -43,6 +51,7 @@ _RAFT_METHOD = "/flotilla.v1.Peer/Raft"
 class TransportLimits:
     max_batch_bytes: int = 4 * 1024 * 1024  # one frame
     max_queue_bytes: int = 64 * 1024 * 1024  # per destination, beyond which messages drop
+    max_inbox_bytes: int = 64 * 1024 * 1024  # received, not yet taken: beyond, frames drop
     max_message_bytes: int = 16 * 1024 * 1024  # gRPC message limit
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 1.0
@@ -50,6 +59,7 @@ class TransportLimits:
 
 
 LOOKAHEAD_BYTES = 16 * 1024 * 1024
+_RECEIVE_LIMIT = "grpc.max_receive_message_length"
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -72,6 +82,49 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         # sixteen window updates (measured: 3.2 ms per 1 MiB message against 1.6 ms with this)
         ("grpc.http2.lookahead_bytes", LOOKAHEAD_BYTES),
     ]
+
+
+def server_options(
+    max_message_bytes: int, max_receive_bytes: int = 0, max_streams_per_connection: int = 256
+) -> list[tuple[str, int]]:
+    """The node's gRPC server: the channel options; no SO_REUSEPORT (gRPC's default is on, so a
+    second server on a port in use would start without error and take some of the connections:
+    see `cluster.ownership`); and a bound on one connection's concurrent streams (HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS: a client's further calls wait on its side, costing this
+    node nothing; one that races another's end may be refused, UNAVAILABLE, which the SDK
+    retries). `max_receive_bytes`: the largest request taken (0: `max_message_bytes`);
+    gRPC refuses a larger one from its length prefix, before buffering it."""
+    receive = max_receive_bytes or max_message_bytes
+    return [
+        *(o for o in channel_options(max_message_bytes) if o[0] != _RECEIVE_LIMIT),
+        (_RECEIVE_LIMIT, receive),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", max_streams_per_connection),
+    ]
+
+
+class InboxBudget:
+    """Bytes of received Raft frames handed to the host and not yet taken by its driver:
+
+    bytes <= max_bytes, or bytes is one frame (a frame larger than the budget still passes
+    when nothing else waits, or it could never be delivered)
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.dropped = 0  # frames dropped, since the start
+
+    def admit(self, size: int) -> bool:
+        if self.bytes and self.bytes + size > self.max_bytes:
+            self.dropped += 1
+            return False
+        self.bytes += size
+        return True
+
+    def taken(self) -> None:
+        """The driver has taken every frame delivered so far (`MultiRaft.on_inputs_taken`)."""
+        self.bytes = 0
 
 
 class _Outbox:
@@ -99,6 +152,7 @@ class PeerTransport:
         self.dial_map = dial_map
         self.advertised = advertised
         self.limits = limits or TransportLimits()
+        self.inbox = InboxBudget(self.limits.max_inbox_bytes)
         self._outboxes: dict[str, _Outbox] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closed = False
@@ -138,13 +192,19 @@ class PeerTransport:
         outbox.ready.set()
 
     def _take_frame(self, to: str, outbox: _Outbox) -> bytes:
-        """The next frame for `to`: queued messages up to `max_batch_bytes` (at least one)."""
+        """The next frame for `to`: queued messages up to `max_batch_bytes`, or one message if
+        it alone is larger. So a frame is never larger than max(max_batch_bytes, the largest
+        message), which the receiver's gRPC message limit is sized for (cluster.ingress)."""
         messages: list[tuple[bytes, Sequence[bytes], int]] = []
         size = 0
-        while outbox.queue and (not messages or size < self.limits.max_batch_bytes):
+        while outbox.queue:
+            group, _parts, message_size = outbox.queue[0]
+            grown = size + message_size + len(group) + 6
+            if messages and grown > self.limits.max_batch_bytes:
+                break
             message = outbox.queue.popleft()
-            outbox.bytes -= message[2]
-            size += message[2] + len(message[0]) + 6
+            outbox.bytes -= message_size
+            size = grown
             messages.append(message)
         if not outbox.queue:
             outbox.ready.clear()
@@ -246,13 +306,28 @@ async def serve_raft_stream(
     self_id: str,
     handler: RaftHandler,
     opened: Callable[[str], None] = lambda sender: None,
+    inbox: InboxBudget | None = None,
 ) -> None:
     """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
     (payloads are views into the received bytes), and the sender of its first frame to
     `opened` (a new stream: the peer may have restarted). A malformed frame is dropped and
-    logged."""
+    logged, and so is a frame past the `inbox` budget (logged once per stream)."""
     sender = None
+    over_budget = 0
     async for data in requests:
+        if inbox is not None and not inbox.admit(len(data)):
+            over_budget += 1
+            level = logging.WARNING if over_budget == 1 else logging.DEBUG
+            log.log(
+                level,
+                "dropped a raft frame of %d bytes: %d bytes received wait for the driver, "
+                "max_inbox_bytes=%d (%d dropped on this stream)",
+                len(data),
+                inbox.bytes,
+                inbox.max_bytes,
+                over_budget,
+            )
+            continue
         try:
             frame = parse_frame(data)
         except FrameError as error:

@@ -1,13 +1,16 @@
-"""Shared test helpers: free ports, waiting on conditions with deadlines (never fixed sleeps), and
-a bare replica on disk."""
+"""Shared test helpers: free ports, waiting on conditions with deadlines (never fixed sleeps), a
+bare replica on disk, and raw record batches."""
 
 from __future__ import annotations
 
 import random
 import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import xxhash
 
 from cluster.replica import Replica
 from raft.config import RaftConfig
@@ -69,3 +72,10 @@ def open_replica(root: Path, group: str = "t/0", node_id: str = "b") -> Replica:
         handles=FileHandles(16),
         rng=random.Random(1),
     )
+
+
+def batch_of_body(body: bytes, count: int) -> bytes:
+    """A record batch whose header (record count, checksum) is right for `body`, whatever `body`
+    holds: for tests of what the server does with a malformed body."""
+    checksum = xxhash.xxh3_64_intdigest(body)
+    return struct.pack("<BBHIQqqQ", 0xF1, 0, 0, count, 0, 0, 0, checksum) + body

@@ -55,6 +55,16 @@ def test_controllers_require_a_secret() -> None:
         ({"heartbeat_ticks": 10}, "heartbeat_ticks=10 must be below election_ticks=10"),
         ({"controllers": "n1"}, "controllers entry 'n1' is not ID=HOST:PORT"),
         ({"colour": "blue"}, "unknown setting"),
+        ({"max_inflight_produce": 0}, "max_inflight_produce=0 must be > 0"),
+        (
+            {"max_inflight_request_bytes": 1024},
+            "max_inflight_request_bytes=1024 must be at least max_message_bytes=16777216",
+        ),
+        (
+            {"produce_timeout_ms": 200_000},
+            "produce_timeout_ms=200000 must be at most max_produce_timeout_ms=120000",
+        ),
+        ({"max_streams_per_connection": -1}, "max_streams_per_connection=-1 must be > 0"),
     ],
 )
 def test_bad_settings_name_the_field(overrides: dict[str, object], message: str) -> None:

@@ -186,3 +186,25 @@ def test_a_call_for_a_replica_removed_since_it_was_queued_is_dropped(tmp_path: P
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_round_tells_the_transport_it_took_the_delivered_frames(tmp_path: Path) -> None:
+    """What frees the transport's inbox budget (cluster.transport.InboxBudget)."""
+
+    async def scenario() -> list[int]:
+        multiraft, _, _ = _host(tmp_path)
+        backlog = [0]
+        taken: list[int] = []
+
+        def on_taken() -> None:
+            taken.append(backlog[0])
+            backlog[0] = 0
+
+        multiraft.on_inputs_taken = on_taken
+        heartbeat = Heartbeat(1, "a", "b", 0, quiesce=False, lease_tick=1)
+        multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
+        backlog[0] = 1
+        await multiraft._round()
+        return taken
+
+    assert asyncio.run(scenario()) == [1]

@@ -78,6 +78,7 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         delivered = [m for m in node.multiraft._inbox if isinstance(m, tuple)]
         assert delivered == [("n3", [("t/29", votes[0])]), ("n3", [("t/29", votes[1])])]
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(scenario())
 
@@ -95,6 +96,7 @@ def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: P
             campaigned = replica.node.role is not Role.FOLLOWER
             assert campaigned == preferred, replica.group
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(scenario())
 
@@ -164,6 +166,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         )
         assert again is not None and again.node.configuration == Configuration()  # type: ignore[attr-defined]
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(scenario())
 
@@ -204,6 +207,7 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         assert "t/1" in node.multiraft.replicas  # the retirement was the earlier topic's
         assert node.multiraft.replicas["t/1"].node.configuration.voters == {"n1", "n2", "n3"}
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     async def after_a_restart() -> None:
         node = _node(tmp_path)  # the same data directory, now with a third incarnation
@@ -217,6 +221,7 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         assert (again.node.term, again.node.vote) == (0, None)
         assert (replica_dir / opener_module.TOPIC_UID).read_text() == "newest"
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(first_life())
     asyncio.run(after_a_restart())
@@ -235,6 +240,7 @@ def test_a_message_of_another_incarnation_of_the_topic_opens_nothing(tmp_path: P
         await _wait(lambda: "t/5" in node.multiraft.replicas, "t/5 opened for its leader")
         assert node.multiraft.replicas["t/5"].wire_group == f"t/5@{uid[:16]}"
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(scenario())
 
@@ -266,5 +272,6 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
         assert all(m.pre_vote and m.term == 0 and m.sender == "n1" for m in probes)
         assert all(r.node.quiesced and r.node.term == 0 for r in replicas[:-1])
         await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
 
     asyncio.run(scenario())

@@ -10,7 +10,14 @@ import grpc
 import pytest
 
 from cluster.dialmap import DialMap
-from cluster.transport import PeerTransport, TransportLimits, peer_handler, serve_raft_stream
+from cluster.frames import encode_frame
+from cluster.transport import (
+    InboxBudget,
+    PeerTransport,
+    TransportLimits,
+    peer_handler,
+    serve_raft_stream,
+)
 from proto import peer_pb2
 
 SLOW = 60.0  # a reconnect backoff far longer than any deadline below
@@ -140,3 +147,55 @@ def test_without_news_of_the_peer_the_backoff_holds() -> None:
     """The check above can fail: with no `heard_from`, the sender waits out its backoff (60 s)."""
     with pytest.raises(AssertionError, match="reaches the restarted peer"):
         asyncio.run(_restart_while_backing_off(heard=False, timeout_s=3.0))
+
+
+def _frame(sequence: int, payload: bytes) -> bytes:
+    return encode_frame(sequence, "a", "b", [(b"g", [payload], len(payload))])
+
+
+async def _frames(frames: list[bytes]) -> AsyncIterator[bytes]:
+    for frame in frames:
+        yield frame
+
+
+def test_frames_past_the_inbox_budget_are_dropped_until_the_driver_takes_its_inputs() -> None:
+    frames = [_frame(n, bytes([n]) * 1000) for n in range(1, 5)]
+    inbox = InboxBudget(2 * len(frames[0]))
+    delivered: list[bytes] = []
+
+    def deliver(sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
+        delivered.extend(bytes(payload[:1]) for _, payload in messages)
+
+    asyncio.run(serve_raft_stream(_frames(frames[:3]), "b", deliver, inbox=inbox))
+    assert delivered == [b"\x01", b"\x02"]  # the third frame found the budget spent
+    assert (inbox.bytes, inbox.dropped) == (2 * len(frames[0]), 1)
+    inbox.taken()  # the driver's round took them
+    asyncio.run(serve_raft_stream(_frames(frames[3:]), "b", deliver, inbox=inbox))
+    assert delivered == [b"\x01", b"\x02", b"\x04"]
+    # a frame larger than the whole budget still passes when nothing else waits
+    inbox.taken()
+    big = _frame(9, b"\x09" * (4 * len(frames[0])))
+    asyncio.run(serve_raft_stream(_frames([big]), "b", deliver, inbox=inbox))
+    assert delivered[-1] == b"\x09" and inbox.dropped == 1
+
+
+def test_a_frame_holds_messages_up_to_max_batch_bytes_or_one_larger_message() -> None:
+    """The receiver's gRPC limit is sized for this (cluster.ingress.max_request_bytes)."""
+
+    async def scenario() -> list[int]:
+        limits = TransportLimits(max_batch_bytes=1000)
+        transport = PeerTransport("a", DialMap(), lambda member: None, limits)
+        for size in (400, 400, 400, 3000, 100, 100):
+            transport.send_raft("b", "g", [b"x" * size])
+        outbox = transport._outboxes["b"]
+        sizes = []
+        while outbox.queue:  # before the sender task first runs
+            frame = transport._take_frame("b", outbox)
+            sizes.append(len(frame))
+        await transport.close()
+        return sizes
+
+    sizes = asyncio.run(scenario())
+    assert len(sizes) == 4, sizes  # [400, 400] [400] [3000] [100, 100]
+    assert all(size <= 1000 + 64 for size in sizes[:2] + sizes[3:]), sizes
+    assert 3000 < sizes[2] <= 3000 + 64, sizes
