@@ -9,6 +9,10 @@ Security: pysyncobj unpickles what it receives, so the store refuses to start wi
 secret; with it, pysyncobj authenticates and encrypts every message (Fernet: an HMAC is checked
 before anything is unpickled), so unauthenticated traffic is dropped unread.
 
+Durability: pysyncobj's journal is replaced by `DurableJournal`, which fsyncs every append, the
+term/vote record and the full dumps before pysyncobj sends the vote or acknowledgement they back,
+and stops the process (exit 75) on a failed write or fsync.
+
 Threading: pysyncobj runs its own thread. `create_topic`/`delete_topic`/`update_topic` return
 `concurrent.futures.Future`s completed from that thread; the asyncio node wraps them with
 `asyncio.wrap_future`. Reads (`topics()`) are local and may lag the leader by a heartbeat.
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+from cluster.controller_journal import durable_journal_installed, fsync_directory
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
 
@@ -172,11 +178,14 @@ class MetadataStore:
             raise ControlPlaneError(
                 f"{self_id!r} is not among the controllers {sorted(controllers)}"
             )
-        os.makedirs(data_dir, exist_ok=True)
+        if not os.path.isdir(data_dir):
+            os.makedirs(data_dir, exist_ok=True)
+            fsync_directory(os.path.dirname(os.path.abspath(data_dir)))
+        dump_path = os.path.join(data_dir, "controller.dump")
         conf = SyncObjConf(
             password=secret,
             journalFile=os.path.join(data_dir, "controller.journal"),
-            fullDumpFile=os.path.join(data_dir, "controller.dump"),
+            fullDumpFile=dump_path,
             raftMinTimeout=election_timeout_s,
             raftMaxTimeout=election_timeout_s * 3,
             appendEntriesPeriod=election_timeout_s / 10,
@@ -188,7 +197,10 @@ class MetadataStore:
             dynamicMembershipChange=False,
         )
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
-        self._sync = _Replicated(controllers[self_id], peers, conf)
+        # pysyncobj's own journal fsyncs nothing: ours makes each append, term/vote and dump
+        # durable before pysyncobj acts on it (cluster/controller_journal.py)
+        with durable_journal_installed(dump_path):
+            self._sync = _Replicated(controllers[self_id], peers, conf)
 
     # -- changes --------------------------------------------------------------------------------
     def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:
