@@ -37,6 +37,7 @@ from cluster.controller import (
     TopicSpec,
 )
 from cluster.dialmap import DialMap
+from cluster.failstop import FailStop, NodeFailStopped
 from cluster.gossip import GossipHost
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
@@ -94,12 +95,15 @@ class Node(TopicAdmin):
         )
         os.makedirs(config.data_dir, exist_ok=True)
         self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
+        # a failed storage write or fsync ends the process (exit code 75, `cluster.failstop`)
+        self.fail_stop = FailStop()
         self.multiraft = MultiRaft(
             config.node_id,
             self.transport.send_raft,
             config.tick_ms / 1000,
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
+            fail_stop=self.fail_stop,
         )
         self.raft_config = RaftConfig(
             election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks
@@ -426,8 +430,8 @@ class Node(TopicAdmin):
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
                 )
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, NodeFailStopped):
+                raise  # fail-stop: the process is exiting (`cluster.failstop`)
             except Exception:
                 log.exception("partition manager round failed")
             await asyncio.sleep(self.manage_interval_s)
@@ -540,6 +544,8 @@ class Node(TopicAdmin):
                 group,
                 replica.node.removed_at,
             )
+        except NodeFailStopped:
+            raise
         except Exception:
             log.exception("retiring replica %s failed", group)
         finally:

@@ -219,11 +219,12 @@ class Replica:
         return xxhash.xxh3_64_digest(body) + body
 
     def save_snapshot(self, data: bytes) -> None:
-        """Storage thread: replaces the saved producer table (atomically; a failure only means
-        a longer scan after a restart)."""
+        """Storage thread: replaces the saved producer table (atomically). A write or fsync
+        error is raised (the node fail-stops, `cluster.failstop`); a replica deleted meanwhile
+        is not an error."""
         try:
             write_atomic(os.path.join(self.directory, PRODUCER_SNAPSHOT), data)
-        except OSError as error:  # e.g. the replica was deleted meanwhile
+        except FileNotFoundError as error:  # the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
     def check_sequence(self, producer_id: int, base_sequence: int) -> None:
