@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from chaos.nemesis import DISK, MOVES, NEMESES
+from chaos.nemesis import MOVES, NEMESES
 from chaos.run import RunConfig, print_outcome, run, sweep, sweep_table
 from chaos.workload import WorkloadConfig
 
-# 'all': every nemesis that runs on any cluster; churn (MOVES) needs spare nodes and is named.
-# TODO: disk joins 'all' once the storage fault hook and fail-stop are merged (issue 21)
-ALL = tuple(n for n in NEMESES if n not in MOVES and n not in DISK)
+# 'all': every nemesis that runs on any cluster; churn (MOVES) needs spare nodes and is named
+ALL = tuple(n for n in NEMESES if n not in MOVES)
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cluster.local import LocalCluster, NodeSpec
 
@@ -50,7 +51,16 @@ DISK_FAULTS = tuple(
 
 
 class DiskFaultCluster(LocalCluster):
-    """A `LocalCluster` whose nodes each read faults from their own control file."""
+    """A `LocalCluster` whose nodes each read faults from their own control file.
+
+    `launcher` (test-only): the command that runs a node in place of `python -m flotilla`, given
+    the same arguments (`node --id ...`); a mutation test starts a deliberately broken build so."""
+
+    def __init__(
+        self, root: str | Path, nodes: int = 3, *, launcher: tuple[str, ...] = (), **options: Any
+    ) -> None:
+        super().__init__(root, nodes, **options)
+        self.launcher = launcher
 
     def control_file(self, node_id: str) -> Path:
         return self.root / f"{node_id}.disk-faults.json"
@@ -58,7 +68,11 @@ class DiskFaultCluster(LocalCluster):
     def command(self, spec: NodeSpec) -> list[str]:
         # env(1) execs the node in place: the pid (and process group) stay the node's own
         control = self.control_file(spec.node_id)
-        return ["env", f"{FAULTS_ENV}={control}", *super().command(spec)]
+        command = super().command(spec)
+        if self.launcher:
+            assert command[1:3] == ["-m", "flotilla"], command
+            command = [*self.launcher, *command[3:]]
+        return ["env", f"{FAULTS_ENV}={control}", *command]
 
     def start(self, node_id: str | None = None, *, wait: bool = True) -> None:
         for each in [node_id] if node_id else list(self.nodes):

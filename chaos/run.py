@@ -53,6 +53,9 @@ class RunConfig:
     # seconds before a dead or departed node's replicas move to live nodes (the nodes' own
     # default when None); short, with more nodes than replicas, the faults also move data
     replace_after_s: float | None = None
+    fail_stop_timeout_s: float = 30.0  # how long the disk nemesis waits for a node to stop
+    # test-only: runs each node instead of `python -m flotilla` (a mutation test's broken build)
+    node_launcher: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +123,14 @@ def run(config: RunConfig) -> RunOutcome:
     (directory / "schedule.json").write_text(json.dumps([asdict(f) for f in faults], indent=2))
     env = {UNSAFE_ENV: "1"} if config.unsafe_flags else {}
     # nodes read disk faults from their own control file only when a disk nemesis runs
-    kind = DiskFaultCluster if any(n in DISK for n in config.nemeses) else LocalCluster
-    cluster = kind(directory / "cluster", config.nodes, env=env,
-                   node_args=list(config.unsafe_flags), config_text=_node_config(config))  # fmt: skip
+    options: dict[str, Any] = {"env": env, "node_args": list(config.unsafe_flags),
+                               "config_text": _node_config(config)}  # fmt: skip
+    if any(n in DISK for n in config.nemeses) or config.node_launcher:
+        cluster: LocalCluster = DiskFaultCluster(
+            directory / "cluster", config.nodes, launcher=config.node_launcher, **options
+        )
+    else:
+        cluster = LocalCluster(directory / "cluster", config.nodes, **options)
     network = ChaosNetwork(directory)
     history = HistoryWriter(directory / "history.jsonl")
     topic = config.workload.topic
@@ -133,7 +141,8 @@ def run(config: RunConfig) -> RunOutcome:
         client.create_topic(topic, config.workload.partitions, replication_factor(config))
         replicas = _wait_for_leaders(client, topic, config.workload.partitions)
         workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed)
-        nemesis = Nemesis(cluster, network, client, topic, history, config.seed)
+        nemesis = Nemesis(cluster, network, client, topic, history, config.seed,
+                          fail_stop_timeout_s=config.fail_stop_timeout_s)  # fmt: skip
         workload.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")

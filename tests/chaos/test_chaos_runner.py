@@ -44,6 +44,7 @@ GROUPS = {
     "process": PROCESS,
     "links": LINKS,
     "moves": MOVES,
+    "disk": DISK,
 }
 # churn needs spare nodes and replicas that move within the budget: 5 nodes, replication 3,
 # replace_after 2 s; two churns, so that a node is killed while another's replicas are re-added
@@ -75,9 +76,7 @@ def sweep_config(tmp_path: Path, group: str) -> RunConfig:
 
 
 def test_the_groups_cover_every_nemesis_and_each_is_scheduled() -> None:
-    # TODO: disk joins the sweep once the storage fault hook and fail-stop are merged
-    covered = sorted(n for names in GROUPS.values() for n in names)
-    assert covered == sorted(n for n in NEMESES if n not in DISK)
+    assert sorted(n for names in GROUPS.values() for n in names) == sorted(NEMESES)
     for group, names in GROUPS.items():
         config = sweep_config(Path("unused"), group)
         faults = schedule(
@@ -169,6 +168,18 @@ def test_reading_above_the_commit_index_shows_phantom_reads(tmp_path: Path) -> N
     assert not outcome.ok
 
 
+def test_a_node_that_goes_on_after_a_storage_error_fails_the_disk_sweep(tmp_path: Path) -> None:
+    """The mutation: nodes whose fail-stop exit does nothing (tests/chaos/node_without_failstop.py)
+    log the failed write or fsync and go on; the disk nemesis sees the node still running and
+    the run fails."""
+    launcher = (sys.executable, str(Path(__file__).with_name("node_without_failstop.py")))
+    config = short(tmp_path, DISK, node_launcher=launcher, fail_stop_timeout_s=5.0)
+    outcome = run(config)
+    assert outcome.result.counts["faults"] == 1, report(outcome)
+    assert "was still running 5 s after" in outcome.result.faults[0]
+    assert not outcome.ok
+
+
 def test_the_uncommitted_read_flag_is_refused_without_the_environment_guard(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FLOTILLA_ALLOW_UNSAFE"}
     command = [sys.executable, "-m", "flotilla", "node", "--id", "n1", "--listen", "127.0.0.1:1"]
@@ -179,7 +190,8 @@ def test_the_uncommitted_read_flag_is_refused_without_the_environment_guard(tmp_
 
 def test_command_line_names_nemeses_and_the_replay_command() -> None:
     assert _names("all") == ALL
-    assert set(ALL) | set(MOVES) | set(DISK) == set(NEMESES) and not set(ALL) & set(MOVES)
+    assert set(ALL) | set(MOVES) == set(NEMESES) and not set(ALL) & set(MOVES)
+    assert set(DISK) <= set(ALL)
     with pytest.raises(argparse.ArgumentTypeError, match="unknown nemeses"):
         _names("kill-leader,meteor")
     config = RunConfig(nodes=5, nemeses=("pause", "ring"), duration_s=60, seed=7)
