@@ -7,21 +7,23 @@ controller could then vote twice in a term or forget a topic change a quorum ack
 and an older build can still read ours), with these guarantees, each holding when the call
 returns, i.e. before pysyncobj sends the vote or the acknowledgement that reflects it:
 
-- `add` (an append): the record and then the header's end offset, each written with `pwrite`
-  and fdatasync'd, so a crash leaves the end offset pointing only at whole, durable records
-  (two fdatasyncs per control-plane entry; entries are topic changes and election no-ops).
+- `add` (an append): the record and then the header's end offset, each written and fsynced, so a crash leaves the end offset pointing only at whole, durable records
+  (two fsyncs per control-plane entry; entries are topic changes and election no-ops).
 - `setCurrentTerm` (term and votedFor): the meta file replaced atomically: temporary file
   written and fsynced, renamed, directory fsynced. The commit index, which pysyncobj saves once
   a second, goes through the same replacement, so it can never leave a torn meta behind.
-- `deleteEntriesFrom` (a conflicting suffix cut): the header's end offset, fdatasync'd.
+- `deleteEntriesFrom` (a conflicting suffix cut): the header's end offset, fsynced.
 - `deleteEntriesTo` (compaction after a full dump) and `clear` (a dump received from the leader
   replaces the log): the dump file and its directory are fsynced first, so the dump standing for
   the entries is durable before they are forgotten; compaction writes the remaining entries to
   a new file that is fsynced and renamed over the journal (directory fsynced): a crash leaves the
   old journal or the new one, never half of either.
-- A failed write or fsync is never retried: the node stops (exit code 75) and recovery on
-  restart decides what survived (fsyncgate: after a failed fsync the page cache may claim data
-  that is not on disk).
+- A failed write or fsync is never retried: the node stops (`cluster.failstop`, exit code 75)
+  and recovery on restart decides what survived (fsyncgate: after a failed fsync the page cache
+  may claim data that is not on disk).
+
+Its file operations go through the storage layer's disk seam (`storage.disk.OS_DISK`), so the
+test harness's disk faults (FLOTILLA_DISK_FAULTS) reach the control plane too.
 
 A meta file that exists but cannot be read is an error, not an empty state: pysyncobj would read
 it as "term 0, no vote" and could vote a second time in a term it already voted in.
@@ -33,10 +35,8 @@ node's event loop.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import struct
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -54,19 +54,15 @@ from pysyncobj.journal import (
     Journal,
 )
 
+from cluster.failstop import FailStop
+from storage.disk import OS_DISK
+
 __all__ = [
-    "FAIL_STOP_EXIT_CODE",
     "DurableJournal",
     "JournalCorrupt",
     "durable_journal_installed",
     "fsync_directory",
 ]
-
-logger = logging.getLogger(__name__)
-
-# The process's exit code on a storage error (the contract's FAIL_STOP_EXIT_CODE). TODO(lead):
-# take it and the stop itself from cluster/failstop.py once branch h-failstop is merged.
-FAIL_STOP_EXIT_CODE = 75
 
 Entry = tuple[bytes, int, int]  # (command, index, term), as pysyncobj keeps them
 _HEADER = struct.Struct("<II")  # format version, end offset of the last record
@@ -78,30 +74,22 @@ class JournalCorrupt(RuntimeError):
     """The control-plane journal or its meta file cannot be read as written."""
 
 
+_FAIL_STOP = FailStop()
+
+
 def _fail_stop(operation: str, path: str, error: OSError) -> NoReturn:
-    logger.critical(
-        "control-plane journal: %s of %s failed (%s); stopping with exit code %d, never "
-        "retrying: recovery on restart decides what survived",
-        operation,
-        path,
-        error,
-        FAIL_STOP_EXIT_CODE,
-    )
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    sys.stderr.flush()
-    os._exit(FAIL_STOP_EXIT_CODE)
+    """Logs one CRITICAL line and exits 75 (if the exit was injected: raises NodeFailStopped)."""
+    raise _FAIL_STOP(f"the control-plane journal's {operation} of {path}", error) from error
 
 
 def fsync_directory(path: str) -> None:
     """Makes the names in `path` durable (a file created or renamed there)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = OS_DISK.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            os.fsync(fd)
+            OS_DISK.fsync(fd)
         finally:
-            os.close(fd)
+            OS_DISK.close(fd)
     except OSError as error:
         _fail_stop("fsync", path, error)
 
@@ -110,36 +98,33 @@ def _write_all(fd: int, data: bytes, offset: int, path: str) -> None:
     view = memoryview(data)
     try:
         while view:
-            written = os.pwrite(fd, view, offset)
+            written = OS_DISK.pwritev(fd, [view], offset)
             view, offset = view[written:], offset + written
     except OSError as error:
         _fail_stop("write", path, error)
 
 
-def _datasync(fd: int, path: str) -> None:
+def _sync(fd: int, path: str) -> None:
     try:
-        os.fdatasync(fd)
+        OS_DISK.fsync(fd)
     except OSError as error:
-        _fail_stop("fdatasync", path, error)
+        _fail_stop("fsync", path, error)
 
 
 def _replace_durably(path: str, data: bytes) -> None:
     """Writes `data` to `path` so that a crash leaves either the old content or `data`."""
     temporary = path + ".tmp"
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = OS_DISK.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as error:
         _fail_stop("create", temporary, error)
     try:
         _write_all(fd, data, 0, temporary)
-        try:
-            os.fsync(fd)
-        except OSError as error:
-            _fail_stop("fsync", temporary, error)
+        _sync(fd, temporary)
     finally:
-        os.close(fd)
+        OS_DISK.close(fd)
     try:
-        os.replace(temporary, path)
+        OS_DISK.replace(temporary, path)
     except OSError as error:
         _fail_stop("rename", path, error)
     fsync_directory(os.path.dirname(path) or ".")
@@ -201,7 +186,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def _open(self) -> int:
         try:
-            return os.open(self._path, os.O_RDWR)
+            return OS_DISK.open(self._path, os.O_RDWR)
         except OSError as error:
             _fail_stop("open", self._path, error)
 
@@ -225,7 +210,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def _set_end(self, end: int) -> None:
         _write_all(self._fd, _U32.pack(end), LAST_RECORD_OFFSET_OFFSET, self._path)
-        _datasync(self._fd, self._path)
+        _sync(self._fd, self._path)
         self._end = end
 
     def _sync_dump(self) -> None:
@@ -233,11 +218,11 @@ class DurableJournal(Journal):  # type: ignore[misc]
         if self._dump_path is None or not os.path.exists(self._dump_path):
             return
         try:
-            fd = os.open(self._dump_path, os.O_RDONLY)
+            fd = OS_DISK.open(self._dump_path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                OS_DISK.fsync(fd)
             finally:
-                os.close(fd)
+                OS_DISK.close(fd)
         except OSError as error:
             _fail_stop("fsync", self._dump_path, error)
         fsync_directory(os.path.dirname(self._dump_path) or ".")
@@ -246,7 +231,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
     def add(self, command: bytes, idx: int, term: int) -> None:
         frame = _frame((command, idx, term))
         _write_all(self._fd, frame, self._end, self._path)
-        _datasync(self._fd, self._path)
+        _sync(self._fd, self._path)
         self._set_end(self._end + len(frame))
         self._entries.append((command, idx, term))
 
@@ -265,7 +250,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         kept = self._entries[entryTo:]
         body = b"".join(_frame(entry) for entry in kept)
         _replace_durably(self._path, _header(FIRST_RECORD_OFFSET + len(body)) + body)
-        os.close(self._fd)
+        OS_DISK.close(self._fd)
         self._fd = self._open()
         self._entries = kept
         self._end = FIRST_RECORD_OFFSET + len(body)
@@ -283,7 +268,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         if self._meta_dirty:
             self._store_meta()
         with contextlib.suppress(OSError):
-            os.close(self._fd)
+            OS_DISK.close(self._fd)
 
     # -- term, vote and commit index ----------------------------------------------------------------
     def _store_meta(self) -> None:

@@ -29,7 +29,8 @@ from cluster.controller import (
     TopicSpec,
     UpdateOutcome,
 )
-from cluster.controller_journal import FAIL_STOP_EXIT_CODE, DurableJournal, JournalCorrupt
+from cluster.controller_journal import DurableJournal, JournalCorrupt
+from cluster.failstop import FAIL_STOP_EXIT_CODE
 
 SECRET = "test-secret"
 
@@ -360,12 +361,20 @@ def test_an_unreadable_term_vote_record_refuses_to_start(tmp_path: Path) -> None
         DurableJournal(str(tmp_path / "journal"), None)
 
 
-@pytest.mark.parametrize("operation", ["vote", "append"])
+@pytest.mark.parametrize(
+    ("operation", "expected"),
+    [
+        ("vote", "No space left on device"),  # a real ENOSPC: the file written is /dev/full
+        ("append", "No space left on device"),
+        ("fsync", "Input/output error"),  # the test harness's hook (FLOTILLA_DISK_FAULTS)
+    ],
+)
 def test_a_failed_journal_write_stops_the_process_with_exit_75(
-    tmp_path: Path, operation: str
+    tmp_path: Path, operation: str, expected: str
 ) -> None:
-    """A real ENOSPC: the file written is /dev/full. The process logs one CRITICAL line naming
-    the file and exits 75 instead of going on as if the write had succeeded."""
+    """The process logs one CRITICAL line naming the file and exits 75 instead of going on as if
+    the write had succeeded."""
+    faults = tmp_path / "faults.json"
     script = f"""
 import logging, os, sys
 from cluster.controller_journal import DurableJournal
@@ -374,12 +383,16 @@ journal = DurableJournal({str(tmp_path / "journal")!r}, None)
 if {operation!r} == "vote":
     os.symlink("/dev/full", {str(tmp_path / "journal.meta.tmp")!r})
     journal.setCurrentTerm(7, "127.0.0.1:1")
-else:
+elif {operation!r} == "append":
     os.close(journal._fd)
     journal._fd = os.open("/dev/full", os.O_WRONLY)
     journal.add(b"x", 1, 1)
+else:
+    open({str(faults)!r}, "w").write('{{"fsync": "EIO"}}')
+    journal.add(b"x", 1, 1)
 print("went on")
 """
+    faults.write_text("{}")
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -387,8 +400,10 @@ print("went on")
         timeout=60,
         check=False,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "FLOTILLA_DISK_FAULTS": str(faults)},
     )
     assert done.returncode == FAIL_STOP_EXIT_CODE, (done.returncode, done.stdout, done.stderr)
     assert "went on" not in done.stdout
     critical = [line for line in done.stderr.splitlines() if line.startswith("CRITICAL")]
-    assert len(critical) == 1 and "No space left on device" in critical[0], done.stderr
+    assert len(critical) == 1, done.stderr
+    assert expected in critical[0] and "journal" in critical[0], critical[0]
