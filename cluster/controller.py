@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from cluster.controller_journal import durable_journal_installed, fsync_directory
+from cluster.controller_journal import DurableDumps, durable_journal_installed, fsync_directory
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
 
@@ -113,10 +113,21 @@ class TopicSpec:
 class _Replicated(SyncObj):  # type: ignore[misc]
     """The replicated state: plain dicts only, so pysyncobj's snapshots stay simple."""
 
-    def __init__(self, self_address: str, peers: list[str], conf: SyncObjConf) -> None:
-        super().__init__(self_address, peers, conf)
+    def __init__(
+        self, self_address: str, peers: list[str], conf: SyncObjConf, dumps: DurableDumps
+    ) -> None:
+        # set before pysyncobj's thread starts (in SyncObj.__init__), which may load a dump
         self.topics: dict[str, dict[str, Any]] = {}
         self.version = 0
+        dumps.bind(self._dump_state, self._load_state)
+        super().__init__(self_address, peers, conf)
+
+    def _dump_state(self) -> dict[str, Any]:
+        return {"topics": self.topics, "version": self.version}
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.topics = dict(state["topics"])
+        self.version = int(state["version"])
 
     @replicated  # type: ignore[untyped-decorator]
     def create_topic(self, spec: dict[str, Any]) -> str:
@@ -182,10 +193,13 @@ class MetadataStore:
             os.makedirs(data_dir, exist_ok=True)
             fsync_directory(os.path.dirname(os.path.abspath(data_dir)))
         dump_path = os.path.join(data_dir, "controller.dump")
+        dumps = DurableDumps()
         conf = SyncObjConf(
             password=secret,
             journalFile=os.path.join(data_dir, "controller.journal"),
             fullDumpFile=dump_path,
+            serializer=dumps.write,
+            deserializer=dumps.read,
             raftMinTimeout=election_timeout_s,
             raftMaxTimeout=election_timeout_s * 3,
             appendEntriesPeriod=election_timeout_s / 10,
@@ -200,7 +214,7 @@ class MetadataStore:
         # pysyncobj's own journal fsyncs nothing: ours makes each append, term/vote and dump
         # durable before pysyncobj acts on it (cluster/controller_journal.py)
         with durable_journal_installed(dump_path):
-            self._sync = _Replicated(controllers[self_id], peers, conf)
+            self._sync = _Replicated(controllers[self_id], peers, conf, dumps)
 
     # -- changes --------------------------------------------------------------------------------
     def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:

@@ -13,6 +13,10 @@ returns, i.e. before pysyncobj sends the vote or the acknowledgement that reflec
   written and fsynced, renamed, directory fsynced. The commit index, which pysyncobj saves once
   a second, goes through the same replacement, so it can never leave a torn meta behind.
 - `deleteEntriesFrom` (a conflicting suffix cut): the header's end offset, fsynced.
+- Full dumps (`DurableDumps`, pysyncobj's serializer hooks): a dump is written and fsynced
+  before pysyncobj renames it into place (so a crash never leaves the name on a dump whose data
+  did not reach the disk), and a dump received from the leader is fsynced (file and directory)
+  before pysyncobj loads it, clears its journal and acknowledges it.
 - `deleteEntriesTo` (compaction after a full dump) and `clear` (a dump received from the leader
   replaces the log): the dump file and its directory are fsynced first, so the dump standing for
   the entries is durable before they are forgotten; compaction writes the remaining entries to
@@ -35,10 +39,11 @@ node's event loop.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import pysyncobj.syncobj as syncobj_module
@@ -58,6 +63,7 @@ from cluster.failstop import FailStop
 from storage.disk import OS_DISK
 
 __all__ = [
+    "DurableDumps",
     "DurableJournal",
     "JournalCorrupt",
     "durable_journal_installed",
@@ -299,6 +305,60 @@ class DurableJournal(Journal):  # type: ignore[misc]
     def onOneSecondTimer(self) -> None:
         if self._meta_dirty:
             self._store_meta()
+
+
+class DurableDumps:
+    """pysyncobj's full dumps through its `serializer`/`deserializer` hooks, made durable.
+
+    A dump is gzip(pickle((state, *pysyncobj's own data))), where `state` is what `save_state`
+    returns: the layout of pysyncobj's own dumps (whose first element is the object's attribute
+    dict), so a dump written by either reads in the other. With these hooks pysyncobj leaves the
+    replicated state to us: `write` takes it from `save_state`, `read` gives it to `load_state`.
+    Both run on pysyncobj's thread; `bind` must be called before the SyncObj starts."""
+
+    def __init__(self) -> None:
+        self._save_state: Callable[[], dict[str, Any]] | None = None
+        self._load_state: Callable[[dict[str, Any]], None] | None = None
+
+    def bind(
+        self, save_state: Callable[[], dict[str, Any]], load_state: Callable[[dict[str, Any]], None]
+    ) -> None:
+        self._save_state, self._load_state = save_state, load_state
+
+    def write(self, path: str, internal: tuple[Any, ...]) -> None:
+        """pysyncobj's serializer: `path` is its temporary file, renamed into place after this
+        returns; so its content is durable first (the rename is made durable by the journal,
+        which fsyncs the dump's directory before it forgets the entries the dump stands for)."""
+        assert self._save_state is not None, "DurableDumps.bind was not called"
+        body = gzip.compress(syncobj_pickle.dumps((self._save_state(), *internal)))
+        try:
+            fd = OS_DISK.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as error:
+            _fail_stop("create", path, error)
+        try:
+            _write_all(fd, body, 0, path)
+            _sync(fd, path)
+        finally:
+            OS_DISK.close(fd)
+
+    def read(self, path: str) -> tuple[Any, ...]:
+        """pysyncobj's deserializer, called on a dump it is about to adopt: at start, or one just
+        received from the leader, after which pysyncobj clears its journal and acknowledges. So
+        the dump and its name are made durable first."""
+        assert self._load_state is not None, "DurableDumps.bind was not called"
+        try:
+            fd = OS_DISK.open(path, os.O_RDONLY)
+            try:
+                OS_DISK.fsync(fd)
+            finally:
+                OS_DISK.close(fd)
+        except OSError as error:
+            _fail_stop("fsync", path, error)
+        fsync_directory(os.path.dirname(path) or ".")
+        with open(path, "rb") as file:
+            data = syncobj_pickle.loads(gzip.decompress(file.read()))
+        self._load_state(data[0])
+        return tuple(data[1:])
 
 
 _INSTALL_LOCK = threading.Lock()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from harness import free_port, wait_until
 from pysyncobj import pickle as syncobj_pickle
+from pysyncobj import serializer as syncobj_serializer
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
@@ -277,10 +278,24 @@ def test_votes_terms_and_appends_are_fsynced_before_a_controller_acts_on_them(
 
 
 def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compaction_is_safe(
-    tmp_path: Path, disk: _DiskImage
+    tmp_path: Path, disk: _DiskImage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Topic changes, one controller's journal compacted into a full dump; then every unsynced
-    byte is dropped (the controllers restart on their crash images): every change is there."""
+    byte is dropped (the controllers restart on their crash images): every change is there.
+    And no dump is renamed into place before its content is durable (a file system may make
+    the rename durable before the data: the name would then hold an empty dump)."""
+    early = tmp_path / "renamed-early.txt"  # appended to, so that a forked dump writer can say so
+    real_replace = syncobj_serializer.atomicReplace
+
+    def replace(source: str, target: str) -> Any:
+        with open(source, "rb") as file:
+            content = file.read()
+        if disk.files.get(os.stat(source).st_ino) != content:
+            with open(early, "a") as out:
+                out.write(f"{source} renamed to {target} before its content was fsynced\n")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(syncobj_serializer, "atomicReplace", replace)
     addresses = {f"c{n}": f"127.0.0.1:{free_port()}" for n in range(1, 4)}
     stores = {
         node: MetadataStore(node, addresses, SECRET, str(tmp_path / node), election_timeout_s=0.2)
@@ -326,6 +341,7 @@ def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compactio
         for store in restarted.values():
             store.close()
     assert all((crashed / node / "controller.dump").exists() for node in addresses)
+    assert not early.exists(), early.read_text()
 
 
 def test_a_journal_written_by_pysyncobj_opens_and_ours_reads_back_in_pysyncobj(
