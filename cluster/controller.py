@@ -30,8 +30,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.version import VERSION as pysyncobj_version
 
-from cluster.controller_journal import DurableDumps, durable_journal_installed, fsync_directory
+from cluster.controller_journal import (
+    DurableDumps,
+    DurableJournal,
+    durable_journal_installed,
+    fsync_directory,
+)
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
 
@@ -215,6 +221,14 @@ class MetadataStore:
         # durable before pysyncobj acts on it (cluster/controller_journal.py)
         with durable_journal_installed(dump_path):
             self._sync = _Replicated(controllers[self_id], peers, conf, dumps)
+        journal = getattr(self._sync, "_SyncObj__raftLog", None)
+        if not isinstance(journal, DurableJournal):  # a pysyncobj that makes its journal otherwise
+            self._sync.destroy()
+            raise ControlPlaneError(
+                f"pysyncobj {pysyncobj_version} keeps its journal in a "
+                f"{type(journal).__name__}, not our DurableJournal: the control plane would not "
+                "be durable; use the pysyncobj version this build was tested with (0.3.17)"
+            )
 
     # -- changes --------------------------------------------------------------------------------
     def create_topic(self, spec: TopicSpec) -> concurrent.futures.Future[CreateOutcome]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import gzip
 import os
 import pickle
 import socket
@@ -23,6 +25,7 @@ from pysyncobj import serializer as syncobj_serializer
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
+from cluster import controller
 from cluster.controller import (
     ControlPlaneError,
     CreateOutcome,
@@ -30,7 +33,7 @@ from cluster.controller import (
     TopicSpec,
     UpdateOutcome,
 )
-from cluster.controller_journal import DurableJournal, JournalCorrupt
+from cluster.controller_journal import DurableDumps, DurableJournal, JournalCorrupt
 from cluster.failstop import FAIL_STOP_EXIT_CODE
 
 SECRET = "test-secret"
@@ -367,6 +370,33 @@ def test_a_journal_written_by_pysyncobj_opens_and_ours_reads_back_in_pysyncobj(
     assert again[2][0] == b"\x01more"
     assert (again.getCurrentTerm(), again.getVotedForNodeId()) == (4, None)
     again._destroy()
+
+
+def test_a_store_refuses_to_run_on_a_journal_that_is_not_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should a pysyncobj make its journal some other way, the store says so and stops."""
+    monkeypatch.setattr(controller, "durable_journal_installed", lambda _: contextlib.nullcontext())
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ControlPlaneError, match="FileJournal, not our DurableJournal"):
+        MetadataStore("c1", {"c1": address}, SECRET, str(tmp_path))
+
+
+def test_a_dump_in_pysyncobj_s_own_layout_loads(tmp_path: Path) -> None:
+    """pysyncobj's own dumps hold the object's attribute dict first; ours, our state."""
+    internal = ((b"\x00", 7, 2), (b"\x00", 6, 2), set())
+    state = {"topics": {"t": _spec("t").to_wire()}, "version": 4, "_SyncObj__other": 1}
+    path = tmp_path / "controller.dump"
+    path.write_bytes(gzip.compress(syncobj_pickle.dumps((state, *internal))))
+    loaded: list[dict[str, Any]] = []
+    dumps = DurableDumps()
+    dumps.bind(lambda: {"topics": {}, "version": 9}, loaded.append)
+    assert dumps.read(str(path)) == internal and loaded == [state]
+    dumps.write(str(path), internal)
+    assert syncobj_pickle.loads(gzip.decompress(path.read_bytes())) == (
+        {"topics": {}, "version": 9},
+        *internal,
+    )
 
 
 def test_an_unreadable_term_vote_record_refuses_to_start(tmp_path: Path) -> None:
