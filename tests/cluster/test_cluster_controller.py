@@ -384,7 +384,7 @@ def test_a_store_refuses_to_run_on_a_journal_that_is_not_durable(
 
 def test_a_dump_in_pysyncobj_s_own_layout_loads(tmp_path: Path) -> None:
     """pysyncobj's own dumps hold the object's attribute dict first; ours, our state."""
-    internal = ((b"\x00", 7, 2), (b"\x00", 6, 2), set())
+    internal: tuple[object, ...] = ((b"\x00", 7, 2), (b"\x00", 6, 2), set())
     state = {"topics": {"t": _spec("t").to_wire()}, "version": 4, "_SyncObj__other": 1}
     path = tmp_path / "controller.dump"
     path.write_bytes(gzip.compress(syncobj_pickle.dumps((state, *internal))))
