@@ -32,6 +32,13 @@ test harness's disk faults (FLOTILLA_DISK_FAULTS) reach the control plane too.
 A meta file that exists but cannot be read is an error, not an empty state: pysyncobj would read
 it as "term 0, no vote" and could vote a second time in a term it already voted in.
 
+Why wrap pysyncobj rather than move topic metadata onto our own Raft core: durability needed
+only these files to be fsynced in the right order, and pysyncobj's journal interface is small.
+Moving the control plane would add a second kind of group to the MultiRaft host (bootstrapped
+without a controller to place it, with metadata snapshots, and a migration of every existing
+controller journal): a larger change, with its own risks, than this fix. The on-disk format stays
+pysyncobj's, so existing controllers upgrade in place.
+
 Threading: pysyncobj calls the journal only from its own thread, so these fsyncs never run on the
 node's event loop.
 """
