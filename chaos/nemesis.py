@@ -19,9 +19,9 @@ Moves: churn kills a node holding replicas and waits until placement has moved t
 placement may add it again with wiped logs. It needs more nodes than the replication factor
 (e.g. 5 nodes, replication 3) and a short `replace_after_s`; replicas that do not move within
 `move_timeout_s` are a `fault-check` failure (the run did not test what it claims).
-Disk: disk arms an I/O error (EIO or ENOSPC on write or fsync) in one node's storage through its
-fault-control file (chaos/disk.py), waits for the node to stop with exit code 75 (fail-stop),
-clears the fault and restarts the node at heal. A node that does not stop is recorded as a
+Disk: disk arms an I/O error (EIO or ENOSPC on write or fsync) in the storage of one node holding
+replicas, through its fault-control file (chaos/disk.py), waits for the node to stop with exit
+code 75 (fail-stop), clears the fault and restarts the node at heal. A node that does not stop is recorded as a
 `fault-check` failure in the history, an anomaly for the checker.
 """
 
@@ -239,7 +239,13 @@ class Nemesis:
         """Arms a disk fault on one node; it must stop with exit code 75 within the deadline."""
         if not isinstance(self.cluster, DiskFaultCluster):
             raise ValueError("disk needs nodes started with fault-control files: DiskFaultCluster")
-        target = rng.choice(sorted(n for n in self.cluster.nodes if self.cluster.is_running(n)))
+        # a node holding replicas: the workload's writes reach its disk (one that holds none
+        # may write nothing for as long as the deadline)
+        running = {n for n in self.cluster.nodes if self.cluster.is_running(n)}
+        holders = running
+        with contextlib.suppress(FlotillaError):
+            holders = {n for replicas in self.placed().values() for n in replicas} & running
+        target = rng.choice(sorted(holders or running))
         fault = rng.choice(DISK_FAULTS)
         self.killed.add(target)
         self.cluster.arm(target, fault)

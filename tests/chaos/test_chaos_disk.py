@@ -8,6 +8,7 @@ import os
 import random
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,6 +48,13 @@ class StandInCluster(DiskFaultCluster):
         pass  # no gRPC in the stand-in
 
 
+class OnePartitionOnN2:
+    """What the nemesis asks of the cluster's client: the topic's replicas (here: n2 alone)."""
+
+    def describe_topic(self, topic: str) -> SimpleNamespace:
+        return SimpleNamespace(partitions=[SimpleNamespace(index=0, replicas=["n2"])])
+
+
 def test_the_faults_cover_eio_and_enospc_on_write_and_fsync() -> None:
     assert {(f.operation, f.error) for f in DISK_FAULTS} == {
         ("fsync", "EIO"), ("fsync", "ENOSPC"), ("write", "EIO"), ("write", "ENOSPC"),
@@ -74,13 +82,14 @@ def test_the_disk_nemesis_requires_exit_75_and_restarts_the_node(
     cluster = StandInCluster(tmp_path, behaviour)
     history = HistoryWriter(tmp_path / "history.jsonl")
     nemesis = Nemesis(
-        cluster, ChaosNetwork(tmp_path), None, "t", history, 1,  # type: ignore[arg-type]
+        cluster, ChaosNetwork(tmp_path), OnePartitionOnN2(), "t", history, 1,  # type: ignore[arg-type]
         fail_stop_timeout_s=1.0,
     )  # fmt: skip
     try:
         cluster.start(wait=False)
         what, heal = nemesis.inject("disk", random.Random(1))
         target = what.split()[1]
+        assert target == "n2"  # the node holding replicas: the one the workload writes to
         assert json.loads(cluster.control_file(target).read_text()) == {}  # cleared at once
         assert not cluster.is_running(target)
         checks = [e for e in history.events if e.f == "fault-check"]
