@@ -43,8 +43,11 @@ bench: $(STAMP)
 	$(PY) -m bench.idle --partitions 1000
 
 ## The chaos sweep: every nemesis, three seeds, 60 s of faults each (CI runs a short one).
+## "all" includes disk (EIO/ENOSPC on write/fsync, fail-stop required); churn needs spare
+## nodes (5 nodes, replication 3) and replicas that move (replace_after 2 s).
 chaos: $(STAMP)
 	$(PY) -m chaos sweep --nodes 3 --nemesis all --seeds 1,2,3 --duration 60
+	$(PY) -m chaos sweep --nodes 5 --nemesis churn --seeds 1,2,3 --duration 60 --replace-after-s 2
 
 ## The long Raft simulation sweep (CI runs 300 seeds inside `make test`).
 soak: $(STAMP)

@@ -9,13 +9,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from chaos.nemesis import NEMESES
+from chaos.nemesis import MOVES, NEMESES
 from chaos.run import RunConfig, print_outcome, run, sweep, sweep_table
 from chaos.workload import WorkloadConfig
 
+# 'all': every nemesis that runs on any cluster; churn (MOVES) needs spare nodes and is named
+ALL = tuple(n for n in NEMESES if n not in MOVES)
+
 
 def _names(text: str) -> tuple[str, ...]:
-    names = tuple(NEMESES) if text == "all" else tuple(n for n in text.split(",") if n)
+    names = ALL if text == "all" else tuple(n for n in text.split(",") if n)
     unknown = [n for n in names if n not in NEMESES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown nemeses {unknown}; choose from {list(NEMESES)}")
@@ -37,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub = commands.add_parser(command)
         sub.add_argument("--nodes", type=int, default=3)
         sub.add_argument("--nemesis", type=_names, default=_names("partition-random,kill-leader,pause"),
-                         help=f"comma-separated, or 'all': {','.join(NEMESES)}")  # fmt: skip
+                         help=f"comma-separated, or 'all' (every one but {','.join(MOVES)}, "
+                              f"which needs more nodes than replicas): {','.join(NEMESES)}")  # fmt: skip
         sub.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
         sub.add_argument("--partitions", type=int, default=2)
         sub.add_argument("--producers", type=int, default=3)

@@ -11,7 +11,9 @@ Anomalies (any one makes `CheckResult.ok` false):
 - offsets:     a log or a read whose offsets are not dense and increasing; one (partition, offset)
                read with two different values; an ack whose offset holds another value;
 - phantom:     a read returned (offset, value) that the reference log does not hold at that offset;
-- unexpected:  a value in a log that no producer ever sent, or that a producer saw `fail`.
+- unexpected:  a value in a log that no producer ever sent, or that a producer saw `fail`;
+- faults:      a fault whose required effect was not seen (`fault-check` failed: e.g. a node that
+               did not stop on a storage error).
 Unknown outcomes (`info`) may be present or absent: at most once is the duplicate check.
 """
 
@@ -55,6 +57,7 @@ class CheckResult:
     offsets: tuple[str, ...]
     phantom: tuple[str, ...]
     unexpected: tuple[str, ...]
+    faults: tuple[str, ...]
     availability: Availability
     counts: Mapping[str, int] = field(default_factory=dict)  # anomaly kind -> total found
 
@@ -159,6 +162,8 @@ def check(events: Sequence[Event], final: FinalLogs) -> CheckResult:
                     f"t={event.t:.3f}; committed: {committed.get(offset)!r}"
                 )
 
+    faults = [e.value for e in events if e.f == "fault-check" and e.type is EventType.FAIL]
+
     counts = {
         "lost": len(lost),
         "duplicated": len(duplicated),
@@ -166,6 +171,7 @@ def check(events: Sequence[Event], final: FinalLogs) -> CheckResult:
         "offsets": len(offsets),
         "phantom": len(phantom),
         "unexpected": len(unexpected),
+        "faults": len(faults),
     }
     return CheckResult(
         acked=len(acked),
@@ -179,6 +185,7 @@ def check(events: Sequence[Event], final: FinalLogs) -> CheckResult:
         offsets=tuple(offsets[:MAX_EXAMPLES]),
         phantom=tuple(phantom[:MAX_EXAMPLES]),
         unexpected=tuple(unexpected[:MAX_EXAMPLES]),
+        faults=tuple(faults[:MAX_EXAMPLES]),
         availability=availability(events),
         counts=counts,
     )

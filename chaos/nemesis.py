@@ -13,6 +13,16 @@ kill-random (SIGKILL, restart at heal), pause (SIGSTOP of the leader, SIGCONT at
 rolling-restart (graceful stop + start of every node in turn), leave-join (a graceful stop leaves
 the cluster, the restart at heal joins it again). Links: slow-links (latency), lossy-links
 (timeout toxic on 30% of connections), flapping-links (random links cut and restored).
+
+Moves: churn kills a node holding replicas and waits until placement has moved them all away
+(past the nodes' `replace_after_s`: the node's replicas retire), then brings it back at heal, when
+placement may add it again with wiped logs. It needs more nodes than the replication factor
+(e.g. 5 nodes, replication 3) and a short `replace_after_s`; replicas that do not move within
+`move_timeout_s` are a `fault-check` failure (the run did not test what it claims).
+Disk: disk arms an I/O error (EIO or ENOSPC on write or fsync) in the storage of one node holding
+replicas, through its fault-control file (chaos/disk.py), waits for the node to stop with exit
+code 75 (fail-stop), clears the fault and restarts the node at heal. A node that does not stop is recorded as a
+`fault-check` failure in the history, an anomaly for the checker.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chaos.disk import DISK_FAULTS, FAIL_STOP_EXIT_CODE, DiskFaultCluster
 from chaos.history import EventType, HistoryWriter
 from chaos.network import ChaosNetwork
 from cluster.local import LocalCluster
@@ -37,7 +48,9 @@ log = logging.getLogger("chaos.nemesis")
 PARTITIONS = ("isolate-one", "isolate-leader", "majority-minority", "bridge", "ring")
 PROCESS = ("kill-leader", "kill-random", "pause", "rolling-restart", "leave-join")
 LINKS = ("slow-links", "lossy-links", "flapping-links")
-NEMESES = ("partition-random", *PARTITIONS, *PROCESS, *LINKS)
+MOVES = ("churn",)  # need more nodes than the replication factor
+DISK = ("disk",)
+NEMESES = ("partition-random", *PARTITIONS, *PROCESS, *LINKS, *MOVES, *DISK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +98,14 @@ class Nemesis:
         topic: str,
         history: HistoryWriter,
         seed: int,
+        *,
+        move_timeout_s: float = 90.0,
+        fail_stop_timeout_s: float = 30.0,
     ) -> None:
+        """`move_timeout_s`: how long churn waits for a killed node's replicas to move away;
+        `fail_stop_timeout_s`: how long disk waits for a node to stop after arming its fault."""
+        self.move_timeout_s = move_timeout_s
+        self.fail_stop_timeout_s = fail_stop_timeout_s
         self.cluster = cluster
         self.network = network
         self.client = client
@@ -105,6 +125,12 @@ class Nemesis:
             if leader in self.cluster.nodes:
                 return leader
         return rng.choice(sorted(self.cluster.nodes))
+
+    def placed(self) -> dict[int, tuple[str, ...]]:
+        """The replicas of each partition of the topic, as the cluster reports them now."""
+        return {
+            p.index: tuple(p.replicas) for p in self.client.describe_topic(self.topic).partitions
+        }
 
     # -- faults ----------------------------------------------------------------------------------
     def inject(self, name: str, rng: random.Random) -> tuple[str, Callable[[], None]]:
@@ -173,7 +199,70 @@ class Nemesis:
             )
             self._flapping.start()
             return "flapping-links", self._stop_flapping
+        if name == "churn":
+            return self._churn(rng)
+        if name == "disk":
+            return self._disk(rng)
         raise ValueError(f"unknown nemesis {name!r}; choose from {list(NEMESES)}")
+
+    def _churn(self, rng: random.Random) -> tuple[str, Callable[[], None]]:
+        """Kills a node holding replicas and blocks until placement has moved them all away."""
+        placed = self.placed()
+        factor = max(len(replicas) for replicas in placed.values())
+        if len(self.cluster.nodes) <= factor:
+            raise ValueError(
+                f"churn needs more nodes than the replication factor {factor}, "
+                f"not {len(self.cluster.nodes)}: e.g. --nodes {factor + 2}"
+            )
+        holders = sorted({node for replicas in placed.values() for node in replicas})
+        target = rng.choice(holders)
+        self.cluster.kill(target)
+        self.killed.add(target)
+        started = time.monotonic()
+        deadline = started + self.move_timeout_s
+        moved = False
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(FlotillaError):
+                moved = all(target not in r for r in self.placed().values())
+            if moved:
+                break
+            self._stop.wait(0.2)
+        waited = time.monotonic() - started
+        state = "moved away" if moved else "NOT moved away"
+        what = f"churn {target}: its replicas {state} after {waited:.1f} s"
+        if not moved and not self._stop.is_set():  # the run would not have tested what it says
+            problem = f"{target}'s replicas were not moved away {waited:.1f} s after its kill"
+            self.history.record("nemesis", EventType.FAIL, "fault-check", value=problem)
+        return what, lambda: self._restart(target)
+
+    def _disk(self, rng: random.Random) -> tuple[str, Callable[[], None]]:
+        """Arms a disk fault on one node; it must stop with exit code 75 within the deadline."""
+        if not isinstance(self.cluster, DiskFaultCluster):
+            raise ValueError("disk needs nodes started with fault-control files: DiskFaultCluster")
+        # a node holding replicas: the workload's writes reach its disk (one that holds none
+        # may write nothing for as long as the deadline)
+        running = {n for n in self.cluster.nodes if self.cluster.is_running(n)}
+        holders = running
+        with contextlib.suppress(FlotillaError):
+            holders = {n for replicas in self.placed().values() for n in replicas} & running
+        target = rng.choice(sorted(holders or running))
+        fault = rng.choice(DISK_FAULTS)
+        self.killed.add(target)
+        self.cluster.arm(target, fault)
+        try:
+            code = self.cluster.wait_exit(target, self.fail_stop_timeout_s)
+        finally:
+            self.cluster.clear(target)
+        if code != FAIL_STOP_EXIT_CODE:
+            seen = "was still running" if code is None else f"exited with {code}"
+            problem = (
+                f"{target} {seen} {self.fail_stop_timeout_s:g} s after {fault} was armed; a "
+                f"node must stop with exit code {FAIL_STOP_EXIT_CODE} on a storage error"
+            )
+            log.warning("nemesis disk: %s", problem)
+            self.history.record("nemesis", EventType.FAIL, "fault-check", value=problem)
+            self.cluster.kill(target)
+        return f"disk {target} {fault}: exit code {code}", lambda: self._restart(target)
 
     def _flap(self, rng: random.Random) -> None:
         nodes = sorted(self.cluster.nodes)

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import CheckResult, FinalLogs, check
+from chaos.disk import DiskFaultCluster
 from chaos.history import HistoryWriter
-from chaos.nemesis import Nemesis, schedule
+from chaos.nemesis import DISK, MOVES, Nemesis, schedule
 from chaos.network import ChaosNetwork
 from chaos.workload import Workload, WorkloadConfig
 from cluster.local import LocalCluster
@@ -52,6 +53,9 @@ class RunConfig:
     # seconds before a dead or departed node's replicas move to live nodes (the nodes' own
     # default when None); short, with more nodes than replicas, the faults also move data
     replace_after_s: float | None = None
+    fail_stop_timeout_s: float = 30.0  # how long the disk nemesis waits for a node to stop
+    # test-only: runs each node instead of `python -m flotilla` (a mutation test's broken build)
+    node_launcher: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,17 @@ def _node_config(config: RunConfig) -> str:
     return config.node_config + f"replace_after_s = {config.replace_after_s!r}\n"
 
 
+def replication_factor(config: RunConfig) -> int:
+    return min(3, config.nodes)
+
+
 def run(config: RunConfig) -> RunOutcome:
+    moves = [n for n in config.nemeses if n in MOVES]
+    if moves and config.nodes <= replication_factor(config):
+        raise ValueError(
+            f"{moves} need more nodes than the replication factor "
+            f"{replication_factor(config)}, not --nodes {config.nodes}: e.g. --nodes 5"
+        )
     faults = schedule(config.nemeses, config.duration_s, config.seed, quiet_s=config.quiet_s,
                       fault_s=config.fault_s, max_faults=config.max_faults)  # fmt: skip
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -108,8 +122,15 @@ def run(config: RunConfig) -> RunOutcome:
     directory.mkdir(parents=True)
     (directory / "schedule.json").write_text(json.dumps([asdict(f) for f in faults], indent=2))
     env = {UNSAFE_ENV: "1"} if config.unsafe_flags else {}
-    cluster = LocalCluster(directory / "cluster", config.nodes, env=env,
-                           node_args=list(config.unsafe_flags), config_text=_node_config(config))  # fmt: skip
+    # nodes read disk faults from their own control file only when a disk nemesis runs
+    options: dict[str, Any] = {"env": env, "node_args": list(config.unsafe_flags),
+                               "config_text": _node_config(config)}  # fmt: skip
+    if any(n in DISK for n in config.nemeses) or config.node_launcher:
+        cluster: LocalCluster = DiskFaultCluster(
+            directory / "cluster", config.nodes, launcher=config.node_launcher, **options
+        )
+    else:
+        cluster = LocalCluster(directory / "cluster", config.nodes, **options)
     network = ChaosNetwork(directory)
     history = HistoryWriter(directory / "history.jsonl")
     topic = config.workload.topic
@@ -117,10 +138,11 @@ def run(config: RunConfig) -> RunOutcome:
         network.attach(cluster)
         cluster.start()
         client = Client(cluster.addresses(), timeout_s=20)
-        client.create_topic(topic, config.workload.partitions, min(3, config.nodes))
+        client.create_topic(topic, config.workload.partitions, replication_factor(config))
         replicas = _wait_for_leaders(client, topic, config.workload.partitions)
         workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed)
-        nemesis = Nemesis(cluster, network, client, topic, history, config.seed)
+        nemesis = Nemesis(cluster, network, client, topic, history, config.seed,
+                          fail_stop_timeout_s=config.fail_stop_timeout_s)  # fmt: skip
         workload.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
@@ -244,7 +266,7 @@ def sweep_table(outcomes: Sequence[RunOutcome]) -> str:
     lines = [header, "-" * len(header)]
     for o in outcomes:
         c = o.result.counts
-        other = c["offsets"] + c["phantom"] + c["unexpected"]
+        other = c["offsets"] + c["phantom"] + c["unexpected"] + c["faults"]
         lines.append(
             f"{','.join(o.config.nemeses):<20} {o.config.seed:>4} {o.result.acked:>6} "
             f"{c['lost']:>5} {c['duplicated']:>4} {c['divergent']:>6} {other:>5} "

@@ -9,6 +9,10 @@ Security: pysyncobj unpickles what it receives, so the store refuses to start wi
 secret; with it, pysyncobj authenticates and encrypts every message (Fernet: an HMAC is checked
 before anything is unpickled), so unauthenticated traffic is dropped unread.
 
+Durability: pysyncobj's journal is replaced by `DurableJournal`, which fsyncs every append, the
+term/vote record and the full dumps before pysyncobj sends the vote or acknowledgement they back,
+and stops the process (exit 75) on a failed write or fsync.
+
 Threading: pysyncobj runs its own thread. `create_topic`/`delete_topic`/`update_topic` return
 `concurrent.futures.Future`s completed from that thread; the asyncio node wraps them with
 `asyncio.wrap_future`. Reads (`topics()`) are local and may lag the leader by a heartbeat.
@@ -27,7 +31,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
+from pysyncobj.version import VERSION as pysyncobj_version
 
+from cluster.controller_journal import (
+    DurableDumps,
+    DurableJournal,
+    durable_journal_installed,
+    fsync_directory,
+)
 from cluster.ownership import AddressInUse
 
 __all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
@@ -119,10 +130,21 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_quiet_bind_failure)
 class _Replicated(SyncObj):  # type: ignore[misc]
     """The replicated state: plain dicts only, so pysyncobj's snapshots stay simple."""
 
-    def __init__(self, self_address: str, peers: list[str], conf: SyncObjConf) -> None:
-        super().__init__(self_address, peers, conf)
+    def __init__(
+        self, self_address: str, peers: list[str], conf: SyncObjConf, dumps: DurableDumps
+    ) -> None:
+        # set before pysyncobj's thread starts (in SyncObj.__init__), which may load a dump
         self.topics: dict[str, dict[str, Any]] = {}
         self.version = 0
+        dumps.bind(self._dump_state, self._load_state)
+        super().__init__(self_address, peers, conf)
+
+    def _dump_state(self) -> dict[str, Any]:
+        return {"topics": self.topics, "version": self.version}
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.topics = dict(state["topics"])
+        self.version = int(state["version"])
 
     @replicated  # type: ignore[untyped-decorator]
     def create_topic(self, spec: dict[str, Any]) -> str:
@@ -184,11 +206,17 @@ class MetadataStore:
             raise ControlPlaneError(
                 f"{self_id!r} is not among the controllers {sorted(controllers)}"
             )
-        os.makedirs(data_dir, exist_ok=True)
+        if not os.path.isdir(data_dir):
+            os.makedirs(data_dir, exist_ok=True)
+            fsync_directory(os.path.dirname(os.path.abspath(data_dir)))
+        dump_path = os.path.join(data_dir, "controller.dump")
+        dumps = DurableDumps()
         conf = SyncObjConf(
             password=secret,
             journalFile=os.path.join(data_dir, "controller.journal"),
-            fullDumpFile=os.path.join(data_dir, "controller.dump"),
+            fullDumpFile=dump_path,
+            serializer=dumps.write,
+            deserializer=dumps.read,
             raftMinTimeout=election_timeout_s,
             raftMaxTimeout=election_timeout_s * 3,
             appendEntriesPeriod=election_timeout_s / 10,
@@ -203,7 +231,18 @@ class MetadataStore:
             maxBindRetries=1,
         )
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
-        self._sync = _Replicated(controllers[self_id], peers, conf)
+        # pysyncobj's own journal fsyncs nothing: ours makes each append, term/vote and dump
+        # durable before pysyncobj acts on it (cluster/controller_journal.py)
+        with durable_journal_installed(dump_path):
+            self._sync = _Replicated(controllers[self_id], peers, conf, dumps)
+        journal = getattr(self._sync, "_SyncObj__raftLog", None)
+        if not isinstance(journal, DurableJournal):  # a pysyncobj that makes its journal otherwise
+            self._sync.destroy()
+            raise ControlPlaneError(
+                f"pysyncobj {pysyncobj_version} keeps its journal in a "
+                f"{type(journal).__name__}, not our DurableJournal: the control plane would not "
+                "be durable; use the pysyncobj version this build was tested with (0.3.17)"
+            )
         try:
             self._sync.waitBinded()
         except SyncObjException:

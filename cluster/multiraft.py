@@ -14,6 +14,11 @@ queue in an inbox; each round the driver:
 6. applies their committed ranges, sends their remaining messages — now backed by durable
    state, as the contract demands — and advances every node.
 
+Storage errors (`cluster.failstop`): a failed write or fsync in step 5 stops the node on the
+storage thread, before any message of the round leaves; the failed fsync is never retried, and
+every future the node still holds (produce waiters, `maintain`, proposals queued) settles with
+`NodeFailStopped`, so nothing (the partition manager above all) waits forever.
+
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
@@ -32,7 +37,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
+from cluster.failstop import FailStop, NodeFailStopped, storage_failure
 from cluster.replica import (
     SNAPSHOT_EVERY_ENTRIES,
     OutOfOrderSequence,
@@ -78,8 +86,10 @@ class MultiRaft:
         tick_s: float,
         journal: StateJournal,
         quiesce_after_ticks: int = 20,
+        fail_stop: FailStop | None = None,
     ) -> None:
         self.node_id = node_id
+        self.fail_stop = fail_stop or FailStop()
         self.journal = journal
         self.quiesce_after_ticks = quiesce_after_ticks
         self.send = send
@@ -143,6 +153,10 @@ class MultiRaft:
         self._wake.set()
 
     def propose(self, proposal: Proposal) -> None:
+        failure = self.fail_stop.failure
+        if failure is not None:
+            _settle(proposal.waiter.future, failure)
+            return
         self._inbox.append(proposal)
         self._wake.set()
 
@@ -167,7 +181,10 @@ class MultiRaft:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        await asyncio.get_running_loop().run_in_executor(self._storage, self._close_all)
+        if not self.fail_stop.stopped:  # else closing would fsync again: never retry one
+            await asyncio.get_running_loop().run_in_executor(
+                self._storage, self.fail_stop.guard, "closing the logs", self._close_all
+            )
         self._storage.shutdown(wait=True)
 
     def _close_all(self) -> None:
@@ -180,13 +197,22 @@ class MultiRaft:
         (e.g. compacting logs, which the nodes read between rounds); the future has its
         result or exception."""
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        failure = self.fail_stop.failure
+        if failure is not None:
+            future.set_exception(failure)
+            return future
         self._maintenance.append((work, future))
         self._wake.set()
         return future
 
-    async def run_storage(self, work: Callable[[], object]) -> object:
-        """Runs `work` on the storage thread (e.g. deleting a replica's files)."""
-        return await asyncio.get_running_loop().run_in_executor(self._storage, work)
+    async def run_storage(self, work: Callable[[], object], what: str = "") -> object:
+        """Runs `work` on the storage thread (e.g. deleting a replica's files). A storage
+        failure in it stops the node (`cluster.failstop`); `what` names the work for the log."""
+        failure = self.fail_stop.failure
+        if failure is not None:
+            raise failure
+        guarded = partial(self.fail_stop.guard, what or _describe(work), work)
+        return await asyncio.get_running_loop().run_in_executor(self._storage, guarded)
 
     async def _ticker(self) -> None:
         next_at = time.monotonic()
@@ -200,7 +226,7 @@ class MultiRaft:
                 next_at = time.monotonic()  # we fell far behind (a pause): do not burst
 
     async def _driver(self) -> None:
-        while True:
+        while not self.fail_stop.stopped:
             await self._wake.wait()
             self._wake.clear()
             try:
@@ -311,6 +337,9 @@ class MultiRaft:
         self._dirty.add(replica)
 
     async def _round(self) -> None:
+        if self.fail_stop.failure is not None:
+            self._halt(self.fail_stop.failure)
+            return
         self.rounds += 1
         self._take_inputs()
         readies: list[tuple[Replica, Ready]] = []
@@ -338,13 +367,21 @@ class MultiRaft:
             heavy.append((replica, ready, not ready.send_before_persist))
         if heavy or maintenance:
             started = time.perf_counter()
-            outcomes = await asyncio.get_running_loop().run_in_executor(
-                self._storage,
-                _write_all,
-                [(r, ready) for r, ready, _ in heavy],
-                self.journal,
-                [work for work, _ in maintenance],
-            )
+            try:
+                outcomes = await asyncio.get_running_loop().run_in_executor(
+                    self._storage,
+                    _write_all,
+                    [(r, ready) for r, ready, _ in heavy],
+                    self.journal,
+                    [work for work, _ in maintenance],
+                    self.fail_stop,
+                )
+            except NodeFailStopped as failure:
+                # the process has exited (unless the exit is injected): nothing of this round
+                # is sent, and everything pending ends with the failure
+                self._maintenance[:0] = maintenance
+                self._halt(failure)
+                return
             self.on_disk(time.perf_counter() - started)
             for (_, future), outcome in zip(maintenance, outcomes, strict=True):
                 if future.done():
@@ -368,7 +405,11 @@ class MultiRaft:
         if replica.entries_since_snapshot >= SNAPSHOT_EVERY_ENTRIES:
             snapshot = replica.producer_snapshot()  # here: no write of the replica is running
             if snapshot is not None:  # written after this round's writes, before the next's
-                self._storage.submit(replica.save_snapshot, snapshot)
+                self._storage.submit(
+                    self.fail_stop.guard,
+                    f"saving the producer snapshot of {replica.group}",
+                    partial(replica.save_snapshot, snapshot),
+                )
         replica.node.advance(ready)
         # settle the produce waiters before queueing the messages: their replies then go
         # out ahead of this round's stream writes (the order does not matter to Raft)
@@ -383,6 +424,20 @@ class MultiRaft:
         else:
             self._active.add(replica)
 
+    def _halt(self, failure: NodeFailStopped) -> None:
+        """The node stopped (fail-stop): every future it still holds settles with `failure`,
+        nothing is stepped or sent any more."""
+        maintenance, self._maintenance = self._maintenance, []
+        for _, future in maintenance:
+            _settle(future, failure)
+        inbox, self._inbox = self._inbox, deque()
+        for item in inbox:
+            if isinstance(item, Proposal):
+                _settle(item.waiter.future, failure)
+        for replica in self.replicas.values():
+            replica.fail_all(f"{failure}; the outcome is unknown")
+        self._wake.set()  # the driver sees the failure and ends
+
     def _end_round(self) -> None:
         if self._touched:
             touched, self._touched = self._touched, set()
@@ -391,6 +446,21 @@ class MultiRaft:
     def _send(self, group: str, messages: tuple[Message, ...]) -> None:
         for message in messages:
             self.send(message.recipient, group, encode_message_parts(message))
+
+
+def _settle(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _describe(work: Callable[[], object]) -> str:
+    """A name for storage-thread work in the fail-stop line (a partial's function and its
+    replica, if it has one)."""
+    if isinstance(work, partial):
+        group = next((a.group for a in work.args if isinstance(a, Replica)), None)
+        name = getattr(work.func, "__qualname__", repr(work.func))
+        return f"{name} ({group})" if group else name
+    return getattr(work, "__qualname__", repr(work))
 
 
 def _has_disk_work(replica: Replica, ready: Ready) -> bool:
@@ -415,24 +485,45 @@ def _write_all(
     readies: list[tuple[Replica, Ready]],
     journal: StateJournal,
     maintenance: Sequence[Callable[[], object]] = (),
+    fail_stop: FailStop | None = None,
 ) -> list[object]:
     """Storage thread: every Ready's writes, group-committed (one fsync per dirty log, in
     parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal; then
-    the maintenance work (`MultiRaft.maintain`). Returns each work's result or exception."""
+    the maintenance work (`MultiRaft.maintain`). Returns each work's result or exception.
+
+    A failed write or fsync (any of them) calls `fail_stop` here, on the storage thread, so the
+    process ends before the event loop could send anything the failed persist should back;
+    with an injected exit, `NodeFailStopped` is raised instead of returning."""
+    stop = fail_stop or FailStop()
     states: dict[str, HardState | None] = {}
     for start in range(0, len(readies), WRITE_CHUNK_GROUPS):
         chunk = readies[start : start + WRITE_CHUNK_GROUPS]
         for replica, ready in chunk:
-            state = replica.write_ready(ready)
+            try:
+                state = replica.write_ready(ready)
+            except Exception as error:
+                raise stop(f"writing the log of {replica.group}", error) from error
             if state is not None:
                 states[replica.group] = state
         # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
-        sync_logs(replica.segmented for replica, _ in chunk)
-    journal.save_many(states)
+        try:
+            sync_logs(replica.segmented for replica, _ in chunk)
+        except Exception as error:  # never retried: the kernel may have dropped the pages
+            groups = ", ".join(replica.group for replica, _ in chunk[:8])
+            more = f" and {len(chunk) - 8} more" if len(chunk) > 8 else ""
+            raise stop(f"the group commit (fsync) of {groups}{more}", error) from error
+    try:
+        journal.save_many(states)
+    except Exception as error:
+        raise stop(
+            f"saving term/vote of {len(states)} group(s) in {journal.path}", error
+        ) from error
     outcomes: list[object] = []
     for work in maintenance:
         try:
             outcomes.append(work())
         except Exception as error:  # handed to the caller's future
+            if storage_failure(error) is not None:
+                raise stop(f"maintenance {_describe(work)}", error) from error
             outcomes.append(error)
     return outcomes

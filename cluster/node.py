@@ -38,6 +38,7 @@ from cluster.controller import (
     TopicSpec,
 )
 from cluster.dialmap import DialMap
+from cluster.failstop import FailStop, NodeFailStopped
 from cluster.gossip import GossipHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.metrics import Metrics
@@ -99,12 +100,15 @@ class Node(TopicAdmin):
         # before anything under data_dir is opened: one data directory, one process
         self.data_dir_lock = DataDirLock(config.data_dir)
         self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
+        # a failed storage write or fsync ends the process (exit code 75, `cluster.failstop`)
+        self.fail_stop = FailStop()
         self.multiraft = MultiRaft(
             config.node_id,
             self.transport.send_raft,
             config.tick_ms / 1000,
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
+            fail_stop=self.fail_stop,
         )
         self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(
@@ -467,8 +471,8 @@ class Node(TopicAdmin):
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
                 )
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, NodeFailStopped):
+                raise  # fail-stop: the process is exiting (`cluster.failstop`)
             except Exception:
                 log.exception("partition manager round failed")
             await asyncio.sleep(self.manage_interval_s)
@@ -581,6 +585,8 @@ class Node(TopicAdmin):
                 group,
                 replica.node.removed_at,
             )
+        except NodeFailStopped:
+            raise
         except Exception:
             log.exception("retiring replica %s failed", group)
         finally:

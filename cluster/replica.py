@@ -251,8 +251,9 @@ class Replica:
         return ProducerSnapshot(index, log.term_at(index), table.clock_ms, table.copy_rows())
 
     def save_snapshot(self, snapshot: ProducerSnapshot) -> None:
-        """Storage thread: replaces the saved producer table (atomically; a failure only means
-        a longer scan after a restart)."""
+        """Storage thread: replaces the saved producer table (atomically). A write or fsync
+        error is raised (the node fail-stops, `cluster.failstop`); a replica deleted meanwhile
+        is not an error."""
         dumped = ProducerTable.dump_rows(snapshot.rows)
         body = msgpack.packb(
             [_SNAPSHOT_FORMAT, snapshot.index, snapshot.term, snapshot.clock_ms, dumped]
@@ -261,7 +262,7 @@ class Replica:
             write_atomic(
                 os.path.join(self.directory, PRODUCER_SNAPSHOT), xxhash.xxh3_64_digest(body) + body
             )
-        except OSError as error:  # e.g. the replica was deleted meanwhile
+        except FileNotFoundError as error:  # the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
     def check_sequence(self, producer_id: int, base_sequence: int) -> None:

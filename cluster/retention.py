@@ -17,6 +17,7 @@ from functools import partial
 from typing import cast
 
 from cluster.controller import TopicSpec
+from cluster.failstop import storage_failure
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 
@@ -65,6 +66,8 @@ def _retain(hosted: Mapping[str, Replica], work: Work, now_ms: int) -> int:
             if cut > first:
                 replica.log.compact(cut)
                 removed += cut - first
-        except Exception:
+        except Exception as error:
+            if storage_failure(error) is not None:
+                raise  # a failed write or fsync stops the node (`MultiRaft.maintain`)
             log.exception("applying retention to %s failed", replica.group)
     return removed

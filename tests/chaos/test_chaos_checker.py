@@ -86,6 +86,13 @@ def test_failed_write_that_is_committed() -> None:
     assert check(events, {0: {"n1": LOG[:2]}}).counts["unexpected"] == 1
 
 
+def test_a_fault_whose_effect_was_not_seen() -> None:
+    problem = "n2 was still running 30 s after EIO on fsync was armed"
+    events = [*clean_history(), Event(8, "nemesis", FAIL, "fault-check", value=problem)]
+    result = check(events, {0: {"n1": LOG}})
+    assert result.counts["faults"] == 1 and result.faults == (problem,) and not result.ok
+
+
 def test_availability_figures() -> None:
     events = [
         Event(0, "monitor", OK, "leader", 0, value="n1"),

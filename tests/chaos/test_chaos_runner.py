@@ -9,16 +9,20 @@ replica that serves reads above the commit index shows reads that were never com
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from chaos.__main__ import _names
-from chaos.nemesis import LINKS, NEMESES, PARTITIONS, PROCESS, schedule
+from chaos.__main__ import ALL, _names
+from chaos.checker import check
+from chaos.history import EventType, load_history
+from chaos.nemesis import DISK, LINKS, MOVES, NEMESES, PARTITIONS, PROCESS, schedule
 from chaos.network import ChaosNetwork
 from chaos.run import (
     NODE_CONFIG,
@@ -39,7 +43,12 @@ GROUPS = {
     "partitions": ("partition-random", *PARTITIONS),
     "process": PROCESS,
     "links": LINKS,
+    "moves": MOVES,
+    "disk": DISK,
 }
+# churn needs spare nodes and replicas that move within the budget: 5 nodes, replication 3,
+# replace_after 2 s; two churns, so that a node is killed while another's replicas are re-added
+MOVING: dict[str, Any] = {"nodes": 5, "replace_after_s": 2.0, "max_faults": 2, "duration_s": 9.0}
 
 
 def short(tmp_path: Path, names: tuple[str, ...], seed: int = 1, **changes: object) -> RunConfig:
@@ -61,14 +70,25 @@ def short(tmp_path: Path, names: tuple[str, ...], seed: int = 1, **changes: obje
     return replace(config, **changes)  # type: ignore[arg-type]
 
 
+def sweep_config(tmp_path: Path, group: str) -> RunConfig:
+    names = GROUPS[group]
+    return short(tmp_path, names, **(MOVING if group == "moves" else {}))
+
+
 def test_the_groups_cover_every_nemesis_and_each_is_scheduled() -> None:
     assert sorted(n for names in GROUPS.values() for n in names) == sorted(NEMESES)
-    for names in GROUPS.values():
-        config = short(Path("unused"), names)
+    for group, names in GROUPS.items():
+        config = sweep_config(Path("unused"), group)
         faults = schedule(
-            names, config.duration_s, 1, quiet_s=QUIET_S, fault_s=FAULT_S, max_faults=len(names)
+            names,
+            config.duration_s,
+            1,
+            quiet_s=QUIET_S,
+            fault_s=FAULT_S,
+            max_faults=config.max_faults,
         )
-        assert sorted(f.name for f in faults) == sorted(names)
+        assert sorted({f.name for f in faults}) == sorted(names)
+        assert len(faults) == config.max_faults
         assert all(f.start_s + f.duration_s <= config.duration_s for f in faults)
         again = schedule(names, config.duration_s, 1, quiet_s=QUIET_S, fault_s=FAULT_S)
         assert again[: len(faults)] == faults  # the seed fixes the schedule
@@ -81,12 +101,39 @@ def report(outcome: RunOutcome) -> str:
 
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_short_sweep_finds_no_anomaly(tmp_path: Path, group: str) -> None:
-    outcome = run(short(tmp_path, GROUPS[group]))
+    outcome = run(sweep_config(tmp_path, group))
     assert outcome.converged, report(outcome)
     assert outcome.result.ok, report(outcome)
     assert outcome.result.acked > 0, report(outcome)
     assert (outcome.directory / "history.jsonl").stat().st_size > 0
     assert (outcome.directory / "report.json").exists()
+    if group == "moves":
+        churn_moved_replicas_and_would_catch_a_split_brain(outcome)
+
+
+def churn_moved_replicas_and_would_catch_a_split_brain(outcome: RunOutcome) -> None:
+    """The churn run did what it is for (replicas moved away, the node came back), and its own
+    history fails the checker once the final logs are what issue 21's split brain leaves: a
+    leader elected with the vote of a re-added replica whose log was wiped commits over entries
+    the other side had committed, so every replica ends with a log that lacks them."""
+    history = load_history(outcome.directory / "history.jsonl")
+    targets = [e.value for e in history if e.f == "fault-target"]
+    assert len(targets) == 2 and all("moved away" in t and "NOT" not in t for t in targets), targets
+    final = {
+        int(p): {r: [tuple(pair) for pair in log] for r, log in logs.items()}
+        for p, logs in json.loads((outcome.directory / "final-logs.json").read_text()).items()
+    }
+    partition, logs = max(final.items(), key=lambda item: len(max(item[1].values(), key=len)))
+    committed = max(logs.values(), key=len)
+    acked = {e.value for e in history if e.f == "produce" and e.type is EventType.OK}
+    # three acknowledged entries from the middle of the log: the ones the other side committed
+    lost = [v for _, v in committed[len(committed) // 2 :] if v in acked][:3]
+    assert len(lost) == 3, committed[len(committed) // 2 :][:10]
+    rest = [value for _, value in committed if value not in lost]
+    split = list(enumerate(rest))
+    broken = {**final, partition: dict.fromkeys(logs, split)}
+    result = check(history, broken)
+    assert result.counts["lost"] == len(lost) and not result.ok, result.summary()
 
 
 def mutation(tmp_path: Path, flag: str) -> RunConfig:
@@ -121,6 +168,18 @@ def test_reading_above_the_commit_index_shows_phantom_reads(tmp_path: Path) -> N
     assert not outcome.ok
 
 
+def test_a_node_that_goes_on_after_a_storage_error_fails_the_disk_sweep(tmp_path: Path) -> None:
+    """The mutation: nodes whose fail-stop exit does nothing (tests/chaos/node_without_failstop.py)
+    log the failed write or fsync and go on; the disk nemesis sees the node still running and
+    the run fails."""
+    launcher = (sys.executable, str(Path(__file__).with_name("node_without_failstop.py")))
+    config = short(tmp_path, DISK, node_launcher=launcher, fail_stop_timeout_s=5.0)
+    outcome = run(config)
+    assert outcome.result.counts["faults"] == 1, report(outcome)
+    assert "was still running 5 s after" in outcome.result.faults[0]
+    assert not outcome.ok
+
+
 def test_the_uncommitted_read_flag_is_refused_without_the_environment_guard(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FLOTILLA_ALLOW_UNSAFE"}
     command = [sys.executable, "-m", "flotilla", "node", "--id", "n1", "--listen", "127.0.0.1:1"]
@@ -130,7 +189,9 @@ def test_the_uncommitted_read_flag_is_refused_without_the_environment_guard(tmp_
 
 
 def test_command_line_names_nemeses_and_the_replay_command() -> None:
-    assert _names("all") == NEMESES
+    assert _names("all") == ALL
+    assert set(ALL) | set(MOVES) == set(NEMESES) and not set(ALL) & set(MOVES)
+    assert set(DISK) <= set(ALL)
     with pytest.raises(argparse.ArgumentTypeError, match="unknown nemeses"):
         _names("kill-leader,meteor")
     config = RunConfig(nodes=5, nemeses=("pause", "ring"), duration_s=60, seed=7)
@@ -172,3 +233,9 @@ def test_partitions_cut_exactly_the_links_between_groups() -> None:
     network.partition([[ring[i], ring[(i + 1) % 5]] for i in range(5)])
     for node in ring:  # each node keeps its two neighbours: two reachable, two cut
         assert sum(1 for a, _ in network.cut if a == node) == 2
+
+
+def test_churn_refuses_a_cluster_without_spare_nodes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"more nodes than the replication factor 3.*--nodes 5"):
+        run(short(tmp_path, MOVES))
+    assert not (tmp_path / "chaos-runs").exists()  # refused before anything started

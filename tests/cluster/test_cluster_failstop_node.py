@@ -1,0 +1,78 @@
+"""Fail-stop on a real node process: a write its disk refuses ends the process with exit code 75
+(`cluster.failstop`), after one CRITICAL line; a restart recovers, keeps every acknowledged
+record and serves again.
+
+The disk is made to refuse writes a real way: the node's file-size limit (RLIMIT_FSIZE) is
+lowered under it, so a write that would grow a file past it fails with EFBIG (Python ignores
+SIGXFSZ), exactly as the kernel reports it, on whatever file the node writes next."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import pytest
+from harness import wait_until
+
+from cluster.failstop import FAIL_STOP_EXIT_CODE
+from cluster.local import LocalCluster
+from flotilla import Client, FlotillaError
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+HEADROOM_BYTES = 256 * 1024  # what every file the node has may still grow by
+
+
+def _largest_file(*roots: Path) -> int:
+    sizes = [0]
+    for root in roots:
+        for directory, _, names in os.walk(root):
+            for name in names:
+                try:
+                    sizes.append(os.path.getsize(os.path.join(directory, name)))
+                except FileNotFoundError:
+                    pass
+    return max(sizes)
+
+
+def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, 1, config_text=CONFIG) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("disk", partitions=1, replication_factor=1)
+            acknowledged = [client.produce("disk", f"v{n}".encode(), partition=0) for n in range(5)]
+            assert [m.offset for m in acknowledged] == [0, 1, 2, 3, 4]
+            process = spec.process
+            assert process is not None and spec.log_path is not None
+            limit = _largest_file(spec.data_dir, spec.log_path) + HEADROOM_BYTES
+            resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (limit, limit))
+        # a record larger than the headroom: the leader's append cannot fit under the limit
+        with Client(cluster.addresses(), timeout_s=5) as client, pytest.raises(FlotillaError):
+            client.produce("disk", b"x" * (2 * HEADROOM_BYTES), partition=0)
+        try:
+            returncode = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the node went on after its disk refused a write")
+        log_text = spec.log_path.read_text(errors="replace")
+        assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        assert len(critical) == 1 and "fail-stop" in critical[0], critical
+        assert "disk/0" in critical[0] and ".log" in critical[0], critical  # replica, file
+        # a restart (without the limit) recovers: every acknowledged record, and new writes
+        cluster.start("n1")
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            wait_until(
+                lambda: len(client.read("disk", 0, 0, 100)) >= 5,
+                30,
+                "the acknowledged records after the restart",
+            )
+            records = client.read("disk", 0, 0, 100)
+            assert [(r.offset, r.value) for r in records[:5]] == [
+                (n, f"v{n}".encode()) for n in range(5)
+            ]
+            assert all(len(r.value) < HEADROOM_BYTES for r in records)  # the refused one is gone
+            assert client.produce("disk", b"after", partition=0).offset == len(records)
