@@ -329,7 +329,10 @@ class MetadataStore:
         return self._sync._getLeader() is not None
 
     def close(self) -> None:
-        self._sync.destroy()
+        """Stops the control plane and waits for its thread: on return its port is closed and
+        its journal no longer written (a store opened next on the same address and directory,
+        or the data-dir lock's release, must not race it)."""
+        self._sync.destroy_synchronous()
 
 
 def _reason(error: Any) -> str:
