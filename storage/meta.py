@@ -6,9 +6,11 @@ when no entry is retained). It is replaced atomically, so a crash leaves the old
 
 A new log's `log.meta` (start `FRESH_START`) is written without fsync (`write_fresh_meta`):
 creating ten thousand logs must not cost ten thousand fsyncs. The log makes it durable with its
-first flush, before any entry is durable. A crash before that can leave the file empty; an empty
-`log.meta` therefore reads as `FRESH_START`, the only start a non-durable header can hold (every
-other start is written with `write_meta`, atomically and durably).
+first flush, before any entry is durable. A crash can leave that file empty or torn (cut short,
+zeroed, or junk where its bytes never reached the disk), and its data is never fsynced; so an
+empty `log.meta`, or one no longer than a new log's that does not parse, reads as `FRESH_START`,
+the only start a non-durable header can hold (every other start is written with `write_meta`,
+atomically and durably, so it is whole).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def _encode(start_index: int, start_term: int, start_offset: int) -> bytes:
     return json.dumps(meta).encode()
 
 
+_FRESH_BYTES = _encode(*FRESH_START)
+
+
 def write_meta(
     directory: str, start_index: int, start_term: int, start_offset: int, disk: Disk = OS_DISK
 ) -> None:
@@ -87,6 +92,11 @@ def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | No
         return None
     if not raw:
         return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
+    if len(raw) <= len(_FRESH_BYTES) and raw != _FRESH_BYTES:
+        try:
+            json.loads(raw)
+        except ValueError:
+            return FRESH_START  # the same, torn: `write_meta` never leaves a partial file
     try:
         meta = json.loads(raw)
         if meta.get("format") != _META_FORMAT:
