@@ -4,7 +4,7 @@ Each file keeps two images: what reads see (the page cache) and what survived it
 successful fsync, plus the writes and truncations made since (in order). Each directory keeps its
 names likewise. On `crash()` every file and directory keeps its durable image plus a random
 prefix of its later operations, the last one of which may be torn at any byte (cut short, or
-the rest zeroed or filled with junk); so unsynced data may be lost or torn, and a name created,
+the rest zeroed, or junk where it overwrote bytes); so unsynced data may be lost or torn, and a name created,
 renamed or removed since its directory's last fsync may come back or vanish. Every descriptor
 is invalid after a crash: the process died.
 
@@ -154,10 +154,13 @@ class SimDisk(Disk):
         style = self.rng.randrange(3)
         if style == 0:
             rest = b""
-        elif style == 1:
-            rest = bytes(len(data) - cut)
         else:
-            rest = self.rng.randbytes(len(data) - cut)
+            # the rest reads as zeros where the file had no bytes (a file system never shows
+            # stale blocks there); where it overwrote bytes, as zeros or junk (a torn sector)
+            rest = bytes(len(data) - cut)
+            old = max(0, min(len(image), where + len(data)) - (where + cut))
+            if style == 2 and old:
+                rest = self.rng.randbytes(old) + rest[old:]
         _apply(image, (where, data[:cut] + rest))
 
     # -- paths --------------------------------------------------------------------------------
