@@ -197,7 +197,8 @@ class SegmentedLog:
         if not -(2**63) <= timestamp_ms < 2**63:
             raise InvalidArgument(f"timestamp_ms={timestamp_ms} does not fit a signed 64-bit int")
         with self._write_lock:
-            self._check_writable()
+            if self._closed or self._failed is not None:
+                self._check_writable()
             if not self._last_term <= term < _U64:
                 raise InvalidArgument(
                     f"term {term} is below the log's last term {self._last_term}: terms never "
@@ -208,12 +209,18 @@ class SegmentedLog:
             header = encode_header(batch, index, term, base_offset, record_count, timestamp_ms)
             try:
                 segment = self._segment_for_append(HEADER_SIZE + size)
-                segment.append(
-                    header, batch, term, base_offset, record_count, timestamp_ms, self._lock
-                )
+                position = segment.write(header, batch)
             except OSError as error:
                 raise self._fail(error, f"append of entry {index}") from error
             with self._lock:
+                segment.record(
+                    position,
+                    position + HEADER_SIZE + size,
+                    term,
+                    base_offset,
+                    record_count,
+                    timestamp_ms,
+                )
                 self._last_index = index
                 self._last_term = term
                 self._next_offset = base_offset + record_count
