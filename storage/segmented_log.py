@@ -50,6 +50,7 @@ from collections.abc import Iterable, Iterator
 
 from storage.atomic import fsync_directory
 from storage.config import FsyncMode, LogConfig
+from storage.disk import Disk
 from storage.entry import HEADER_SIZE, Entry, encode_header
 from storage.errors import (
     BatchTooLarge,
@@ -133,6 +134,12 @@ class SegmentedLog:
     @property
     def durable_index(self) -> int:
         return self._durable_index
+
+    @property
+    def disk(self) -> Disk:
+        """The disk this log's files live on (`storage.disk`): what its neighbours, such as
+        the Raft log's sidecar files, should write through too."""
+        return self._disk
 
     @property
     def failed(self) -> StorageFailed | None:
