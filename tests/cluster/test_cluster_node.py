@@ -236,8 +236,8 @@ def test_a_producer_s_batches_are_written_in_sequence_order_only(
     cluster: LocalCluster, client: Client
 ) -> None:
     """The leader holds each producer's batches to sequence order (so pipelined batches and
-    retries cannot overtake each other), answers a retry with its first copy, and lets a
-    producer it does not know start anywhere."""
+    retries cannot overtake each other), answers a retry with its first copy, and refuses a
+    producer it does not know unless it starts at sequence 0 (UNKNOWN_PRODUCER_ID)."""
     client.create_topic("seq", partitions=1, replication_factor=3)
     leader = _wait_leader(client, "seq", 0)
 
@@ -249,18 +249,22 @@ def test_a_producer_s_batches_are_written_in_sequence_order_only(
 
     with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
         stub = flotilla_pb2_grpc.FlotillaStub(channel)
-        assert produce(stub, 100, 2) == 0  # unknown producer: any start
-        for early in (103, 105, 0):
+        with pytest.raises(grpc.RpcError) as error:
+            produce(stub, 100, 2)  # unknown producer: only sequence 0 starts it
+        assert error.value.code() == grpc.StatusCode.ABORTED
+        assert "must start at sequence 0, not sequence 100" in error.value.details()
+        assert produce(stub, 0, 2) == 0
+        for early in (3, 5):
             with pytest.raises(grpc.RpcError) as error:
                 produce(stub, early)
             assert error.value.code() == grpc.StatusCode.ABORTED
-            assert "but 102 comes next" in error.value.details()
-        assert produce(stub, 100, 2) == 0  # a retry: the first copy's offsets
-        assert produce(stub, 102) == 2
+            assert "but 2 comes next" in error.value.details()
+        assert produce(stub, 0, 2) == 0  # a retry: the first copy's offsets
+        assert produce(stub, 2) == 2
     # from the leader: the raw stub's writes are not this client's, so a follower may be a
     # tick behind (read-your-writes covers only the client's own produces)
     records = client.read("seq", 0, 0, replica=leader)
-    assert [r.value for r in records] == [b"s100", b"s101", b"s102"]
+    assert [r.value for r in records] == [b"s0", b"s1", b"s2"]
 
 
 def test_a_batch_that_fails_for_good_does_not_wedge_the_partition(
