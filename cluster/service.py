@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
@@ -24,7 +24,7 @@ from proto import flotilla_pb2_grpc, peer_pb2
 from proto.records import InvalidBatch, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
-from storage import IndexOutOfRange, OffsetOutOfRange
+from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from cluster.node import Node
@@ -38,6 +38,11 @@ MAX_WAIT_MS = 60_000
 # waits this long at most for it: a follower learns a commit within one Raft tick. After that
 # the read is served as it stands, and the client tries another replica.
 READ_YOUR_WRITES_WAIT_S = 0.5
+# A leader asked for an offset past its high watermark waits this long at most for its lease
+# (waking its group if quiesced) before it may answer OUT_OF_RANGE; else it cannot be sure.
+LEASE_WAIT_S = 0.5
+# A Subscribe stream's keepalive interval when the request's max_wait_ms is 0.
+KEEPALIVE_MS = 1000
 T = TypeVar("T")
 
 
@@ -67,10 +72,19 @@ async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T])
 
 
 async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, leader: str = ""
+    context: grpc.aio.ServicerContext,
+    code: grpc.StatusCode,
+    message: str,
+    leader: str = "",
+    reason: str = "",
 ) -> NoReturn:
-    if leader:
-        context.set_trailing_metadata((("flotilla-leader", leader),))
+    """Ends the call with `code`; `leader` and `reason` (an `ErrorReason` name) go in trailing
+    metadata `flotilla-leader` and `flotilla-error`."""
+    trailing = [("flotilla-leader", leader)] if leader else []
+    if reason:
+        trailing.append(("flotilla-error", reason))
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
     await context.abort(code, message)
     raise AssertionError("unreachable")  # abort raises
 
@@ -235,21 +249,24 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         replica = await self._local_replica(request.topic, request.partition, context)
-        offset = request.offset
+        poll = pb.FetchRequest()
+        poll.CopyFrom(request)
+        poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
+        hosted = self.node.multiraft.replicas
         while not context.cancelled():
-            poll = pb.FetchRequest()
-            poll.CopyFrom(request)
-            poll.offset = offset
-            poll.max_wait_ms = request.max_wait_ms or 1000
+            if hosted.get(replica.group) is not replica:  # deleted, moved away, or reopened
+                await self._replica_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
                 last = response.batches[-1]
-                offset = last.base_offset + last.record_count
-                yield response
+                poll.offset = last.base_offset + last.record_count
+            # one with no batches is the keepalive: nothing new within max_wait_ms
+            yield response
 
     async def _fetch(
         self, replica: Replica, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
+        """One read, by the rule stated at `FetchRequest` in proto/flotilla.proto."""
         node = self.node
         if request.max_wait_ms > MAX_WAIT_MS:
             await _abort(
@@ -257,33 +274,82 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_wait_ms={request.max_wait_ms} exceeds {MAX_WAIT_MS}",
             )
-        if request.min_high_watermark > replica.high_watermark:
-            await _catch_up(replica, request.min_high_watermark)
-        log_start = replica.segmented.first_offset
-        high_watermark = replica.high_watermark
         offset = request.offset
-        # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
-        upper_ok = node.unsafe_read_uncommitted or offset <= high_watermark
-        if not (log_start <= offset and upper_ok):
-            await _offset_out_of_range(context, replica, offset)
-        if offset == high_watermark and request.max_wait_ms:
-            try:
-                await asyncio.wait_for(replica.hw_changed.wait(), request.max_wait_ms / 1000)
-            except TimeoutError:
-                pass
-        max_records = request.max_records or DEFAULT_MAX_RECORDS
-        max_bytes = min(
-            request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
-        )
+        wait_s = request.max_wait_ms / 1000
         try:
-            batches = await node.read(replica, offset, max_records, max_bytes)
-        except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
+            if request.min_high_watermark > replica.high_watermark:
+                await _catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
+            if offset < replica.segmented.first_offset:
+                await _offset_out_of_range(context, replica, offset)
+            # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
+            if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
+                await _catch_up(replica, offset, wait_s)
+                if offset > replica.high_watermark:
+                    await self._past_high_watermark(replica, offset, context)
+            if offset == replica.high_watermark and wait_s:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
+            max_records = request.max_records or DEFAULT_MAX_RECORDS
+            max_bytes = min(
+                request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
+            )
+            # the high watermark as of the read (it only grows): an empty answer reports one at
+            # most `offset`, so a client can tell it from the end of the log (`leader`)
+            high_watermark = replica.high_watermark
+            try:
+                batches = await node.read(replica, offset, max_records, max_bytes)
+            except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
+                await _offset_out_of_range(context, replica, offset)
+            return pb.FetchResponse(
+                batches=batches,
+                high_watermark=replica.high_watermark if batches else high_watermark,
+                log_start=replica.segmented.first_offset,
+                replica=node.config.node_id,
+                leader=replica.node.role is Role.LEADER,
+            )
+        except LogClosed:
+            await self._replica_closed(replica, context)
+
+    async def _past_high_watermark(
+        self, replica: Replica, offset: int, context: grpc.aio.ServicerContext
+    ) -> NoReturn:
+        """`offset` is past this replica's high watermark: OUT_OF_RANGE only if this replica
+        leads with a lease and `offset` is past its commit index; else OFFSET_NOT_AVAILABLE
+        (a follower may trail the leader, or not have heard one since a restart)."""
+        node = self.node
+        commit_offset = await _leased_commit_offset(
+            replica, node.multiraft.wake, node.config.tick_ms / 1000
+        )
+        if commit_offset is not None and offset > commit_offset:
             await _offset_out_of_range(context, replica, offset)
-        return pb.FetchResponse(
-            batches=batches,
-            high_watermark=replica.high_watermark,
-            log_start=replica.segmented.first_offset,
-            replica=node.config.node_id,
+        await _abort(
+            context,
+            grpc.StatusCode.UNAVAILABLE,
+            f"offset {offset} of {replica.group} is not available on {node.config.node_id} yet: "
+            f"its high watermark is {replica.high_watermark} (its log ends at "
+            f"{replica.segmented.next_offset}); another replica, or this one shortly, may serve it",
+            reason=pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
+        )
+
+    async def _replica_closed(
+        self, replica: Replica, context: grpc.aio.ServicerContext
+    ) -> NoReturn:
+        """The replica's log closed under a read: its topic was deleted (NOT_FOUND), or the
+        replica left this node or is reopening (UNAVAILABLE: another replica may serve it)."""
+        node_id = self.node.config.node_id
+        spec = self.node.topics.get(replica.topic)
+        if spec is None or (replica.topic_uid and spec.uid and spec.uid != replica.topic_uid):
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"topic {replica.topic!r} was deleted while {replica.group} was read on {node_id}",
+            )
+        await _abort(
+            context,
+            grpc.StatusCode.UNAVAILABLE,
+            f"the replica of {replica.group} on {node_id} closed during the read (it moved to "
+            "other nodes, or is reopening); read another replica",
+            reason=pb.ErrorReason.Name(pb.REPLICA_CLOSED),
         )
 
     # -- lookups ----------------------------------------------------------------------------------
@@ -375,16 +441,36 @@ def _expire(future: asyncio.Future[ProduceResult]) -> None:
         future.set_exception(TimeoutError())
 
 
-async def _catch_up(replica: Replica, high_watermark: int) -> None:
-    """Waits (up to READ_YOUR_WRITES_WAIT_S) for the replica to commit up to `high_watermark`."""
+async def _catch_up(replica: Replica, high_watermark: int, wait_s: float) -> None:
+    """Waits (up to `wait_s`) for the replica to commit up to `high_watermark`."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + READ_YOUR_WRITES_WAIT_S
+    deadline = loop.time() + wait_s
     while replica.high_watermark < high_watermark:
         remaining = deadline - loop.time()
         if remaining <= 0:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(replica.hw_changed.wait(), remaining)
+
+
+async def _leased_commit_offset(
+    replica: Replica, wake: Callable[[str], None], tick_s: float
+) -> int | None:
+    """The offset after the commit index, if this replica leads its group and holds its lease
+    (so no other leader can have committed more: `RaftNode.lease_read_index`); None when it
+    does not lead, or gets no lease within LEASE_WAIT_S (a quiesced leader is woken to get one)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEASE_WAIT_S
+    while replica.node.role is Role.LEADER:
+        index = replica.node.lease_read_index()
+        if index is not None:
+            return replica.segmented.offset_after(index)
+        if loop.time() >= deadline:
+            break
+        if replica.node.quiesced:
+            wake(replica.group)
+        await asyncio.sleep(tick_s)
+    return None
 
 
 def _retrieve(future: asyncio.Future[ProduceResult]) -> None:

@@ -8,6 +8,7 @@ __all__ = [
     "FlotillaError",
     "InvalidArgument",
     "NotLeader",
+    "OffsetNotAvailable",
     "OffsetOutOfRange",
     "OutOfOrder",
     "Timeout",
@@ -46,6 +47,13 @@ class Unavailable(FlotillaError):
     """No node could serve the request (no leader yet, no quorum, or unreachable); retry later."""
 
 
+class OffsetNotAvailable(Unavailable):
+    """The replica asked has not committed the offset yet, though another may have (a follower
+    whose high watermark trails the leader's, or a replica just restarted; Kafka's
+    OFFSET_NOT_AVAILABLE). The SDK tries the other replicas by itself; you see this only when
+    none of them served the offset in time."""
+
+
 class OutOfOrder(Unavailable):
     """The leader refused a batch because an earlier batch of the same producer and partition
     is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
@@ -56,12 +64,16 @@ class Timeout(FlotillaError, TimeoutError):
     the same idempotent producer will not write it twice)."""
 
 
-def leader_from(error: grpc.RpcError) -> str:
+def _trailing(error: grpc.RpcError, wanted: str) -> str:
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     for key, value in trailing or ():
-        if key == "flotilla-leader":
+        if key == wanted:
             return str(value)
     return ""
+
+
+def leader_from(error: grpc.RpcError) -> str:
+    return _trailing(error, "flotilla-leader")
 
 
 def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
@@ -81,4 +93,6 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
         return Timeout(details)
     if code == grpc.StatusCode.ABORTED:
         return OutOfOrder(details)
+    if _trailing(error, "flotilla-error") == "OFFSET_NOT_AVAILABLE":  # proto ErrorReason
+        return OffsetNotAvailable(details)
     return Unavailable(f"{details} ({code.name})")
