@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -307,6 +308,27 @@ def test_subscribers_move_off_a_paused_replica(cluster: LocalCluster) -> None:
         assert values == expected
 
 
+def test_an_idle_subscription_carries_keepalives(cluster: LocalCluster) -> None:
+    """With nothing new to send, every replica's Subscribe stream still sends a response (no
+    batches, its high watermark) every max_wait_ms: what tells a client its replica is alive."""
+    with Client(cluster.addresses(), timeout_s=30) as client:
+        client.create_topic("idle-sub", partitions=1, replication_factor=3)
+        client.produce("idle-sub", b"only", partition=0)
+        for node_id, spec in cluster.nodes.items():
+            wait_until(partial(client.read, "idle-sub", 0, 0, 1, replica=node_id), 30)
+            with grpc.insecure_channel(spec.address) as channel:
+                stream = flotilla_pb2_grpc.FlotillaStub(channel).Subscribe(
+                    pb.FetchRequest(topic="idle-sub", partition=0, offset=1, max_wait_ms=200),
+                    timeout=20,
+                )
+                started = time.monotonic()
+                keepalives = [next(stream) for _ in range(3)]
+                elapsed = time.monotonic() - started
+                stream.cancel()
+            assert all(not k.batches and k.high_watermark == 1 for k in keepalives), node_id
+            assert elapsed < 10, (node_id, elapsed)
+
+
 # -- item 12: precise errors for bad offsets and a replica closing mid-read ---------------------
 def test_negative_offsets_and_counts_are_invalid_arguments(cluster: LocalCluster) -> None:
     with Client(cluster.addresses(), timeout_s=10) as client:
@@ -366,3 +388,42 @@ def test_a_replica_closing_under_a_subscription_is_a_precise_status(
                     pass
         assert ended.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE)
         assert "closing/0" in (ended.value.details() or "")
+
+
+def test_a_read_racing_a_topic_deletion_is_a_precise_status(cluster: LocalCluster) -> None:
+    """Reads that wait on the server (a read-your-writes floor it never reaches: 0.5 s each)
+    while the topic is deleted find the replica's log closed when they go on: they end with
+    NOT_FOUND naming the deletion, never UNKNOWN with a storage exception's text."""
+    with Client(cluster.addresses(), timeout_s=30) as client:
+        client.create_topic("deleting", partitions=1, replication_factor=3)
+        leader = _leader(client, "deleting")
+        client.produce_batch("deleting", [b"d"] * 10, partition=0)
+        wait_until(partial(client.read, "deleting", 0, 0, 1, replica=leader), 30)
+        request = pb.FetchRequest(
+            topic="deleting", partition=0, offset=0, min_high_watermark=1 << 40
+        )
+        outcomes: list[tuple[str, str]] = []
+        with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+            stub = flotilla_pb2_grpc.FlotillaStub(channel)
+            deleter = threading.Thread(target=client.delete_topic, args=("deleting",))
+            calls = []
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                calls.append(stub.Fetch.future(request, timeout=20))
+                if len(calls) == 5:
+                    deleter.start()
+                done = [c for c in calls if c.done()]
+                if any(c.code() == grpc.StatusCode.NOT_FOUND for c in done[-5:]):
+                    break  # the node no longer knows the topic: no read can race it any more
+                stop = threading.Event()
+                stop.wait(0.05)  # pacing the reads, not waiting for a condition
+            deleter.join(timeout=60)
+            for call in calls:
+                try:
+                    call.result()
+                    outcomes.append(("OK", ""))
+                except grpc.RpcError as error:
+                    outcomes.append((error.code().name, error.details() or ""))
+    codes = {code for code, _ in outcomes}
+    assert "UNKNOWN" not in codes, [o for o in outcomes if o[0] == "UNKNOWN"][:3]
+    assert any("was deleted while" in why for _, why in outcomes), sorted(codes)
