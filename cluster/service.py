@@ -10,12 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
 
 from cluster.multiraft import Proposal
+from cluster.reads import (
+    KEEPALIVE_MS,
+    READ_YOUR_WRITES_WAIT_S,
+    Refusal,
+    catch_up,
+    offset_out_of_range,
+    past_high_watermark,
+    replica_closed,
+)
 from cluster.replica import NotCommitted, OutOfOrderSequence, ProduceResult, Replica, Waiter
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
@@ -34,27 +43,11 @@ __all__ = ["ClientService", "PeerService"]
 DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
-# A read whose `min_high_watermark` (read-your-writes) is above this replica's high watermark
-# waits this long at most for it: a follower learns a commit within one Raft tick. After that
-# the read is served as it stands, and the client tries another replica.
-READ_YOUR_WRITES_WAIT_S = 0.5
-# A leader asked for an offset past its high watermark waits this long at most for its lease
-# (waking its group if quiesced) before it may answer OUT_OF_RANGE; else it cannot be sure.
-LEASE_WAIT_S = 0.5
-# A Subscribe stream's keepalive interval when the request's max_wait_ms is 0.
-KEEPALIVE_MS = 1000
 T = TypeVar("T")
 
 
-async def _offset_out_of_range(
-    context: grpc.aio.ServicerContext, replica: Replica, offset: int
-) -> NoReturn:
-    await _abort(
-        context,
-        grpc.StatusCode.OUT_OF_RANGE,
-        f"offset {offset} is out of range for {replica.group}: valid offsets are "
-        f"{replica.segmented.first_offset}..{replica.high_watermark} (the high watermark)",
-    )
+async def _refuse(context: grpc.aio.ServicerContext, refusal: Refusal) -> NoReturn:
+    await _abort(context, refusal.code, refusal.message, reason=refusal.reason)
 
 
 async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) -> T:
@@ -255,7 +248,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         hosted = self.node.multiraft.replicas
         while not context.cancelled():
             if hosted.get(replica.group) is not replica:  # deleted, moved away, or reopened
-                await self._replica_closed(replica, context)
+                await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
                 last = response.batches[-1]
@@ -278,14 +271,18 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         wait_s = request.max_wait_ms / 1000
         try:
             if request.min_high_watermark > replica.high_watermark:
-                await _catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
+                await catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
             if offset < replica.segmented.first_offset:
-                await _offset_out_of_range(context, replica, offset)
+                await _refuse(context, offset_out_of_range(replica, offset))
             # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
             if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
-                await _catch_up(replica, offset, wait_s)
+                await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
-                    await self._past_high_watermark(replica, offset, context)
+                    node_id, tick_s = node.config.node_id, node.config.tick_ms / 1000
+                    refusal = await past_high_watermark(
+                        replica, offset, node_id, node.multiraft.wake, tick_s
+                    )
+                    await _refuse(context, refusal)
             if offset == replica.high_watermark and wait_s:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
@@ -299,7 +296,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             try:
                 batches = await node.read(replica, offset, max_records, max_bytes)
             except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
-                await _offset_out_of_range(context, replica, offset)
+                await _refuse(context, offset_out_of_range(replica, offset))
             return pb.FetchResponse(
                 batches=batches,
                 high_watermark=replica.high_watermark if batches else high_watermark,
@@ -308,49 +305,12 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 leader=replica.node.role is Role.LEADER,
             )
         except LogClosed:
-            await self._replica_closed(replica, context)
+            await self._refuse_closed(replica, context)
 
-    async def _past_high_watermark(
-        self, replica: Replica, offset: int, context: grpc.aio.ServicerContext
-    ) -> NoReturn:
-        """`offset` is past this replica's high watermark: OUT_OF_RANGE only if this replica
-        leads with a lease and `offset` is past its commit index; else OFFSET_NOT_AVAILABLE
-        (a follower may trail the leader, or not have heard one since a restart)."""
-        node = self.node
-        commit_offset = await _leased_commit_offset(
-            replica, node.multiraft.wake, node.config.tick_ms / 1000
-        )
-        if commit_offset is not None and offset > commit_offset:
-            await _offset_out_of_range(context, replica, offset)
-        await _abort(
-            context,
-            grpc.StatusCode.UNAVAILABLE,
-            f"offset {offset} of {replica.group} is not available on {node.config.node_id} yet: "
-            f"its high watermark is {replica.high_watermark} (its log ends at "
-            f"{replica.segmented.next_offset}); another replica, or this one shortly, may serve it",
-            reason=pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
-        )
-
-    async def _replica_closed(
-        self, replica: Replica, context: grpc.aio.ServicerContext
-    ) -> NoReturn:
-        """The replica's log closed under a read: its topic was deleted (NOT_FOUND), or the
-        replica left this node or is reopening (UNAVAILABLE: another replica may serve it)."""
-        node_id = self.node.config.node_id
+    async def _refuse_closed(self, replica: Replica, context: grpc.aio.ServicerContext) -> NoReturn:
         spec = self.node.topics.get(replica.topic)
-        if spec is None or (replica.topic_uid and spec.uid and spec.uid != replica.topic_uid):
-            await _abort(
-                context,
-                grpc.StatusCode.NOT_FOUND,
-                f"topic {replica.topic!r} was deleted while {replica.group} was read on {node_id}",
-            )
-        await _abort(
-            context,
-            grpc.StatusCode.UNAVAILABLE,
-            f"the replica of {replica.group} on {node_id} closed during the read (it moved to "
-            "other nodes, or is reopening); read another replica",
-            reason=pb.ErrorReason.Name(pb.REPLICA_CLOSED),
-        )
+        uid = None if spec is None else spec.uid
+        await _refuse(context, replica_closed(replica, uid, self.node.config.node_id))
 
     # -- lookups ----------------------------------------------------------------------------------
     async def _topic(self, name: str, context: grpc.aio.ServicerContext) -> None:
@@ -439,38 +399,6 @@ class PeerService:
 def _expire(future: asyncio.Future[ProduceResult]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
-
-
-async def _catch_up(replica: Replica, high_watermark: int, wait_s: float) -> None:
-    """Waits (up to `wait_s`) for the replica to commit up to `high_watermark`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    while replica.high_watermark < high_watermark:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(replica.hw_changed.wait(), remaining)
-
-
-async def _leased_commit_offset(
-    replica: Replica, wake: Callable[[str], None], tick_s: float
-) -> int | None:
-    """The offset after the commit index, if this replica leads its group and holds its lease
-    (so no other leader can have committed more: `RaftNode.lease_read_index`); None when it
-    does not lead, or gets no lease within LEASE_WAIT_S (a quiesced leader is woken to get one)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + LEASE_WAIT_S
-    while replica.node.role is Role.LEADER:
-        index = replica.node.lease_read_index()
-        if index is not None:
-            return replica.segmented.offset_after(index)
-        if loop.time() >= deadline:
-            break
-        if replica.node.quiesced:
-            wake(replica.group)
-        await asyncio.sleep(tick_s)
-    return None
 
 
 def _retrieve(future: asyncio.Future[ProduceResult]) -> None:
