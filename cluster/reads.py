@@ -125,6 +125,7 @@ async def _leased_commit_offset(
         if loop.time() >= deadline:
             break
         if replica.node.quiesced:
+            replica.idle_ticks = 0  # else the driver quiesces it again at the next tick
             wake(replica.group)
         await asyncio.sleep(tick_s)
     return None

@@ -18,7 +18,7 @@ import pytest
 from harness import wait_until
 
 from cluster.local import LocalCluster
-from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
+from flotilla import Client, InvalidArgument, OffsetNotAvailable, OffsetOutOfRange, TopicNotFound
 from flotilla import aio as flotilla_aio
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -106,6 +106,34 @@ def test_acknowledged_offsets_are_read_from_any_replica_beside_a_producer(
     )
     assert reads >= 200 and len(acknowledged) >= 50
     assert not failures, f"{len(failures)} of {reads} reads failed, e.g. {failures[:5]}"
+
+
+def test_an_offset_past_the_end_is_out_of_range_only_from_the_leader(cluster: LocalCluster) -> None:
+    """Past the end of the log, a follower cannot be sure (OffsetNotAvailable, retriable); the
+    leader, holding its lease, is: a read spread over the replicas raises OffsetOutOfRange at
+    once, also when the group had gone quiet (quiesced) and the leader must renew its lease."""
+    with Client(cluster.addresses(), timeout_s=8) as client:
+        client.create_topic("past-end", partitions=1, replication_factor=3)
+        leader = _leader(client, "past-end")
+        client.produce_batch("past-end", [b"e"] * 3, partition=0)
+        follower = next(n for n in cluster.nodes if n != leader)
+        wait_until(partial(client.read, "past-end", 0, 0, 1, replica=follower), 30)
+        with pytest.raises(OffsetNotAvailable, match=f"not available on {follower}"):
+            client.read("past-end", 0, 10, replica=follower)
+        started = time.monotonic()
+        with pytest.raises(OffsetOutOfRange, match=r"valid offsets are 0\.\.3"):
+            client.read("past-end", 0, 10)
+        assert time.monotonic() - started < 4
+        with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+            stub = flotilla_pb2_grpc.FlotillaStub(channel)
+            wait_until(
+                lambda: stub.Health(pb.HealthRequest(), timeout=5).active_groups == 0,
+                30,
+                f"every group on {leader} to go quiet",
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Fetch(pb.FetchRequest(topic="past-end", partition=0, offset=10), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.OUT_OF_RANGE
 
 
 def _replica_dir(cluster: LocalCluster, node_id: str, topic: str) -> Path:
