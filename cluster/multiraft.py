@@ -42,11 +42,13 @@ from typing import Any
 
 from cluster.failstop import FailStop, NodeFailStopped, storage_failure
 from cluster.replica import (
+    COMMIT_SAVE_INTERVAL_S,
     SNAPSHOT_EVERY_ENTRIES,
     OutOfOrderSequence,
     Replica,
     Waiter,
     same_incarnation,
+    save_commit_indexes,
 )
 from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
@@ -188,6 +190,10 @@ class MultiRaft:
         self._storage.shutdown(wait=True)
 
     def _close_all(self) -> None:
+        try:  # a graceful stop keeps every replica's high watermark for the restart
+            save_commit_indexes(list(self.replicas.values()), self.journal, lambda r: True)
+        except OSError as error:
+            log.error("commit indexes not saved at close: %s", error)
         for replica in list(self.replicas.values()):
             replica.close()
         self.journal.close()
@@ -214,9 +220,22 @@ class MultiRaft:
         guarded = partial(self.fail_stop.guard, what or _describe(work), work)
         return await asyncio.get_running_loop().run_in_executor(self._storage, guarded)
 
+    def _save_commits_soon(self) -> None:
+        """Saves, within the next round, the commit indexes that moved (`save_commit_indexes`):
+        lazily, off the event loop, one journal write for all of them."""
+        moved = [r for r in self.replicas.values() if r.node.applied_index > r.saved_commit]
+        if moved:
+            hosted = lambda replica: self.replicas.get(replica.group) is replica  # noqa: E731
+            future = self.maintain(lambda: save_commit_indexes(moved, self.journal, hosted))
+            future.add_done_callback(_log_failure)
+
     async def _ticker(self) -> None:
         next_at = time.monotonic()
+        commits_saved_at = next_at
         while True:
+            if next_at - commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
+                commits_saved_at = next_at
+                self._save_commits_soon()
             next_at += self.tick_s
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if self._active:
@@ -461,6 +480,11 @@ def _describe(work: Callable[[], object]) -> str:
         name = getattr(work.func, "__qualname__", repr(work.func))
         return f"{name} ({group})" if group else name
     return getattr(work, "__qualname__", repr(work))
+
+
+def _log_failure(future: asyncio.Future[object]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("saving commit indexes failed: %s", future.exception())
 
 
 def _has_disk_work(replica: Replica, ready: Ready) -> bool:

@@ -8,6 +8,12 @@ which is thread-safe, and the high watermark, which only grows.
 
     high_watermark == offset after the last applied (committed) entry
     a produce waiter for (index, term) succeeds iff the committed entry at `index` has `term`
+
+The commit index is saved lazily: with term and vote when they change (`write_ready`), and
+otherwise every COMMIT_SAVE_INTERVAL_S by `save_commit_indexes` off the event loop, so a restarted
+replica starts from a high watermark near where it was, not at 0, before it hears a leader.
+What is saved is the applied index, which never passes the log's durable entries; a restart
+takes min(saved, last index), so it is never served above what the log holds.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import logging
 import os
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgpack
@@ -29,7 +36,7 @@ from raft.core import RaftNode
 from raft.ready import Ready
 from raft.storage_log import SegmentedRaftLog
 from raft.types import Configuration, EntryKind
-from storage import FileHandles, HardState, LogConfig, SegmentedLog
+from storage import FileHandles, HardState, LogConfig, SegmentedLog, StateJournal
 from storage.atomic import write_atomic
 
 __all__ = [
@@ -42,6 +49,7 @@ __all__ = [
     "Waiter",
     "incarnation_tag",
     "same_incarnation",
+    "save_commit_indexes",
 ]
 
 logger = logging.getLogger("flotilla.replica")
@@ -55,6 +63,8 @@ SNAPSHOT_EVERY_ENTRIES = 2048
 SNAPSHOT_STALE_ENTRIES = 4 * REBUILD_SCAN_ENTRIES
 PRODUCER_SNAPSHOT = "producers.snapshot"
 _SNAPSHOT_FORMAT = 2  # 2: [format, index, term, clock_ms, table]; batches carry timestamps
+# How often the commit indexes that moved are saved (one journal write and fsync for all groups).
+COMMIT_SAVE_INTERVAL_S = 1.0
 # Hex digits of a topic's uid that tag its groups' Raft messages on the wire.
 TAG_DIGITS = 16
 
@@ -133,6 +143,7 @@ class Replica:
     high_watermark: int = 0
     hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
     saved_term_vote: tuple[int, str | None] = (0, None)
+    saved_commit: int = 0  # the commit index the journal holds (storage thread)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
     topic_uid: str = ""  # the incarnation of the topic this replica belongs to (TopicSpec.uid)
     entries_since_snapshot: int = 0  # written since the producer table was last saved
@@ -173,6 +184,7 @@ class Replica:
             log=raft_log,
             saved_term_vote=(hard_state.term, hard_state.vote),
             producers=ProducerTable(expiration_ms=producer_expiration_ms),
+            saved_commit=hard_state.commit,
         )
         replica.wire_group = replica.group
         replica.high_watermark = segmented.offset_after(node.applied_index)
@@ -315,8 +327,9 @@ class Replica:
         state = ready.hard_state
         if state is not None and (state.term, state.vote) != self.saved_term_vote:
             # term and vote must be durable before this Ready's messages go out; a change of
-            # commit alone is not saved (a restart re-learns it from the leader).
+            # commit alone is saved later, lazily (`save_commit_indexes`).
             self.saved_term_vote = (state.term, state.vote)
+            self.saved_commit = state.commit
             return HardState(state.term, state.vote, state.commit)
         return None
 
@@ -427,3 +440,25 @@ class Replica:
     def close(self) -> None:
         self.fail_all("the replica is closing; the outcome is unknown")
         self.segmented.close()
+
+
+def save_commit_indexes(
+    replicas: Iterable[Replica], journal: StateJournal, hosted: Callable[[Replica], bool]
+) -> int:
+    """Storage thread, while no Raft node steps (`MultiRaft.maintain`): saves the applied index
+    of every replica whose applied index passed the commit index the journal holds, with the
+    term and vote already durable, in one write and one fsync. `hosted` says whether a replica
+    is still hosted (one removed meanwhile may have had its state forgotten: it stays so).
+    Returns how many were saved."""
+    states: dict[str, HardState] = {}
+    saved: list[tuple[Replica, int]] = []
+    for replica in replicas:
+        applied = replica.node.applied_index
+        if applied > replica.saved_commit and hosted(replica):
+            term, vote = replica.saved_term_vote
+            states[replica.group] = HardState(term, vote, applied)
+            saved.append((replica, applied))
+    journal.save_many(states)
+    for replica, applied in saved:
+        replica.saved_commit = applied
+    return len(saved)

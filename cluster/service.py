@@ -16,6 +16,15 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import grpc
 
 from cluster.multiraft import Proposal
+from cluster.reads import (
+    KEEPALIVE_MS,
+    READ_YOUR_WRITES_WAIT_S,
+    Refusal,
+    catch_up,
+    offset_out_of_range,
+    past_high_watermark,
+    replica_closed,
+)
 from cluster.replica import (
     NotCommitted,
     OutOfOrderSequence,
@@ -32,7 +41,7 @@ from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
 from proto.records import CHECK_CHUNK_RECORDS, InvalidBatch, check_body, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
-from storage import IndexOutOfRange, OffsetOutOfRange
+from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from cluster.node import Node
@@ -42,22 +51,11 @@ __all__ = ["ClientService", "PeerService"]
 DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
-# A read whose `min_high_watermark` (read-your-writes) is above this replica's high watermark
-# waits this long at most for it: a follower learns a commit within one Raft tick. After that
-# the read is served as it stands, and the client tries another replica.
-READ_YOUR_WRITES_WAIT_S = 0.5
 T = TypeVar("T")
 
 
-async def _offset_out_of_range(
-    context: grpc.aio.ServicerContext, replica: Replica, offset: int
-) -> NoReturn:
-    await _abort(
-        context,
-        grpc.StatusCode.OUT_OF_RANGE,
-        f"offset {offset} is out of range for {replica.group}: valid offsets are "
-        f"{replica.segmented.first_offset}..{replica.high_watermark} (the high watermark)",
-    )
+async def _refuse(context: grpc.aio.ServicerContext, refusal: Refusal) -> NoReturn:
+    await _abort(context, refusal.code, refusal.message, reason=refusal.reason)
 
 
 async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) -> T:
@@ -75,10 +73,19 @@ async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T])
 
 
 async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, leader: str = ""
+    context: grpc.aio.ServicerContext,
+    code: grpc.StatusCode,
+    message: str,
+    leader: str = "",
+    reason: str = "",
 ) -> NoReturn:
-    if leader:
-        context.set_trailing_metadata((("flotilla-leader", leader),))
+    """Ends the call with `code`; `leader` and `reason` (an `ErrorReason` name) go in trailing
+    metadata `flotilla-leader` and `flotilla-error`."""
+    trailing = [("flotilla-leader", leader)] if leader else []
+    if reason:
+        trailing.append((REASON_KEY, reason))
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
     await context.abort(code, message)
     raise AssertionError("unreachable")  # abort raises
 
@@ -210,8 +217,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         except UnknownProducer as error:
             # ABORTED as an out-of-order batch (an older SDK retries it until its deadline), with
             # a reason a current SDK recognises: it moves to a new producer id at once
-            context.set_trailing_metadata(((REASON_KEY, UNKNOWN_PRODUCER_ID),))
-            await _abort(context, grpc.StatusCode.ABORTED, str(error))
+            await _abort(context, grpc.StatusCode.ABORTED, str(error), reason=UNKNOWN_PRODUCER_ID)
         except OutOfOrderSequence as error:
             await _abort(context, grpc.StatusCode.ABORTED, str(error))
         except NotCommitted as error:
@@ -264,21 +270,24 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         replica = await self._local_replica(request.topic, request.partition, context)
-        offset = request.offset
+        poll = pb.FetchRequest()
+        poll.CopyFrom(request)
+        poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
+        hosted = self.node.multiraft.replicas
         while not context.cancelled():
-            poll = pb.FetchRequest()
-            poll.CopyFrom(request)
-            poll.offset = offset
-            poll.max_wait_ms = request.max_wait_ms or 1000
+            if hosted.get(replica.group) is not replica:  # deleted, moved away, or reopened
+                await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
                 last = response.batches[-1]
-                offset = last.base_offset + last.record_count
-                yield response
+                poll.offset = last.base_offset + last.record_count
+            # one with no batches is the keepalive: nothing new within max_wait_ms
+            yield response
 
     async def _fetch(
         self, replica: Replica, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
+        """One read, by the rule stated at `FetchRequest` in proto/flotilla.proto."""
         node = self.node
         if request.max_wait_ms > MAX_WAIT_MS:
             await _abort(
@@ -286,34 +295,50 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_wait_ms={request.max_wait_ms} exceeds {MAX_WAIT_MS}",
             )
-        if request.min_high_watermark > replica.high_watermark:
-            await _catch_up(replica, request.min_high_watermark)
-        log_start = replica.segmented.first_offset
-        high_watermark = replica.high_watermark
         offset = request.offset
-        # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
-        upper_ok = node.unsafe_read_uncommitted or offset <= high_watermark
-        if not (log_start <= offset and upper_ok):
-            await _offset_out_of_range(context, replica, offset)
-        if offset == high_watermark and request.max_wait_ms:
-            try:
-                await asyncio.wait_for(replica.hw_changed.wait(), request.max_wait_ms / 1000)
-            except TimeoutError:
-                pass
-        max_records = request.max_records or DEFAULT_MAX_RECORDS
-        max_bytes = min(
-            request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
-        )
+        wait_s = request.max_wait_ms / 1000
         try:
-            batches = await node.read(replica, offset, max_records, max_bytes)
-        except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
-            await _offset_out_of_range(context, replica, offset)
-        return pb.FetchResponse(
-            batches=batches,
-            high_watermark=replica.high_watermark,
-            log_start=replica.segmented.first_offset,
-            replica=node.config.node_id,
-        )
+            if request.min_high_watermark > replica.high_watermark:
+                await catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
+            if offset < replica.segmented.first_offset:
+                await _refuse(context, offset_out_of_range(replica, offset))
+            # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
+            if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
+                await catch_up(replica, offset, wait_s)
+                if offset > replica.high_watermark:
+                    node_id, tick_s = node.config.node_id, node.config.tick_ms / 1000
+                    refusal = await past_high_watermark(
+                        replica, offset, node_id, node.multiraft.wake, tick_s
+                    )
+                    await _refuse(context, refusal)
+            if offset == replica.high_watermark and wait_s:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
+            max_records = request.max_records or DEFAULT_MAX_RECORDS
+            max_bytes = min(
+                request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
+            )
+            # the high watermark as of the read (it only grows): an empty answer reports one at
+            # most `offset`, so a client can tell it from the end of the log (`leader`)
+            high_watermark = replica.high_watermark
+            try:
+                batches = await node.read(replica, offset, max_records, max_bytes)
+            except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
+                await _refuse(context, offset_out_of_range(replica, offset))
+            return pb.FetchResponse(
+                batches=batches,
+                high_watermark=replica.high_watermark if batches else high_watermark,
+                log_start=replica.segmented.first_offset,
+                replica=node.config.node_id,
+                leader=replica.node.role is Role.LEADER,
+            )
+        except LogClosed:
+            await self._refuse_closed(replica, context)
+
+    async def _refuse_closed(self, replica: Replica, context: grpc.aio.ServicerContext) -> NoReturn:
+        spec = self.node.topics.get(replica.topic)
+        uid = None if spec is None else spec.uid
+        await _refuse(context, replica_closed(replica, uid, self.node.config.node_id))
 
     # -- lookups ----------------------------------------------------------------------------------
     async def _topic(self, name: str, context: grpc.aio.ServicerContext) -> None:
@@ -406,18 +431,6 @@ class PeerService:
 def _expire(future: asyncio.Future[ProduceResult]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
-
-
-async def _catch_up(replica: Replica, high_watermark: int) -> None:
-    """Waits (up to READ_YOUR_WRITES_WAIT_S) for the replica to commit up to `high_watermark`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + READ_YOUR_WRITES_WAIT_S
-    while replica.high_watermark < high_watermark:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(replica.hw_changed.wait(), remaining)
 
 
 def _retrieve(future: asyncio.Future[ProduceResult]) -> None:

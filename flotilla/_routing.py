@@ -50,6 +50,11 @@ METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
 MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
 MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
 ATTEMPT_S = 2.0  # one attempt's deadline: a leader that hangs (paused, overloaded) is left soon
+# A subscription's stream carries a keepalive after this long without records (its max_wait_ms),
+# and moves to another replica when it has heard nothing for `idle_timeout_s` (default below:
+# a few keepalives, so a busy node's late keepalive is not taken for a stalled one).
+SUBSCRIBE_KEEPALIVE_MS = 1000
+SUBSCRIBE_IDLE_TIMEOUT_S = 5.0
 
 
 class RecordMetadata(NamedTuple):
@@ -365,6 +370,33 @@ def check_headers(headers: object) -> list[tuple[str, bytes]]:
     return pairs
 
 
+def check_read(offset: object, max_records: object = 1) -> None:
+    """InvalidArgument naming a bad read offset (0 to 2**64 - 1) or max_records (1 to
+    2**32 - 1); nothing is sent."""
+    _unsigned("offset", offset, 64)
+    if type(max_records) is not int or not 1 <= max_records < 1 << 32:
+        raise InvalidArgument(
+            f"max_records={max_records!r} is invalid: use an integer from 1 to {(1 << 32) - 1}"
+        )
+
+
+def check_idle_timeout(idle_timeout_s: object) -> float:
+    if not isinstance(idle_timeout_s, int | float) or not idle_timeout_s > 0:
+        raise InvalidArgument(
+            f"idle_timeout_s={idle_timeout_s!r} is invalid: use a number of seconds > 0 (a few "
+            f"keepalive intervals of {SUBSCRIBE_KEEPALIVE_MS} ms; default "
+            f"{SUBSCRIBE_IDLE_TIMEOUT_S})"
+        )
+    return float(idle_timeout_s)
+
+
+def subscribe_address(addresses: Sequence[str], avoid: set[str]) -> str:
+    """Where a subscription (re)connects: a replica at random, not one that just failed it
+    (stalled, lagging or closed) while another is left."""
+    fresh = [address for address in addresses if address not in avoid]
+    return random.choice(fresh or list(addresses))
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -384,18 +416,22 @@ RYW_WAIT_S = 0.5
 
 class ReadYourWrites:
     """Which replica's answer a read takes: the first that has committed everything this client
-    saw acknowledged (`wanted`); a pinned read takes its replica's answer as it is. If every
-    replica lags, the most advanced answer (`best`) is served: a read never fails for it."""
+    saw acknowledged (`wanted`) and, if it has nothing at `offset`, is the leader (a follower's
+    high watermark may trail: another client's acknowledged record may be there already); a
+    pinned read takes its replica's answer as it is. If no replica's answer qualifies, the most
+    advanced one (`best`) is served: a read never fails for it."""
 
-    __slots__ = ("best", "pinned", "wanted")
+    __slots__ = ("best", "offset", "pinned", "wanted")
 
-    def __init__(self, wanted: int, *, pinned: bool) -> None:
+    def __init__(self, wanted: int, *, pinned: bool, offset: int = 0) -> None:
         self.wanted = wanted
         self.pinned = pinned
+        self.offset = offset
         self.best: pb.FetchResponse | None = None
 
     def accept(self, response: pb.FetchResponse) -> bool:
-        if self.pinned or response.high_watermark >= self.wanted:
+        at_tail = response.high_watermark <= self.offset and not response.leader
+        if self.pinned or (response.high_watermark >= self.wanted and not at_tail):
             return True
         if self.best is None or response.high_watermark > self.best.high_watermark:
             self.best = response

@@ -13,7 +13,6 @@ synchronous client (`flotilla._routing`); only the transport differs (grpc.aio).
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -24,6 +23,8 @@ from flotilla._routing import (
     METADATA_GRACE_S,
     RETRIABLE,
     RYW_WAIT_S,
+    SUBSCRIBE_IDLE_TIMEOUT_S,
+    SUBSCRIBE_KEEPALIVE_MS,
     Headers,
     Member,
     ProducerGap,
@@ -34,12 +35,15 @@ from flotilla._routing import (
     Router,
     TopicInfo,
     alter_request,
+    check_idle_timeout,
+    check_read,
     check_record,
     check_value,
     create_request,
     decode_fetch,
     member,
     now_ms,
+    subscribe_address,
     topic_info,
     worth_retrying,
 )
@@ -269,6 +273,7 @@ class Client:
         max_records: int = 1000,
         replica: str | None = None,
     ) -> list[Record]:
+        check_read(offset, max_records)
         await self._topic(topic)
         self.router.partition_for(topic, None, partition)
         request = pb.FetchRequest(
@@ -282,9 +287,11 @@ class Client:
         deadline = time.monotonic() + self.timeout_s
         grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
-            behind = ReadYourWrites(request.min_high_watermark, pinned=replica is not None)
+            behind = ReadYourWrites(
+                request.min_high_watermark, pinned=replica is not None, offset=offset
+            )
             for address in self.router.read_addresses(topic, partition, replica):
-                try:
+                try:  # OffsetNotAvailable (a replica that lags) is worth retrying elsewhere
                     response = await self._stub(address).Fetch(request, timeout=5 + RYW_WAIT_S)
                 except grpc.aio.AioRpcError as error:
                     last = from_rpc_error(error)
@@ -300,19 +307,45 @@ class Client:
         raise last or Unavailable(f"no replica of {topic}/{partition} answered")
 
     async def subscribe(
-        self, topic: str, partition: int = 0, offset: int = 0, replica: str | None = None
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        replica: str | None = None,
+        *,
+        idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
     ) -> AsyncIterator[Record]:
+        """As `flotilla.Client.subscribe`: a replica silent for `idle_timeout_s` (no records,
+        no keepalive) or lagging is left for another, from the next offset."""
+        check_read(offset)
+        idle_s = check_idle_timeout(idle_timeout_s)
         await self._topic(topic)
+        avoid: set[str] = set()
         while True:
-            address = random.choice(self.router.read_addresses(topic, partition, replica))
+            address = subscribe_address(
+                self.router.read_addresses(topic, partition, replica), avoid
+            )
             call = self._stub(address).Subscribe(
-                pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_wait_ms=1000)
+                pb.FetchRequest(
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    max_wait_ms=SUBSCRIBE_KEEPALIVE_MS,
+                )
             )
             try:
-                async for response in call:
+                while True:
+                    try:  # only the wait for the stream counts, not the caller's time
+                        response = await asyncio.wait_for(call.read(), idle_s)
+                    except TimeoutError:
+                        break  # stalled (paused, wedged): resume on another replica
+                    if response is grpc.aio.EOF:
+                        break
                     for record in decode_fetch(response, offset, 1 << 62):
                         offset = record.offset + 1
                         yield record
+                    if response.batches:
+                        avoid.clear()
             except grpc.aio.AioRpcError as error:
                 failure = from_rpc_error(error)
                 if not isinstance(failure, RETRIABLE):
@@ -320,6 +353,7 @@ class Client:
                 await asyncio.sleep(0.1)
             finally:
                 call.cancel()
+            avoid.add(address)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def close(self) -> None:

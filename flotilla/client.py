@@ -13,7 +13,6 @@ sequence number, and a retry resends the very same bytes, so the server never wr
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,8 @@ from flotilla._routing import (
     METADATA_GRACE_S,
     RETRIABLE,
     RYW_WAIT_S,
+    SUBSCRIBE_IDLE_TIMEOUT_S,
+    SUBSCRIBE_KEEPALIVE_MS,
     Headers,
     Member,
     Once,
@@ -36,12 +37,15 @@ from flotilla._routing import (
     Router,
     TopicInfo,
     alter_request,
+    check_idle_timeout,
+    check_read,
     check_record,
     check_value,
     create_request,
     decode_fetch,
     member,
     now_ms,
+    subscribe_address,
     topic_info,
     worth_retrying,
 )
@@ -350,6 +354,7 @@ class Client:
         replica: str | None,
         max_wait_ms: int = 0,
     ) -> pb.FetchResponse:
+        check_read(offset, max_records)
         self._topic(topic)
         self.router.partition_for(topic, None, partition)
         request = pb.FetchRequest(
@@ -364,9 +369,11 @@ class Client:
         deadline = time.monotonic() + self.timeout_s
         grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
-            behind = ReadYourWrites(request.min_high_watermark, pinned=replica is not None)
+            behind = ReadYourWrites(
+                request.min_high_watermark, pinned=replica is not None, offset=offset
+            )
             for address in self.router.read_addresses(topic, partition, replica):
-                try:
+                try:  # OffsetNotAvailable (a replica that lags) is worth retrying elsewhere
                     response = self._stub(address).Fetch(
                         request, timeout=5 + max_wait_ms / 1000 + RYW_WAIT_S
                     )
@@ -392,37 +399,62 @@ class Client:
         replica: str | None = None,
     ) -> list[Record]:
         """Committed records from `offset` on (at most `max_records`), from any replica unless
-        `replica` pins one. Raises OffsetOutOfRange outside [log start, high watermark]."""
+        `replica` pins one. Raises OffsetOutOfRange below the log start or past the end (as
+        the leader sees it), OffsetNotAvailable if no replica had the offset in time."""
         response = self.fetch(topic, partition, offset, max_records, replica)
         return decode_fetch(response, offset, max_records)
 
     def subscribe(
-        self, topic: str, partition: int = 0, offset: int = 0, replica: str | None = None
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        replica: str | None = None,
+        *,
+        idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
     ) -> Iterator[Record]:
-        """Records from `offset` on, following the tail; survives replica failures."""
+        """Records from `offset` on, following the tail; survives replica failures. A replica
+        that sends nothing, not even a keepalive, for `idle_timeout_s` (paused, wedged) or
+        that lags is left for another, from the next offset (nothing lost or repeated)."""
+        check_read(offset)
+        idle_s = check_idle_timeout(idle_timeout_s)
         self._topic(topic)
+        avoid: set[str] = set()
         while True:
-            addresses = self.router.read_addresses(topic, partition, replica)
-            stream = None
-            try:
-                stub = self._stub(random.choice(addresses))
-                stream = stub.Subscribe(
-                    pb.FetchRequest(
-                        topic=topic, partition=partition, offset=offset, max_wait_ms=1000
-                    )
+            address = subscribe_address(
+                self.router.read_addresses(topic, partition, replica), avoid
+            )
+            stream = self._stub(address).Subscribe(
+                pb.FetchRequest(
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    max_wait_ms=SUBSCRIBE_KEEPALIVE_MS,
                 )
-                for response in stream:
+            )
+            watchdog = _IdleWatchdog(stream, idle_s)
+            try:
+                while True:
+                    watchdog.waiting()
+                    response = next(stream, None)
+                    watchdog.heard()
+                    if response is None:
+                        break  # the node ended the stream (it stops): resume elsewhere
                     for record in decode_fetch(response, offset, 1 << 62):
                         offset = record.offset + 1
                         yield record
+                    if response.batches:
+                        avoid.clear()
             except grpc.RpcError as error:
-                failure = from_rpc_error(error)
-                if not isinstance(failure, RETRIABLE):
-                    raise failure from None
-                time.sleep(0.1)
+                if not watchdog.fired:
+                    failure = from_rpc_error(error)
+                    if not isinstance(failure, RETRIABLE):
+                        raise failure from None
+                    time.sleep(0.1)
             finally:
-                if stream is not None:
-                    stream.cancel()
+                watchdog.stop()
+                stream.cancel()
+            avoid.add(address)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
@@ -436,3 +468,45 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _IdleWatchdog:
+    """Cancels a subscription's stream when it has waited `idle_s` for a message (the node sends
+    a keepalive every SUBSCRIBE_KEEPALIVE_MS it has nothing new). Only time spent waiting on the
+    stream counts, not time the caller spends with the records. One thread per stream."""
+
+    def __init__(self, stream: grpc.Future, idle_s: float) -> None:
+        self.stream = stream
+        self.idle_s = idle_s
+        self.fired = False
+        self._deadline: float | None = None
+        self._stopped = False
+        self._condition = threading.Condition()
+        threading.Thread(target=self._watch, name="flotilla-subscribe-idle", daemon=True).start()
+
+    def waiting(self) -> None:
+        with self._condition:
+            self._deadline = time.monotonic() + self.idle_s
+            self._condition.notify()
+
+    def heard(self) -> None:
+        with self._condition:
+            self._deadline = None
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopped = True
+            self._condition.notify()
+
+    def _watch(self) -> None:
+        with self._condition:
+            while not self._stopped:
+                if self._deadline is None:
+                    self._condition.wait()
+                    continue
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    self.fired = True
+                    self.stream.cancel()
+                    return
+                self._condition.wait(remaining)

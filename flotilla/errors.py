@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import grpc
 
-from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
+from proto.reasons import OFFSET_NOT_AVAILABLE, REASON_KEY, UNKNOWN_PRODUCER_ID
 
 __all__ = [
     "FlotillaError",
     "InvalidArgument",
     "NotLeader",
+    "OffsetNotAvailable",
     "OffsetOutOfRange",
     "OutOfOrder",
     "Timeout",
@@ -49,6 +50,13 @@ class Unavailable(FlotillaError):
     """No node could serve the request (no leader yet, no quorum, or unreachable); retry later."""
 
 
+class OffsetNotAvailable(Unavailable):
+    """The replica asked has not committed the offset yet, though another may have (a follower
+    whose high watermark trails the leader's, or a replica just restarted; Kafka's
+    OFFSET_NOT_AVAILABLE). The SDK tries the other replicas by itself; you see this only when
+    none of them served the offset in time."""
+
+
 class OutOfOrder(Unavailable):
     """The leader refused a batch because an earlier batch of the same producer and partition
     is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
@@ -65,20 +73,21 @@ class Timeout(FlotillaError, TimeoutError):
     the same idempotent producer will not write it twice)."""
 
 
-def leader_from(error: grpc.RpcError) -> str:
+def _trailing(error: grpc.RpcError, wanted: str) -> str:
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     for key, value in trailing or ():
-        if key == "flotilla-leader":
+        if key == wanted:
             return str(value)
     return ""
 
 
 def reason_from(error: grpc.RpcError) -> str:
-    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == REASON_KEY:
-            return str(value)
-    return ""
+    """The `ErrorReason` name a node attached to the status (proto/reasons.py), or ""."""
+    return _trailing(error, REASON_KEY)
+
+
+def leader_from(error: grpc.RpcError) -> str:
+    return _trailing(error, "flotilla-leader")
 
 
 def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
@@ -100,4 +109,6 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
         if reason_from(error) == UNKNOWN_PRODUCER_ID:
             return UnknownProducer(details)
         return OutOfOrder(details)
+    if reason_from(error) == OFFSET_NOT_AVAILABLE:
+        return OffsetNotAvailable(details)
     return Unavailable(f"{details} ({code.name})")

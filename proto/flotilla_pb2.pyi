@@ -19,6 +19,13 @@ class Acks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACKS_ALL: _ClassVar[Acks]
     ACKS_LEADER: _ClassVar[Acks]
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    OFFSET_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    REPLICA_CLOSED: _ClassVar[ErrorReason]
+    UNKNOWN_PRODUCER_ID: _ClassVar[ErrorReason]
 MEMBER_STATE_UNSPECIFIED: MemberState
 ALIVE: MemberState
 SUSPECT: MemberState
@@ -26,6 +33,10 @@ DEAD: MemberState
 LEFT: MemberState
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
+ERROR_REASON_UNSPECIFIED: ErrorReason
+OFFSET_NOT_AVAILABLE: ErrorReason
+REPLICA_CLOSED: ErrorReason
+UNKNOWN_PRODUCER_ID: ErrorReason
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms")
@@ -196,16 +207,18 @@ class StoredBatch(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("batches", "high_watermark", "log_start", "replica")
+    __slots__ = ("batches", "high_watermark", "log_start", "replica", "leader")
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[StoredBatch]
     high_watermark: int
     log_start: int
     replica: str
-    def __init__(self, batches: _Optional[_Iterable[_Union[StoredBatch, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., replica: _Optional[str] = ...) -> None: ...
+    leader: bool
+    def __init__(self, batches: _Optional[_Iterable[_Union[StoredBatch, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., replica: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
     __slots__ = ()

@@ -138,7 +138,10 @@ class FlotillaServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Fetches from `offset` on, following the tail. When nothing new arrives within max_wait_ms
+        (0: 1000) the stream carries a response with no batches, a keepalive: a client that hears
+        nothing for a few of those has a stalled replica, and resumes on another.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

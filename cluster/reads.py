@@ -1,0 +1,131 @@
+"""What a replica answers a read it cannot serve as asked: the rule stated at `FetchRequest` in
+proto/flotilla.proto (KIP-392's, made strict), and the waits before it answers.
+
+    log_start <= offset <= high_watermark   served (none at the high watermark)
+    offset < log_start                      OUT_OF_RANGE
+    offset > high_watermark                 OUT_OF_RANGE only from a leader holding its lease,
+                                            for an offset past its commit index; otherwise
+                                            UNAVAILABLE + OFFSET_NOT_AVAILABLE (retriable)
+
+A follower cannot know what the leader committed (its high watermark trails by up to a tick, and
+is the one it recovered after a restart until it hears a leader), and a leader without its lease
+may have been deposed by one that committed more: neither may say an offset does not exist, so
+an acknowledged offset is never answered OUT_OF_RANGE. Everything here runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from cluster.replica import Replica
+from proto import flotilla_pb2 as pb
+from raft.types import Role
+
+__all__ = [
+    "KEEPALIVE_MS",
+    "READ_YOUR_WRITES_WAIT_S",
+    "Refusal",
+    "catch_up",
+    "offset_out_of_range",
+    "past_high_watermark",
+    "replica_closed",
+]
+
+# A read whose `min_high_watermark` (read-your-writes) is above this replica's high watermark
+# waits this long at most for it: a follower learns a commit within one Raft tick. After that
+# the read is served as it stands, and the client tries another replica.
+READ_YOUR_WRITES_WAIT_S = 0.5
+# A leader asked for an offset past its high watermark waits this long at most for its lease
+# (waking its group if quiesced) before it may answer OUT_OF_RANGE; else it cannot be sure.
+LEASE_WAIT_S = 0.5
+# A Subscribe stream's keepalive interval when the request's max_wait_ms is 0.
+KEEPALIVE_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A read's failure as the client sees it: a status, a message naming the offset and what
+    is valid, and an `ErrorReason` name for trailing metadata `flotilla-error` (or "")."""
+
+    code: grpc.StatusCode
+    message: str
+    reason: str = ""
+
+
+def offset_out_of_range(replica: Replica, offset: int) -> Refusal:
+    return Refusal(
+        grpc.StatusCode.OUT_OF_RANGE,
+        f"offset {offset} is out of range for {replica.group}: valid offsets are "
+        f"{replica.segmented.first_offset}..{replica.high_watermark} (the high watermark)",
+    )
+
+
+async def catch_up(replica: Replica, high_watermark: int, wait_s: float) -> None:
+    """Waits (up to `wait_s`) for the replica to commit up to `high_watermark`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while replica.high_watermark < high_watermark:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(replica.hw_changed.wait(), remaining)
+
+
+async def past_high_watermark(
+    replica: Replica, offset: int, node_id: str, wake: Callable[[str], None], tick_s: float
+) -> Refusal:
+    """The answer for `offset` past this replica's high watermark (after any wait)."""
+    commit_offset = await _leased_commit_offset(replica, wake, tick_s)
+    if commit_offset is not None and offset > commit_offset:
+        return offset_out_of_range(replica, offset)
+    return Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        f"offset {offset} of {replica.group} is not available on {node_id} yet: its high "
+        f"watermark is {replica.high_watermark} (its log ends at "
+        f"{replica.segmented.next_offset}); another replica, or this one shortly, may serve it",
+        pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
+    )
+
+
+def replica_closed(replica: Replica, topic_uid: str | None, node_id: str) -> Refusal:
+    """The replica's log closed under a read: its topic was deleted (NOT_FOUND; `topic_uid` is
+    the topic's current incarnation, None if there is none), or the replica left this node or
+    is reopening (UNAVAILABLE: another replica may serve the read)."""
+    if topic_uid is None or (replica.topic_uid and topic_uid and topic_uid != replica.topic_uid):
+        return Refusal(
+            grpc.StatusCode.NOT_FOUND,
+            f"topic {replica.topic!r} was deleted while {replica.group} was read on {node_id}",
+        )
+    return Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        f"the replica of {replica.group} on {node_id} closed during the read (it moved to "
+        "other nodes, or is reopening); read another replica",
+        pb.ErrorReason.Name(pb.REPLICA_CLOSED),
+    )
+
+
+async def _leased_commit_offset(
+    replica: Replica, wake: Callable[[str], None], tick_s: float
+) -> int | None:
+    """The offset after the commit index, if this replica leads its group and holds its lease
+    (so no other leader can have committed more: `RaftNode.lease_read_index`); None when it
+    does not lead, or gets no lease within LEASE_WAIT_S (a quiesced leader is woken to get one)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEASE_WAIT_S
+    while replica.node.role is Role.LEADER:
+        index = replica.node.lease_read_index()
+        if index is not None:
+            return replica.segmented.offset_after(index)
+        if loop.time() >= deadline:
+            break
+        if replica.node.quiesced:
+            replica.idle_ticks = 0  # else the driver quiesces it again at the next tick
+            wake(replica.group)
+        await asyncio.sleep(tick_s)
+    return None

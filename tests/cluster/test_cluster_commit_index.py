@@ -1,0 +1,107 @@
+"""The commit index is saved lazily, off the hot path: not with the Ready that learnt it, but by
+the periodic save (and at a graceful stop), with the term and vote already durable; a replica
+reopened from it starts at its high watermark before it hears a leader."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from cluster.multiraft import MultiRaft
+from cluster.replica import Replica
+from proto.records import encode_batch
+from raft.codec import encode_message
+from raft.config import RaftConfig
+from raft.types import AppendRequest, Configuration, Entry, EntryKind, Heartbeat
+from storage import FileHandles, HardState, LogConfig, StateJournal
+
+GROUP = "t/0"
+
+
+def _open(root: Path, hard_state: HardState) -> Replica:
+    return Replica.open(
+        node_id="b",
+        topic="t",
+        partition=0,
+        directory=str(root / "t" / "0"),
+        bootstrap=Configuration(voters=frozenset({"a", "b", "c"})),
+        hard_state=hard_state,
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(16),
+        rng=random.Random(1),
+    )
+
+
+def _batch(count: int) -> bytes:
+    return encode_batch([(None, b"v", None, 0)] * count)
+
+
+def test_the_commit_index_is_saved_lazily_and_restores_the_high_watermark(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        journal = StateJournal(tmp_path / "journal")
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, journal)
+        replica = _open(tmp_path, HardState())
+        multiraft.add(replica)
+        await multiraft._round()
+        entries = (
+            Entry(1, 1, EntryKind.NOOP, 0, b""),
+            Entry(2, 1, EntryKind.NORMAL, 3, _batch(3)),
+            Entry(3, 1, EntryKind.NORMAL, 2, _batch(2)),
+        )
+        multiraft.deliver(
+            "a", [(GROUP, encode_message(AppendRequest(1, "a", "b", 0, 0, 0, entries)))]
+        )
+        await multiraft._round()
+        assert journal.load(GROUP) == HardState(1, None, 0)  # the term, saved before answering
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 3)))])
+        await multiraft._round()
+        assert replica.high_watermark == 5
+        assert journal.load(GROUP).commit == 0, "a commit alone is not saved on the hot path"
+        multiraft._save_commits_soon()
+        await multiraft._round()
+        assert journal.load(GROUP) == HardState(1, None, 3)  # term and vote as they were
+        saved_again = journal.states()
+        multiraft._save_commits_soon()  # nothing moved: nothing to write
+        assert not multiraft._maintenance and journal.states() == saved_again
+        await multiraft.stop()
+
+        reopened_journal = StateJournal(tmp_path / "journal")
+        reopened = _open(tmp_path, reopened_journal.load(GROUP))
+        try:
+            assert reopened.high_watermark == 5 and reopened.node.leader_id is None
+            assert [b.record_count for b in reopened.read_committed(0, 100, 1 << 20)] == [3, 2]
+        finally:
+            reopened.close()
+            reopened_journal.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replica_removed_before_the_save_runs_is_not_saved(tmp_path: Path) -> None:
+    """A replica removed (retired, deleted) after the save was queued keeps whatever its
+    removal left in the journal: the save does not bring a forgotten group back."""
+
+    async def scenario() -> None:
+        journal = StateJournal(tmp_path / "journal")
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, journal)
+        replica = _open(tmp_path, HardState())
+        multiraft.add(replica)
+        entries = (Entry(1, 1, EntryKind.NOOP, 0, b""),)
+        append = AppendRequest(1, "a", "b", 0, 0, 0, entries)
+        multiraft.deliver("a", [(GROUP, encode_message(append))])
+        await multiraft._round()
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 1)))])
+        await multiraft._round()
+        assert replica.node.applied_index == 1 and journal.load(GROUP).commit == 0
+        multiraft._save_commits_soon()
+        assert multiraft._maintenance, "the save is queued while the replica is hosted"
+        multiraft.remove(GROUP)
+        journal.forget([GROUP])
+        await multiraft._round()
+        assert GROUP not in journal.states()
+        await multiraft.stop()
+        replica.close()
+
+    asyncio.run(scenario())
