@@ -117,7 +117,11 @@ class Node(TopicAdmin):
         self.gossip = GossipHost(
             member, SwimConfig.lan(tick_ms=config.swim_tick_ms), self.transport, self._on_members
         )
-        self.metrics = Metrics(config.node_id, lambda: list(self.multiraft.replicas.values()))
+        self.metrics = Metrics(
+            config.node_id,
+            lambda: list(self.multiraft.replicas.values()),
+            quarantined=lambda: len(self.multiraft.quarantine),
+        )
         self.controller: MetadataStore | None = None
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -402,6 +406,10 @@ class Node(TopicAdmin):
             leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
             members_alive=self.gossip.swim.live_count(),
             active_groups=self.multiraft.active_count,
+            quarantined=[
+                pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
+                for entry in self.multiraft.quarantine.entries()
+            ],
         )
 
     # -- reads -------------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ term and vote it held stay in the node's state journal. A retired replica is not
 by the partition manager or by a campaigning peer, only by a message from a leader (one adding
 this node back): it then starts with an empty log, an empty configuration (never the topic's
 initial assignment), and the term and vote it kept, and its directory is marked `REJOINED`.
+
+Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
+quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
+its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
 from cluster.controller import TopicSpec
+from cluster.failstop import NodeFailStopped, disk_failure
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
@@ -109,12 +115,13 @@ class ReplicaOpener:
         self.retired: dict[str, str] = {}
 
     def knows(self, group: str) -> bool:
-        """Is the group hosted, being opened, queued, or retired here?"""
+        """Is the group hosted, being opened, queued, retired or quarantined here?"""
         return (
             group in self.multiraft.replicas
             or group in self.opening
             or group in self.pending
             or group in self.retired
+            or group in self.multiraft.quarantine
         )
 
     def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
@@ -130,6 +137,12 @@ class ReplicaOpener:
             for group, uid in self.retired.items()
             if (spec := topics.get(group.rpartition("/")[0])) is not None and spec.uid == uid
         }
+        self.multiraft.quarantine.forget_if(
+            lambda entry: (
+                (spec := topics.get(entry.group.rpartition("/")[0])) is None
+                or bool(spec.uid and entry.topic_uid and spec.uid != entry.topic_uid)
+            )
+        )
 
     def replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
@@ -158,17 +171,19 @@ class ReplicaOpener:
             self.opening.update(groups)
             try:
                 opened = cast(
-                    "list[Replica | None]",
+                    "list[Replica | _OpenFailed | None]",
                     await self.multiraft.run_storage(partial(self._open_batch, batch)),
                 )
                 now = time.monotonic()
                 topics = self.topics()
-                for (spec, _, _), group, replica in zip(batch, groups, opened, strict=True):
-                    if replica is None:
+                for (spec, _, _), group, result in zip(batch, groups, opened, strict=True):
+                    if isinstance(result, _OpenFailed):
+                        self.multiraft.quarantine.add(group, "opening", result.error, spec.uid)
+                    elif result is None:
                         self.retired[group] = spec.uid
-                    elif replica.topic in topics and replica.group not in replicas:
-                        self._add(replica)
-                        settling[replica.group] = now
+                    elif result.topic in topics and result.group not in replicas:
+                        self._add(result)
+                        settling[result.group] = now
             finally:
                 self.opening.difference_update(groups)
                 for group in groups:  # not added (failed, or its topic is gone): nobody to tell
@@ -182,8 +197,21 @@ class ReplicaOpener:
 
     def _open_batch(
         self, batch: list[tuple[TopicSpec, int, Configuration]]
-    ) -> list[Replica | None]:
-        return [self.open_replica(*item) for item in batch]
+    ) -> list[Replica | _OpenFailed | None]:
+        """Storage thread: each replica opens on its own (`_open_one`)."""
+        return [self._open_one(*item) for item in batch]
+
+    def _open_one(
+        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+    ) -> Replica | _OpenFailed | None:
+        """Storage thread: `open_replica`, its error returned (to quarantine the replica)
+        unless the disk itself failed (raised: the node stops)."""
+        try:
+            return self.open_replica(spec, index, bootstrap, from_leader=from_leader)
+        except Exception as error:
+            if disk_failure(error) is not None:
+                raise
+            return _OpenFailed(error)
 
     def open_replica(
         self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
@@ -264,6 +292,8 @@ class ReplicaOpener:
             return  # malformed: the host counts it when the group is hosted; nothing to open
         if self.retired.get(group) == spec.uid and not from_leader:
             return  # a campaign of a peer that was removed too (it hears so from the members)
+        if group in self.multiraft.quarantine:
+            return  # stopped on an error of its own: not opened again by this process
         if group in self.opening:
             held = self._held.setdefault(group, [])
             held.append((sender, bytes(payload)))
@@ -291,15 +321,21 @@ class ReplicaOpener:
     ) -> None:
         try:
             replica = await self.multiraft.run_storage(
-                partial(self.open_replica, spec, index, bootstrap, from_leader=from_leader)
+                partial(self._open_one, spec, index, bootstrap, from_leader=from_leader)
             )
+        except NodeFailStopped:
+            self._held.pop(group, None)
+            return  # the process is exiting
         except Exception:
             log.exception("opening replica %s failed", group)
             self._held.pop(group, None)
             return
         finally:
             self.opening.discard(group)
-        if replica is None:
+        if isinstance(replica, _OpenFailed):
+            self.multiraft.quarantine.add(group, "opening", replica.error, spec.uid)
+            self._held.pop(group, None)
+        elif replica is None:
             self.retired[group] = spec.uid
             self._held.pop(group, None)
         elif spec.name in self.topics() and group not in self.multiraft.replicas:
@@ -318,6 +354,13 @@ class ReplicaOpener:
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
         fsync_directory(replica.directory)
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenFailed:
+    """A replica that could not be opened, and why (it is quarantined)."""
+
+    error: Exception
 
 
 def delete_replica(replica: Replica, journal: StateJournal) -> None:
