@@ -9,12 +9,14 @@ from storage.errors import (
     BatchTooLarge,
     CorruptEntry,
     CorruptLog,
+    DamagedLog,
     IndexOutOfRange,
     InvalidArgument,
     LogClosed,
     NotALogDirectory,
     OffsetOutOfRange,
     StorageError,
+    StorageFailed,
 )
 from storage.handles import DEFAULT_HANDLES, FileHandles
 from storage.hard_state import HardState, HardStateStore
@@ -28,6 +30,7 @@ __all__ = [
     "BatchTooLarge",
     "CorruptEntry",
     "CorruptLog",
+    "DamagedLog",
     "Entry",
     "FileHandles",
     "FsyncMode",
@@ -44,5 +47,6 @@ __all__ = [
     "SegmentedLog",
     "StateJournal",
     "StorageError",
+    "StorageFailed",
     "sync_logs",
 ]

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import os
 
+from storage.disk import OS_DISK, Disk
+
 __all__ = ["fsync_directory", "write_atomic"]
 
 
-def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_directory(directory: str, disk: Disk = OS_DISK) -> None:
+    """Makes the names in `directory` (created, renamed, removed) durable."""
+    fd = disk.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        disk.fsync(fd)
     finally:
-        os.close(fd)
+        disk.close(fd)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Replaces `path` with `data` so that a crash leaves either the old or the new content."""
+def write_atomic(path: str, data: bytes, disk: Disk = OS_DISK) -> None:
+    """Replaces `path` with `data` so that a crash leaves either the old or the new content;
+    durable on return."""
     temp = path + ".tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = disk.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        disk.write_all(fd, data)
+        disk.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(temp, path)
-    fsync_directory(os.path.dirname(path) or ".")
+        disk.close(fd)
+    disk.replace(temp, path)
+    fsync_directory(os.path.dirname(path) or ".", disk)

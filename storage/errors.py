@@ -11,12 +11,14 @@ __all__ = [
     "BatchTooLarge",
     "CorruptEntry",
     "CorruptLog",
+    "DamagedLog",
     "IndexOutOfRange",
     "InvalidArgument",
     "LogClosed",
     "NotALogDirectory",
     "OffsetOutOfRange",
     "StorageError",
+    "StorageFailed",
 ]
 
 
@@ -66,6 +68,34 @@ class CorruptEntry(StorageError):
 
 class CorruptLog(StorageError):
     """The log directory is damaged beyond what recovery may repair silently (e.g. a gap)."""
+
+
+class DamagedLog(CorruptLog, CorruptEntry):
+    """Recovery found damage it may not repair: a bad entry with a valid entry after it (so not
+    a torn tail; cutting there would drop entries that may have been acknowledged), or a sealed
+    segment that fails its checks. The directory is left as it was. The replica must not vote
+    or serve; rebuild it from its peers."""
+
+    def __init__(self, path: str, position: int, index: int, problem: str) -> None:
+        super().__init__(
+            f"{path} is damaged at byte {position} (entry {index}): {problem}. Entries after it "
+            "are intact, so this is corruption, not a torn tail; the log was left as it is: "
+            "rebuild this replica from its peers"
+        )
+        self.path = path
+        self.position = position
+        self.index = index
+        self.problem = problem
+
+
+class StorageFailed(StorageError, OSError):
+    """A write or fsync failed. What it covered may not be durable, and the log (or journal)
+    refuses every later write and flush with this error: a failed fsync is never retried (the
+    kernel may have dropped the dirty pages, so a retry would succeed and lie). Fail-stop:
+    stop, and let recovery decide what survived. `errno` is the failed operation's."""
+
+    def __init__(self, message: str, errno_code: int | None = None) -> None:
+        OSError.__init__(self, errno_code, message)
 
 
 class NotALogDirectory(StorageError):

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from storage.atomic import write_atomic
+from storage.disk import OS_DISK, Disk
 from storage.errors import CorruptLog, NotALogDirectory
 
 __all__ = [
@@ -61,34 +62,28 @@ def _encode(start_index: int, start_term: int, start_offset: int) -> bytes:
     return json.dumps(meta).encode()
 
 
-def write_meta(directory: str, start_index: int, start_term: int, start_offset: int) -> None:
+def write_meta(
+    directory: str, start_index: int, start_term: int, start_offset: int, disk: Disk = OS_DISK
+) -> None:
     """Durable on return (temp file, fsync, rename, fsync of the directory)."""
-    write_atomic(os.path.join(directory, META_NAME), _encode(start_index, start_term, start_offset))
+    payload = _encode(start_index, start_term, start_offset)
+    write_atomic(os.path.join(directory, META_NAME), payload, disk)
 
 
-def write_fresh_meta(directory: str) -> None:
+def write_fresh_meta(directory: str, disk: Disk = OS_DISK) -> None:
     """A new log's header, not yet durable: the caller fsyncs the directory (and its parent)
     before anything in the log is durable. Fails if a header exists."""
-    fd = os.open(
-        os.path.join(directory, META_NAME),
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-        0o644,
-    )
+    fd = disk.open(os.path.join(directory, META_NAME), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        view = memoryview(_encode(*FRESH_START))
-        while view:
-            view = view[os.write(fd, view) :]
+        disk.write_all(fd, _encode(*FRESH_START))
     finally:
-        os.close(fd)
+        disk.close(fd)
 
 
-def read_meta(directory: str) -> tuple[int, int, int] | None:
+def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | None:
     """(start_index, start_term, start_offset) from `log.meta`, None if absent."""
-    path = os.path.join(directory, META_NAME)
-    try:
-        with open(path, "rb") as file:
-            raw = file.read()
-    except FileNotFoundError:
+    raw = disk.read_file(os.path.join(directory, META_NAME))
+    if raw is None:
         return None
     if not raw:
         return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
@@ -106,9 +101,9 @@ def read_meta(directory: str) -> tuple[int, int, int] | None:
     return start
 
 
-def segment_bases(directory: str) -> list[int]:
+def segment_bases(directory: str, disk: Disk = OS_DISK) -> list[int]:
     bases = []
-    for name in os.listdir(directory):
+    for name in disk.listdir(directory):
         match = _SEGMENT_RE.match(name)
         if match:
             bases.append(int(match.group(1)))

@@ -1,18 +1,23 @@
 """Opening a log directory: validation, index loading or rebuilding, torn-tail repair.
 
 A new log costs no fsync when created (see `storage.meta.write_fresh_meta`): its first flush
-makes the directory durable.
+makes the directory durable, and the entries of every directory created for it in their parents.
 
-What is repaired silently (and reported in `SegmentedLog.recovery`): a torn or corrupt tail of
-the active segment (cut off: those bytes were never acknowledged as durable, or are damaged),
-a missing, short or damaged `.index` of a sealed segment (rebuilt from its `.log`), segments
-wholly below the logical start recorded in `log.meta` (a prefix truncation interrupted by a
-crash), and leftover temporary files.
+What is repaired silently (and reported in `SegmentedLog.recovery`): a torn tail of the active
+segment (cut off: bytes after the last complete entry with no valid entry after them were never
+acknowledged as durable), a missing, short or damaged `.index` of a sealed segment, or one whose
+rows do not fit its `.log` (rebuilt from the `.log`), segments wholly below the logical start
+recorded in `log.meta` (a prefix truncation interrupted by a crash), and leftover temporary
+files.
 
 What is refused with an error, leaving the directory as it was: a path that is not a directory,
-a non-empty directory without `log.meta` (not a log), a sealed segment whose entries fail their
-checks (`CorruptEntry`: a sealed entry is never skipped), and a gap between `log.meta`'s start
-and the first segment (`CorruptLog`).
+a non-empty directory without `log.meta` (not a log), a bad entry in the active segment with a
+valid entry after it (`DamagedLog`: that is corruption, not a torn tail, and cutting there would
+drop entries that were fsynced and perhaps acknowledged), a sealed segment whose entries fail
+their checks (`DamagedLog`: a sealed entry is never skipped; a segment is sealed only once its
+`.log` is fsynced, so no crash tears it), and a gap between `log.meta`'s start and the first
+segment (`CorruptLog`). A replica whose log is damaged must not vote or serve: it is rebuilt
+from its peers.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 from typing import TYPE_CHECKING
 
 from storage.atomic import fsync_directory
-from storage.errors import CorruptEntry, CorruptLog, NotALogDirectory
+from storage.errors import CorruptLog, DamagedLog, NotALogDirectory
 from storage.meta import (
     FRESH_START,
     META_NAME,
@@ -40,17 +45,19 @@ __all__ = ["recover"]
 
 def recover(target: SegmentedLog, create: bool) -> None:
     directory = target.directory
-    if os.path.exists(directory) and not os.path.isdir(directory):
+    disk = target._handles.disk
+    kind = disk.kind(directory)
+    if kind == "file":
         raise NotALogDirectory(f"{directory} is not a directory, so it cannot hold a log")
-    if not os.path.exists(directory):
+    if kind is None:
         if not create:
             raise NotALogDirectory(f"{directory} does not exist (and create=False)")
-        os.makedirs(directory)
-        _create(target)
+        created = disk.makedirs(directory)
+        _create(target, created)
         return
-    start = read_meta(directory)
+    start = read_meta(directory, disk)
     if start is None:
-        names = sorted(os.listdir(directory))
+        names = sorted(disk.listdir(directory))
         if names:
             shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
             raise NotALogDirectory(
@@ -59,16 +66,16 @@ def recover(target: SegmentedLog, create: bool) -> None:
             )
         if not create:
             raise NotALogDirectory(f"{directory} is empty (and create=False)")
-        _create(target)
+        _create(target, [])
         return
 
-    for name in os.listdir(directory):
+    for name in disk.listdir(directory):
         if name.endswith(".tmp"):
-            os.unlink(os.path.join(directory, name))
+            disk.unlink(os.path.join(directory, name))
 
     config = target.config
     handles = target._handles
-    segments = [Segment(directory, base, handles) for base in segment_bases(directory)]
+    segments = [Segment(directory, base, handles) for base in segment_bases(directory, disk)]
     rebuilt: list[str] = []
     removed: list[str] = []
     torn: str | None = None
@@ -84,9 +91,11 @@ def recover(target: SegmentedLog, create: bool) -> None:
             result = segment.scan(config.max_batch_bytes, expected_offset)
             if result.problem is not None or result.entries != expected:
                 problem = result.problem or f"{result.entries} entries where {expected} belong"
-                raise CorruptEntry(
-                    f"sealed segment {segment.log_path} is damaged: {problem}. Sealed entries "
-                    "are never skipped; restore this replica from its peers"
+                raise DamagedLog(
+                    segment.log_path,
+                    result.valid_bytes,
+                    segment.base_index + result.entries,
+                    f"sealed segment: {problem} (sealed entries are never skipped)",
                 )
             if not loaded:
                 segment.write_index()
@@ -97,6 +106,17 @@ def recover(target: SegmentedLog, create: bool) -> None:
         active = segments[-1]
         result = active.scan(config.max_batch_bytes, expected_offset)
         if result.valid_bytes != result.file_bytes:
+            bad_index = active.base_index + result.entries
+            follower = active.find_entry_after(
+                result.valid_bytes, bad_index, config.max_batch_bytes
+            )
+            if follower is not None:
+                raise DamagedLog(
+                    active.log_path,
+                    result.valid_bytes,
+                    bad_index,
+                    f"{result.problem}, yet entry {follower[1]} at byte {follower[0]} is valid",
+                )
             active.cut_file(result.valid_bytes)
             torn = f"{active.log_path}: {result.problem}"
             truncated = result.file_bytes - result.valid_bytes
@@ -106,7 +126,7 @@ def recover(target: SegmentedLog, create: bool) -> None:
             segments.pop()
         else:
             with handles.pin(active.log_path) as fd:
-                os.fsync(fd)
+                disk.fsync(fd)  # what a crashed process wrote is durable before it is served
 
     start_index = start[0]
     while segments and segments[0].last_index < start_index:
@@ -119,16 +139,18 @@ def recover(target: SegmentedLog, create: bool) -> None:
             f"({META_NAME} starts the log at {start_index}, the first segment at "
             f"{segments[0].base_index})"
         )
-    if removed:
-        fsync_directory(directory)
+    if removed or rebuilt:
+        fsync_directory(directory, disk)
     report = RecoveryReport(torn, truncated, tuple(rebuilt), tuple(removed))
     target._install(segments, start, report)
 
 
-def _create(target: SegmentedLog) -> None:
+def _create(target: SegmentedLog, created: list[str]) -> None:
     """A new, empty log: its header is written without fsync, and the log fsyncs its directory
-    and the parent before anything it holds is durable (see `storage.meta`). Until then a crash
-    may lose the directory or leave the header empty: either way an empty log, as it was."""
-    write_fresh_meta(target.directory)
+    and the parent of every directory made for it before anything it holds is durable (see
+    `storage.meta`). Until then a crash may lose the directory or leave the header empty:
+    either way an empty log, as it was."""
+    write_fresh_meta(target.directory, target._handles.disk)
     target._install([], FRESH_START, RecoveryReport())
+    target._created_directories = created
     target._creation_unsynced = True

@@ -23,18 +23,24 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import xxhash
 
 from storage.entry import HEADER, HEADER_SIZE, Entry, verify
-from storage.errors import CorruptEntry
+from storage.errors import CorruptEntry, StorageFailed
 from storage.handles import FileHandles
 
 __all__ = ["ScanResult", "Segment", "index_name", "log_name"]
 
 _INDEX_MAGIC = b"FLTIDX01"
 _INDEX_HEADER = struct.Struct("<8sQQQ")  # magic, rows, checksum, reserved
+_INDEX_FIELD = struct.Struct("<Q")
+_INDEX_AT = 12  # where an entry header holds its index (see `storage.entry`)
+# How many entries past a bad one recovery looks for, to tell damage from a torn tail: damage
+# that destroys more consecutive entries than this, and nothing after, reads as a torn tail.
+FOLLOWER_SEARCH = 64
 
 
 def log_name(base_index: int) -> str:
@@ -60,6 +66,7 @@ class Segment:
         "base_index",
         "base_offsets",
         "counts",
+        "disk",
         "handles",
         "index_path",
         "log_path",
@@ -74,6 +81,7 @@ class Segment:
         self.log_path = os.path.join(directory, log_name(base_index))
         self.index_path = os.path.join(directory, index_name(base_index))
         self.handles = handles
+        self.disk = handles.disk
         self.positions = array("Q")
         self.terms = array("Q")
         self.base_offsets = array("Q")
@@ -124,31 +132,46 @@ class Segment:
         base_offset: int,
         record_count: int,
         timestamp_ms: int,
+        publish: AbstractContextManager[object],
     ) -> None:
-        """Writes one entry with a single `pwritev`; on a short write nothing is recorded."""
+        """Writes one entry with a single `pwritev` past the rows readers see, then records it
+        while holding `publish` (the log's reader lock). On a failed or short write nothing is
+        recorded and the file takes no more writes."""
         position = self.size
         total = HEADER_SIZE + len(data)
         with self.handles.pin(self.log_path, write=True) as fd:
-            written = os.pwritev(fd, [header, data], position)
-            if written != total:
-                os.ftruncate(fd, position)
-                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
-        self.positions.append(position)
-        self.terms.append(term)
-        self.base_offsets.append(base_offset)
-        self.timestamps.append(timestamp_ms)
-        self.counts.append(record_count)
-        self.size = position + total
+            try:
+                written = self.disk.pwritev(fd, [header, data], position)
+                if written != total:
+                    raise OSError(f"short write: {written} of {total} bytes")
+            except OSError as error:
+                # fail-stop: whatever reached the file past `position` is not an entry, and
+                # the file takes no more writes (see `FileHandles`)
+                self.handles.fail(self.log_path, error)
+                raise StorageFailed(
+                    f"write of entry {self.base_index + len(self.positions)} to "
+                    f"{self.log_path} at byte {position} failed: {error}",
+                    error.errno,
+                ) from error
+        with publish:
+            self.positions.append(position)
+            self.terms.append(term)
+            self.base_offsets.append(base_offset)
+            self.timestamps.append(timestamp_ms)
+            self.counts.append(record_count)
+            self.size = position + total
 
-    def truncate_rows(self, rows: int) -> None:
-        """Keeps the first `rows` entries, cutting the file after them."""
-        end = self.positions[rows] if rows < len(self.positions) else self.size
+    def truncate_rows(self, rows: int, publish: AbstractContextManager[object]) -> None:
+        """Keeps the first `rows` entries: forgets the others while holding `publish` (so no
+        reader is still reading them), then cuts the file after the rows kept."""
+        with publish:
+            end = self.positions[rows] if rows < len(self.positions) else self.size
+            for column in (self.positions, self.terms, self.base_offsets, self.timestamps):
+                del column[rows:]
+            del self.counts[rows:]
+            self.size = end
         with self.handles.pin(self.log_path, write=True) as fd:
-            os.ftruncate(fd, end)
-        for column in (self.positions, self.terms, self.base_offsets, self.timestamps):
-            del column[rows:]
-        del self.counts[rows:]
-        self.size = end
+            self.disk.ftruncate(fd, end)
         self.remove_index_file()
 
     def fsync(self) -> None:
@@ -160,7 +183,7 @@ class Segment:
         start = self.positions[first_row]
         stop = self.end_of(end_row - 1)
         with self.handles.pin(self.log_path) as fd:
-            buffer = os.pread(fd, stop - start, start)
+            buffer = self.disk.pread(fd, stop - start, start)
         view = memoryview(buffer)
         if len(view) != stop - start:
             raise CorruptEntry(
@@ -186,8 +209,8 @@ class Segment:
     def scan(self, max_batch_bytes: int, expected_offset: int | None) -> ScanResult:
         """Rebuilds the in-memory index from the `.log`, stopping at the first invalid entry."""
         with self.handles.pin(self.log_path) as fd:
-            file_bytes = os.fstat(fd).st_size
-            buffer = os.pread(fd, file_bytes, 0)
+            file_bytes = self.disk.size(fd)
+            buffer = self.disk.pread(fd, file_bytes, 0)
         view = memoryview(buffer)
         self._clear()
         position = 0
@@ -225,25 +248,59 @@ class Segment:
         self.size = position
         return ScanResult(len(self.positions), position, file_bytes, problem)
 
+    def find_entry_after(
+        self, position: int, first_index: int, max_batch_bytes: int
+    ) -> tuple[int, int] | None:
+        """(byte, index) of a valid entry that starts after `position` and holds one of the
+        indexes `first_index + 1 .. first_index + FOLLOWER_SEARCH`, or None: where the scan
+        found a bad entry (`first_index` at `position`), tells a torn tail (nothing valid
+        after it) from damage in the middle (a valid entry follows). Searches first where the
+        bad entry's length says the next one starts, then for each candidate index's bytes."""
+        with self.handles.pin(self.log_path) as fd:
+            buffer = self.disk.pread(fd, self.disk.size(fd), 0)
+        view = memoryview(buffer)
+
+        def valid(at: int, index: int) -> bool:
+            if at <= position or len(buffer) - at < HEADER_SIZE:
+                return False
+            if HEADER.unpack_from(buffer, at)[0] > max_batch_bytes:
+                return False
+            try:
+                return verify(view, at, self.log_path).index == index
+            except CorruptEntry:
+                return False
+
+        if len(buffer) - position >= HEADER_SIZE:
+            following = position + HEADER_SIZE + HEADER.unpack_from(buffer, position)[0]
+            if valid(following, first_index + 1):
+                return following, first_index + 1
+        for index in range(first_index + 1, first_index + 1 + FOLLOWER_SEARCH):
+            needle = _INDEX_FIELD.pack(index)
+            found = buffer.find(needle, position + 1 + _INDEX_AT)
+            while found >= 0:
+                if valid(found - _INDEX_AT, index):
+                    return found - _INDEX_AT, index
+                found = buffer.find(needle, found + 1)
+        return None
+
     def cut_file(self, size: int) -> None:
         """Truncates the `.log` to `size` bytes and fsyncs (recovery of a torn tail)."""
         with self.handles.pin(self.log_path, write=True) as fd:
-            os.ftruncate(fd, size)
+            self.disk.ftruncate(fd, size)
         self.handles.fsync(self.log_path)
 
     def load_index(self) -> bool:
-        """Loads a sealed segment's `.index`; False if it is missing, short or damaged."""
-        try:
-            with open(self.index_path, "rb") as file:
-                raw = file.read()
-        except FileNotFoundError:
-            return False
-        if len(raw) < _INDEX_HEADER.size:
+        """Loads a sealed segment's `.index`; False if it is missing, short or damaged, or if
+        its rows do not describe the `.log` as it is (e.g. an index that outlived entries a
+        crash took away): the caller rebuilds it from the `.log` then."""
+        raw = self.disk.read_file(self.index_path)
+        if raw is None or len(raw) < _INDEX_HEADER.size:
             return False
         magic, rows, checksum, _ = _INDEX_HEADER.unpack_from(raw, 0)
         body = memoryview(raw)[_INDEX_HEADER.size :]
         if (
             magic != _INDEX_MAGIC
+            or rows == 0
             or len(body) != rows * 36
             or xxhash.xxh3_64_intdigest(body) != checksum
         ):
@@ -259,11 +316,23 @@ class Segment:
             del column[:]
             column.frombytes(body[cut : cut + rows * width])
             cut += rows * width
-        self.size = os.path.getsize(self.log_path)
+        with self.handles.pin(self.log_path) as fd:
+            self.size = self.disk.size(fd)
+            last = self.positions[-1]
+            header = self.disk.pread(fd, HEADER_SIZE, last) if last < self.size else b""
+        # the rows must fit the file: the last row's entry ends exactly where the file does
+        if self.positions[0] != 0 or len(header) != HEADER_SIZE:
+            self._clear()
+            return False
+        if last + HEADER_SIZE + HEADER.unpack_from(header, 0)[0] != self.size:
+            self._clear()
+            return False
         return True
 
     def write_index(self) -> None:
-        """Writes the index of a sealed segment in one write (not fsynced: it can be rebuilt)."""
+        """Writes the index of a sealed segment durably under its name (temp file, fsync,
+        rename); the caller fsyncs the directory, and has fsynced the `.log` first, so an
+        index on disk never describes entries the `.log` lost."""
         body = b"".join(
             column.tobytes()
             for column in (
@@ -278,13 +347,17 @@ class Segment:
             _INDEX_MAGIC, len(self.positions), xxhash.xxh3_64_intdigest(body), 0
         )
         temp = self.index_path + ".tmp"
-        with open(temp, "wb") as file:
-            file.write(header + body)
-        os.replace(temp, self.index_path)
+        fd = self.disk.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.disk.write_all(fd, header + body)
+            self.disk.fsync(fd)
+        finally:
+            self.disk.close(fd)
+        self.disk.replace(temp, self.index_path)
 
     def remove_index_file(self) -> None:
         try:
-            os.unlink(self.index_path)
+            self.disk.unlink(self.index_path)
         except FileNotFoundError:
             pass
 
@@ -292,6 +365,6 @@ class Segment:
         self.handles.discard(self.log_path)
         for path in (self.log_path, self.index_path):
             try:
-                os.unlink(path)
+                self.disk.unlink(path)
             except FileNotFoundError:
                 pass

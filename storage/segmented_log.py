@@ -17,12 +17,25 @@ under the `always` policy is fsynced before `append` returns; with `sync=False` 
 with one `pwritev` and becomes durable at the next `flush()` or `sync_logs(...)` (group commit:
 one fsync per dirty file, however many logs and entries). `truncate_from` is fsynced at once.
 
-Recovery on open: the active (last) segment is scanned and every entry verified; a torn or
-corrupt tail is cut off and reported in `recovery`. Sealed segments load their `.index`; one
-that is missing or damaged is rebuilt from the `.log`, and a corrupt entry found then raises
-`CorruptEntry`. Every read verifies checksums, so corrupt bytes are never served.
+A segment is sealed (the next one created) only after its `.log` is fsynced and its `.index`
+written durably, so no crash tears a sealed segment; a new segment's name becomes durable with
+the directory fsync that precedes any of its entries counting as durable.
 
-Every public method takes the log's lock, so a writer thread and readers may share one log.
+Storage errors are fail-stop: once a write or an fsync has failed, every later write, flush and
+truncation raises `StorageFailed` (a failed fsync is never retried), so `durable_index` never
+passes what the failed operation covered.
+
+Recovery on open (`storage.recovery`): the active (last) segment is scanned and every entry
+verified; a torn tail is cut off and reported in `recovery`, while a bad entry with a valid
+one after it raises `DamagedLog`. Sealed segments load their `.index`; one that is missing,
+damaged or does not fit its `.log` is rebuilt from the `.log`. Every read verifies checksums,
+so corrupt bytes are never served.
+
+Locking: writers (append, flush, truncations, reset, close) hold `_write_lock` for their whole
+span, fsyncs included; what readers see is published under `_lock`, which is never held across
+an fsync. `first_index`, `last_index`, `last_term`, `next_offset`, `first_offset` and
+`durable_index` are plain fields, read without any lock; the other reads take `_lock` briefly,
+so an event loop reading a log never waits for its fsync.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from storage.errors import (
     InvalidArgument,
     LogClosed,
     OffsetOutOfRange,
+    StorageFailed,
 )
 from storage.handles import DEFAULT_HANDLES, FileHandles
 from storage.meta import RecoveryReport, write_meta
@@ -70,7 +84,9 @@ class SegmentedLog:
         self.directory = os.fspath(directory)
         self.config = config or LogConfig()
         self._handles = handles or DEFAULT_HANDLES
-        self._lock = threading.RLock()
+        self._disk = self._handles.disk
+        self._write_lock = threading.RLock()  # writers, across their I/O and fsyncs
+        self._lock = threading.RLock()  # what readers see; never held across an fsync
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._start_index = 1
@@ -79,49 +95,58 @@ class SegmentedLog:
         self._unsynced: list[Segment] = []
         self._directory_dirty = False
         self._creation_unsynced = False  # a new log's directory and header are not durable yet
+        self._created_directories: list[str] = []  # made for a new log, outermost first
         self._last_fsync_s = time.monotonic()
         self._closed = False
+        self._failed: StorageFailed | None = None
+        # published for lock-free readers; updated under `_lock` with the segments
+        self._last_index = 0
+        self._last_term = 0
+        self._next_offset = 0
+        self._first_offset = 0
         self.recovery = RecoveryReport()
         self._open(create)
-        self._durable_index = self.last_index
+        self._durable_index = self._last_index
 
-    # -- properties -------------------------------------------------------------------------
+    # -- properties (lock-free) -------------------------------------------------------------
     @property
     def first_index(self) -> int:
         return self._start_index
 
     @property
     def last_index(self) -> int:
-        return self._segments[-1].last_index if self._segments else self._start_index - 1
+        return self._last_index
 
     @property
     def last_term(self) -> int:
-        return self._segments[-1].terms[-1] if self._segments else self._start_term
+        return self._last_term
 
     @property
     def next_offset(self) -> int:
-        return self._segments[-1].next_offset if self._segments else self._start_offset
+        return self._next_offset
 
     @property
     def first_offset(self) -> int:
-        with self._lock:
-            if not self._segments:
-                return self._start_offset
-            segment, row = self._locate(self._start_index)
-            return segment.base_offsets[row]
+        return self._first_offset
 
     @property
     def durable_index(self) -> int:
         return self._durable_index
 
     @property
+    def failed(self) -> StorageFailed | None:
+        """The write or fsync error that stopped this log, if one did."""
+        return self._failed
+
+    @property
     def needs_sync(self) -> bool:
         """True when something written is not yet known to be durable."""
-        return self._durable_index < self.last_index or bool(self._unsynced)
+        return self._durable_index < self._last_index or bool(self._unsynced)
 
     @property
     def size_bytes(self) -> int:
-        return sum(segment.size for segment in self._segments)
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
 
     @property
     def segment_count(self) -> int:
@@ -146,7 +171,7 @@ class SegmentedLog:
         """The offset following entry `index`'s records (`first_offset` for first_index - 1)."""
         with self._lock:
             if index == self._start_index - 1:
-                return self.first_offset
+                return self._first_offset
             _, base_offset, count = self.entry_meta(index)
             return base_offset + count
 
@@ -170,18 +195,27 @@ class SegmentedLog:
             raise InvalidArgument(f"record_count={record_count} must be in 0..{_U32 - 1}")
         if not -(2**63) <= timestamp_ms < 2**63:
             raise InvalidArgument(f"timestamp_ms={timestamp_ms} does not fit a signed 64-bit int")
-        with self._lock:
-            self._check_open()
-            if not self.last_term <= term < _U64:
+        with self._write_lock:
+            self._check_writable()
+            if not self._last_term <= term < _U64:
                 raise InvalidArgument(
-                    f"term {term} is below the log's last term {self.last_term}: terms never "
+                    f"term {term} is below the log's last term {self._last_term}: terms never "
                     "decrease along a Raft log"
                 )
-            index = self.last_index + 1
-            base_offset = self.next_offset
+            index = self._last_index + 1
+            base_offset = self._next_offset
             header = encode_header(batch, index, term, base_offset, record_count, timestamp_ms)
-            segment = self._segment_for_append(HEADER_SIZE + size)
-            segment.append(header, batch, term, base_offset, record_count, timestamp_ms)
+            try:
+                segment = self._segment_for_append(HEADER_SIZE + size)
+                segment.append(
+                    header, batch, term, base_offset, record_count, timestamp_ms, self._lock
+                )
+            except OSError as error:
+                raise self._fail(error, f"append of entry {index}") from error
+            with self._lock:
+                self._last_index = index
+                self._last_term = term
+                self._next_offset = base_offset + record_count
             if not self._unsynced or self._unsynced[-1] is not segment:
                 self._unsynced.append(segment)
             if sync:
@@ -190,56 +224,70 @@ class SegmentedLog:
 
     def flush(self) -> None:
         """Makes every appended entry durable: one fsync per dirty file."""
-        with self._lock:
-            self._check_open()
+        with self._write_lock:
+            self._check_writable()
             self._flush_locked()
 
     def truncate_from(self, index: int) -> None:
         """Removes entries `index..last_index` (a Raft conflict); durable on return."""
-        with self._lock:
-            self._check_open()
-            first, last = self._start_index, self.last_index
+        with self._write_lock:
+            self._check_writable()
+            first, last = self._start_index, self._last_index
             if not first <= index <= last + 1:
                 raise IndexOutOfRange(index, first, last + 1, "truncation point")
             if index == last + 1:
                 return
-            while self._segments and self._segments[-1].base_index >= index:
-                self._drop_last_segment()
-            if self._segments:
-                segment = self._segments[-1]
-                if segment.base_index < self._start_index == index:
-                    # only entries below the logical start would remain: drop the file whole,
-                    # keeping the invariant that every segment reaches `first_index`.
+            with self._lock:
+                self._durable_index = min(self._durable_index, index - 1)
+            try:
+                while self._segments and self._segments[-1].base_index >= index:
                     self._drop_last_segment()
-                else:
-                    segment.truncate_rows(index - segment.base_index)
-                    if segment not in self._unsynced:
-                        self._unsynced.append(segment)
-            self._durable_index = min(self._durable_index, index - 1)
-            if self.config.fsync.mode is not FsyncMode.NEVER:
-                self._flush_locked()
+                if self._segments:
+                    segment = self._segments[-1]
+                    if segment.base_index < self._start_index == index:
+                        # only entries below the logical start would remain: drop the file
+                        # whole, keeping the invariant that every segment reaches first_index.
+                        self._drop_last_segment()
+                    else:
+                        segment.truncate_rows(index - segment.base_index, self._lock)
+                        self._publish()
+                        if segment not in self._unsynced:
+                            self._unsynced.append(segment)
+                if self.config.fsync.mode is not FsyncMode.NEVER:
+                    self._flush_locked()
+            except OSError as error:
+                raise self._fail(error, f"truncation from entry {index}") from error
 
     def truncate_prefix(self, index: int) -> None:
         """Removes entries below `index`; afterwards `first_index == index`."""
-        with self._lock:
-            self._check_open()
-            first, last = self._start_index, self.last_index
+        with self._write_lock:
+            self._check_writable()
+            first, last = self._start_index, self._last_index
             if not first <= index <= last + 1:
                 raise IndexOutOfRange(index, first, last + 1, "prefix truncation point")
             if index == first:
                 return
             term = self.term_at(index - 1)
             if index <= last:
-                segment, row = self._locate(index)
-                offset = segment.base_offsets[row]
+                with self._lock:
+                    segment, row = self._locate(index)
+                    offset = segment.base_offsets[row]
             else:
-                offset = self.next_offset
-            self._write_meta(index, term, offset)
-            while self._segments and self._segments[0].last_index < index:
-                segment = self._segments.pop(0)
-                self._bases.pop(0)
-                self._forget_unsynced(segment)
-                segment.delete_files()
+                offset = self._next_offset
+            try:
+                self._write_meta(index, term, offset, publish=False)
+                doomed = []
+                with self._lock:
+                    self._start_index, self._start_term, self._start_offset = index, term, offset
+                    while self._segments and self._segments[0].last_index < index:
+                        doomed.append(self._segments.pop(0))
+                        self._bases.pop(0)
+                    self._publish()
+                for segment in doomed:
+                    self._forget_unsynced(segment)
+                    segment.delete_files()
+            except OSError as error:
+                raise self._fail(error, f"prefix truncation to entry {index}") from error
             self._directory_dirty = True
 
     def reset(self, index: int, prev_term: int, next_offset: int) -> None:
@@ -251,18 +299,22 @@ class SegmentedLog:
                 f"reset(index={index}, prev_term={prev_term}, next_offset={next_offset}): "
                 "index must be >= 1, prev_term and next_offset >= 0"
             )
-        with self._lock:
-            self._check_open()
-            while self._segments:
-                self._drop_last_segment()
-            fsync_directory(self.directory)
-            self._write_meta(index, prev_term, next_offset)
-            self._durable_index = index - 1
+        with self._write_lock:
+            self._check_writable()
+            try:
+                while self._segments:
+                    self._drop_last_segment()
+                fsync_directory(self.directory, self._disk)
+                self._write_meta(index, prev_term, next_offset)
+            except OSError as error:
+                raise self._fail(error, f"reset to entry {index}") from error
+            with self._lock:
+                self._durable_index = index - 1
 
     def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
         """Removes whole sealed segments beyond `retention_bytes` / older than `retention_ms`,
         never at or above `keep_from` (e.g. Raft's commit index + 1). Returns entries removed."""
-        with self._lock:
+        with self._write_lock:
             cut = self.retention_cut(now_ms, self.config.retention_bytes, self.config.retention_ms)
             if keep_from is not None:
                 cut = min(cut, keep_from)
@@ -284,7 +336,7 @@ class SegmentedLog:
             cut = self._start_index
             if (retention_bytes is None and retention_ms is None) or len(self._segments) < 2:
                 return cut
-            total = self.size_bytes
+            total = sum(segment.size for segment in self._segments)
             for segment in self._segments[:-1]:
                 too_big = retention_bytes is not None and total - segment.size >= retention_bytes
                 too_old = (
@@ -297,14 +349,24 @@ class SegmentedLog:
             return cut
 
     def close(self) -> None:
-        with self._lock:
+        """Flushes (unless the policy is `never`) and closes. A log stopped by a storage error
+        closes its files without fsync: the error was raised already."""
+        with self._write_lock:
             if self._closed:
                 return
-            if self.config.fsync.mode is not FsyncMode.NEVER:
-                self._flush_locked()
-            for segment in self._segments:
-                self._handles.close(segment.log_path)
-            self._closed = True
+            try:
+                if self._failed is None and self.config.fsync.mode is not FsyncMode.NEVER:
+                    try:
+                        self._flush_locked()
+                    except OSError as error:
+                        raise self._fail(error, "flush on close") from error
+            finally:
+                self._closed = True
+                for segment in self._segments:
+                    if self._failed is None:
+                        self._handles.close(segment.log_path)
+                    else:
+                        self._handles.discard(segment.log_path)
 
     def __enter__(self) -> SegmentedLog:
         return self
@@ -326,7 +388,7 @@ class SegmentedLog:
         `index == last_index + 1` yields nothing."""
         with self._lock:
             self._check_open()
-            if index != self.last_index + 1:
+            if index != self._last_index + 1:
                 self._check_index(index)
         return self._iterate(index, max_bytes)
 
@@ -334,7 +396,7 @@ class SegmentedLog:
         """The Raft index of the entry holding record `offset`."""
         with self._lock:
             self._check_open()
-            first_offset, next_offset = self.first_offset, self.next_offset
+            first_offset, next_offset = self._first_offset, self._next_offset
             if not first_offset <= offset < next_offset:
                 raise OffsetOutOfRange(offset, first_offset, next_offset)
             position = bisect_right(self._segments, offset, key=_first_offset) - 1
@@ -348,10 +410,10 @@ class SegmentedLog:
         while True:
             with self._lock:
                 self._check_open()
-                if index > self.last_index:
+                if index > self._last_index:
                     return
                 if index < self._start_index:
-                    raise IndexOutOfRange(index, self._start_index, self.last_index)
+                    raise IndexOutOfRange(index, self._start_index, self._last_index)
                 segment, row = self._locate(index)
                 start = segment.positions[row]
                 limit = start + max(remaining, 0)
@@ -376,12 +438,21 @@ class SegmentedLog:
             active = self._segments[-1]
             if active.size == 0 or active.size + entry_bytes <= self.config.segment_bytes:
                 return active
-            active.write_index()
-        segment = Segment(self.directory, self.last_index + 1, self._handles)
-        self._segments.append(segment)
-        self._bases.append(segment.base_index)
+            self._seal(active)
+        segment = Segment(self.directory, self._last_index + 1, self._handles)
+        with self._lock:
+            self._segments.append(segment)
+            self._bases.append(segment.base_index)
         self._directory_dirty = True
         return segment
+
+    def _seal(self, segment: Segment) -> None:
+        """Before a new segment exists: the old one's `.log` is fsynced, then its `.index`
+        written durably (renamed into place; the directory fsync before the new segment's
+        entries count as durable makes the name durable). So a crash never tears a sealed
+        segment, and never leaves an index describing entries its `.log` lost."""
+        segment.fsync()
+        segment.write_index()
 
     def _sync_by_policy(self) -> None:
         policy = self.config.fsync
@@ -393,20 +464,40 @@ class SegmentedLog:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
-        for segment in self._unsynced:
-            segment.fsync()
-        self._unsynced.clear()
-        if self._creation_unsynced and self._segments:
-            self._make_creation_durable()
-        if self._directory_dirty:
-            fsync_directory(self.directory)
-            self._directory_dirty = False
-        self._durable_index = self.last_index
+        """Under `_write_lock` only: the fsyncs run while readers go on; `durable_index` then
+        moves to what they covered (no writer could append meanwhile)."""
+        target = self._last_index
+        try:
+            for segment in self._unsynced:
+                segment.fsync()
+            self._unsynced.clear()
+            if self._creation_unsynced and self._segments:
+                self._make_creation_durable()
+            if self._directory_dirty:
+                fsync_directory(self.directory, self._disk)
+                self._directory_dirty = False
+        except OSError as error:
+            raise self._fail(error, "flush") from error
+        with self._lock:
+            self._durable_index = target
         self._last_fsync_s = time.monotonic()
 
+    def _fail(self, error: OSError, what: str) -> StorageFailed:
+        """Stops the log: this and every later write, flush or truncation raises the error."""
+        if self._failed is None:
+            self._failed = StorageFailed(
+                f"log {self.directory}: {what} failed ({error}); the log takes no more writes "
+                f"and nothing past entry {self._durable_index} is known to be durable",
+                error.errno,
+            )
+            log.critical("%s", self._failed)
+        return self._failed
+
     def _drop_last_segment(self) -> None:
-        segment = self._segments.pop()
-        self._bases.pop()
+        with self._lock:
+            segment = self._segments.pop()
+            self._bases.pop()
+            self._publish()
         self._forget_unsynced(segment)
         segment.delete_files()
         self._directory_dirty = True
@@ -420,25 +511,49 @@ class SegmentedLog:
         return segment, index - segment.base_index
 
     def _check_index(self, index: int) -> None:
-        if not self._start_index <= index <= self.last_index:
-            raise IndexOutOfRange(index, self._start_index, self.last_index)
+        if not self._start_index <= index <= self._last_index:
+            raise IndexOutOfRange(index, self._start_index, self._last_index)
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"log {self.directory} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._failed is not None:
+            raise self._failed
+
+    def _publish(self) -> None:
+        """Under `_lock`: the lock-free fields, from the segments and the log start."""
+        if self._segments:
+            last = self._segments[-1]
+            self._last_index = last.last_index
+            self._last_term = last.terms[-1]
+            self._next_offset = last.next_offset
+            first, row = self._locate(self._start_index)
+            self._first_offset = first.base_offsets[row]
+        else:
+            self._last_index = self._start_index - 1
+            self._last_term = self._start_term
+            self._next_offset = self._first_offset = self._start_offset
+
     def _make_creation_durable(self) -> None:
-        """The first time anything in a new log is to be durable: its directory entry (in the
-        parent) and its header's entry (in the directory) must be, too."""
-        fsync_directory(os.path.dirname(os.path.abspath(self.directory)))
+        """The first time anything in a new log is to be durable: its directory's entry in the
+        parent (and that of every directory made for it) and its header's entry in the
+        directory must be, too."""
+        for directory in self._created_directories or [os.path.abspath(self.directory)]:
+            fsync_directory(os.path.dirname(directory), self._disk)
         self._directory_dirty = True
         self._creation_unsynced = False
 
-    def _write_meta(self, index: int, term: int, offset: int) -> None:
+    def _write_meta(self, index: int, term: int, offset: int, *, publish: bool = True) -> None:
         if self._creation_unsynced:
             self._make_creation_durable()
-        write_meta(self.directory, index, term, offset)
-        self._start_index, self._start_term, self._start_offset = index, term, offset
+        write_meta(self.directory, index, term, offset, self._disk)
+        if publish:
+            with self._lock:
+                self._start_index, self._start_term, self._start_offset = index, term, offset
+                self._publish()
 
     # -- opening and recovery -----------------------------------------------------------------
     def _open(self, create: bool) -> None:
@@ -448,9 +563,11 @@ class SegmentedLog:
         self, segments: list[Segment], start: tuple[int, int, int], report: RecoveryReport
     ) -> None:
         """Called by recovery with the verified segments and the log start it settled on."""
-        self._segments = segments
-        self._bases = [segment.base_index for segment in segments]
-        self._start_index, self._start_term, self._start_offset = start
+        with self._lock:
+            self._segments = segments
+            self._bases = [segment.base_index for segment in segments]
+            self._start_index, self._start_term, self._start_offset = start
+            self._publish()
         self.recovery = report
         if not report.clean:
             log.warning("recovered log %s: %s", self.directory, report)

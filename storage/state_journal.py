@@ -12,7 +12,10 @@ off, as in the segmented log. When the journal holds more than `compact_factor` 
 records as there are groups (plus `compact_slack`), it is rewritten atomically with one record
 per group. A group's removal is a record with term -1.
 
-Contract: `save_many` returns only once the new states are durable. Thread-safe.
+Contract: `save_many` returns only once the new states are durable. A failed write or fsync
+raises `StorageFailed`, and so does every later `save_many` (fail-stop: the failed fsync is
+never retried, and no later record may be written after one that may be torn). A new journal's
+name is made durable (its directory fsynced) before its first record is. Thread-safe.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from collections.abc import Iterable, Mapping
 import msgpack
 import xxhash
 
-from storage.atomic import write_atomic
+from storage.atomic import fsync_directory, write_atomic
+from storage.disk import OS_DISK, Disk
+from storage.errors import StorageFailed
 from storage.hard_state import HardState
 
 __all__ = ["StateJournal"]
@@ -43,24 +48,31 @@ def _record(group: str, state: HardState | None) -> bytes:
 
 class StateJournal:
     def __init__(
-        self, path: str | os.PathLike[str], *, compact_factor: int = 4, compact_slack: int = 1024
+        self,
+        path: str | os.PathLike[str],
+        *,
+        compact_factor: int = 4,
+        compact_slack: int = 1024,
+        disk: Disk = OS_DISK,
     ) -> None:
         self.path = os.fspath(path)
         self.compact_factor = compact_factor
         self.compact_slack = compact_slack
+        self._disk = disk
         self._lock = threading.Lock()
         self._states: dict[str, HardState] = {}
         self._records = 0
+        self._failed: StorageFailed | None = None
         self.truncated_bytes = 0
-        self._replay()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        existed = self._replay()
+        self._fd = disk.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._name_unsynced = not existed
 
-    def _replay(self) -> None:
-        try:
-            with open(self.path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
-            return
+    def _replay(self) -> bool:
+        """Loads the records; False if the journal does not exist yet."""
+        data = self._disk.read_file(self.path)
+        if data is None:
+            return False
         position = 0
         while position + _PREFIX.size <= len(data):
             length, checksum = _PREFIX.unpack_from(data, position)
@@ -82,10 +94,18 @@ class StateJournal:
             position = end
         if position < len(data):
             self.truncated_bytes = len(data) - position
-            with open(self.path, "r+b") as file:
-                file.truncate(position)
-                file.flush()
-                os.fsync(file.fileno())
+            fd = self._disk.open(self.path, os.O_RDWR)
+            try:
+                self._disk.ftruncate(fd, position)
+                self._disk.fsync(fd)
+            finally:
+                self._disk.close(fd)
+        return True
+
+    @property
+    def failed(self) -> StorageFailed | None:
+        """The write or fsync error that stopped this journal, if one did."""
+        return self._failed
 
     def load(self, group: str) -> HardState:
         with self._lock:
@@ -101,10 +121,21 @@ class StateJournal:
             return
         payload = b"".join(_record(group, state) for group, state in changes.items())
         with self._lock:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fsync(self._fd)
+            if self._failed is not None:
+                raise self._failed
+            try:
+                self._disk.write_all(self._fd, payload)
+                self._disk.fsync(self._fd)
+                if self._name_unsynced:
+                    fsync_directory(os.path.dirname(os.path.abspath(self.path)), self._disk)
+                    self._name_unsynced = False
+            except OSError as error:
+                self._failed = StorageFailed(
+                    f"state journal {self.path}: saving {len(changes)} hard state(s) failed "
+                    f"({error}); it takes no more writes, and those states are not durable",
+                    error.errno,
+                )
+                raise self._failed from error
             for group, state in changes.items():
                 if state is None:
                     self._states.pop(group, None)
@@ -116,9 +147,17 @@ class StateJournal:
 
     def _compact_locked(self) -> None:
         payload = b"".join(_record(group, state) for group, state in self._states.items())
-        os.close(self._fd)
-        write_atomic(self.path, payload)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._disk.close(self._fd)
+        self._fd = -1
+        try:
+            write_atomic(self.path, payload, self._disk)
+            self._fd = self._disk.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except OSError as error:
+            self._failed = StorageFailed(
+                f"state journal {self.path}: compaction failed ({error}); it takes no more writes",
+                error.errno,
+            )
+            raise self._failed from error
         self._records = len(self._states)
 
     def forget(self, groups: Iterable[str]) -> None:
@@ -127,5 +166,5 @@ class StateJournal:
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
+                self._disk.close(self._fd)
                 self._fd = -1

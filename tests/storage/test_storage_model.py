@@ -191,7 +191,7 @@ class _BrokenLog(SegmentedLog):
 class _ForgetfulLog(SegmentedLog):
     """A broken prefix truncation that does not persist the new start."""
 
-    def _write_meta(self, index: int, term: int, offset: int) -> None:
+    def _write_meta(self, index: int, term: int, offset: int, *, publish: bool = True) -> None:
         self._start_index, self._start_term, self._start_offset = index, term, offset
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import CorruptEntry, CorruptLog, LogConfig, SegmentedLog, sync_logs
+from storage import CorruptEntry, CorruptLog, DamagedLog, LogConfig, SegmentedLog, sync_logs
 from storage.entry import HEADER_SIZE
 
 CONFIG = LogConfig(segment_bytes=8192, max_batch_bytes=4096)
@@ -74,21 +74,73 @@ def test_torn_tail_at_every_byte_boundary_of_the_last_entry(tmp_path: Path) -> N
         copy.rmdir()
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_bit_flip_in_the_active_segment_truncates_from_the_flipped_entry(
+def _entry_starts(written: list[tuple[int, bytes]], first: int, last: int) -> list[int]:
+    """Byte positions of entries `first..last` (1-based) within their segment."""
+    starts, position = [], 0
+    for _, data in written[first - 1 : last]:
+        starts.append(position)
+        position += HEADER_SIZE + len(data)
+    return starts
+
+
+def test_a_flipped_byte_amid_fsynced_entries_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    # the audit's case: 10 fsynced entries in one segment, a byte of the 4th flipped; the old
+    # recovery cut entries 4..10 and reported a torn tail (last_index 3)
+    written = _fill(tmp_path / "log", 10)
+    (active,) = _segments(tmp_path / "log")
+    raw = bytearray(active.read_bytes())
+    fourth = _entry_starts(written, 1, 10)[3]
+    raw[fourth + 4] ^= 0x01
+    active.write_bytes(raw)
+    with pytest.raises(DamagedLog) as caught:
+        SegmentedLog(tmp_path / "log", CONFIG)
+    error = caught.value
+    assert (error.path, error.position, error.index) == (str(active), fourth, 4)
+    assert "not a torn tail" in str(error)
+    assert active.read_bytes() == raw  # nothing was cut
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_bit_flip_before_the_last_entry_of_the_active_segment_is_reported_as_damage(
     tmp_path: Path, seed: int
 ) -> None:
     rng = random.Random(seed)
     written = _fill(tmp_path / "log", 25)
     active = _segments(tmp_path / "log")[-1]
     raw = bytearray(active.read_bytes())
-    position = rng.randrange(len(raw))
+    last_start = len(raw) - HEADER_SIZE - len(written[-1][1])
+    position = rng.randrange(last_start)  # any byte of any entry but the last
     raw[position] ^= 1 << rng.randrange(8)
+    active.write_bytes(raw)
+    with pytest.raises(DamagedLog) as caught:
+        SegmentedLog(tmp_path / "log", CONFIG)
+    assert caught.value.path == str(active) and caught.value.position <= position
+    assert active.read_bytes() == raw
+
+
+def test_a_bit_flip_in_the_last_entry_reads_as_a_torn_tail(tmp_path: Path) -> None:
+    # nothing valid follows it, so it cannot be told from a torn write: the documented limit
+    written = _fill(tmp_path / "log", 25)
+    active = _segments(tmp_path / "log")[-1]
+    raw = bytearray(active.read_bytes())
+    raw[len(raw) - 3] ^= 0x10
     active.write_bytes(raw)
     with SegmentedLog(tmp_path / "log", CONFIG) as log:
         assert log.recovery.torn_tail is not None
-        assert log.last_index < 25
-        _check_prefix(log, written, log.last_index)
+        _check_prefix(log, written, 24)
+
+
+def test_many_damaged_entries_followed_by_valid_ones_are_still_damage(tmp_path: Path) -> None:
+    # a wiped sector run: the bad entry's length is garbage, so the search for the entries after
+    # it must find them by their index
+    written = _fill(tmp_path / "log", 12)
+    (active,) = _segments(tmp_path / "log")
+    raw = bytearray(active.read_bytes())
+    starts = _entry_starts(written, 1, 12)
+    raw[starts[2] : starts[9]] = bytes(starts[9] - starts[2])  # entries 3..9 zeroed
+    active.write_bytes(raw)
+    with pytest.raises(DamagedLog, match=r"entry 10 at byte"):
+        SegmentedLog(tmp_path / "log", CONFIG)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -175,12 +227,12 @@ def test_truncating_back_to_a_compacted_start_leaves_an_empty_log(tmp_path: Path
         assert log.find_offset(1) == 2
 
 
-def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
     real = os.fsync
 
     def counting(fd: int) -> None:
-        calls.append(fd)
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
     monkeypatch.setattr(os, "fsync", counting)
@@ -198,11 +250,17 @@ def test_creating_a_log_costs_no_fsync_until_its_first_flush(
     assert fsyncs == []
     log.append(b"first", 1, 1, 0, sync=False)
     log.flush()
-    # the segment, then the parent (the log's own entry) and the directory (segment and header)
-    assert len(fsyncs) == 3
+    # the segment, then the parents of both directories made for the log (each one's entry),
+    # then the log's directory (segment and header)
+    assert fsyncs == [
+        str(directory / "00000000000000000001.log"),
+        str(tmp_path),
+        str(tmp_path / "replica"),
+        str(directory),
+    ]
     log.append(b"second", 1, 1, 0, sync=False)
     log.flush()
-    assert len(fsyncs) == 4  # from now on, one fsync per dirty file
+    assert len(fsyncs) == 5  # from now on, one fsync per dirty file
     log.close()
 
 
