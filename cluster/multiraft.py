@@ -109,6 +109,8 @@ class MultiRaft:
         )
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
+        # with a replica just quarantined (already removed from the rounds)
+        self.on_quarantine: Callable[[Replica], None] = lambda replica: None
         # after each round that did disk work, with how long it took (writes and group commit)
         self.on_disk: Callable[[float], None] = lambda seconds: None
         self._inbox: deque[tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call] = (
@@ -488,6 +490,7 @@ class MultiRaft:
         entry = self.quarantine.add(replica.group, doing, error, replica.topic_uid)
         replica.fail_all(f"{entry.reason}; the replica is quarantined; the outcome is unknown")
         self._storage.submit(self._close_quarantined, replica)
+        self.on_quarantine(replica)
 
     def _close_quarantined(self, replica: Replica) -> None:
         """Storage thread: releases a quarantined replica's files (a failed fsync in its

@@ -147,6 +147,7 @@ class Node(TopicAdmin):
             alive_since=self._alive_since.get,
             on_leader_changed=self.metrics.leader_changed,
         )
+        self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         self._topics_polled_at = 0.0
