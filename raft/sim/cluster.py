@@ -285,6 +285,8 @@ class Simulation:
             node = leader.node if leader is not None else None
             if leader is not None and node is not None and node.commit < node.log.last_index:
                 self._crash(leader)
+        if self.churn.active:
+            return  # a churn episode places the partitions itself
         if profile.partition_rate and rng.random() < profile.partition_rate:
             self._partition()
         if self.network.blocked and rng.random() < profile.heal_rate:

@@ -58,7 +58,9 @@ def _re_added(g, *, elected: bool = False):  # type: ignore[no-untyped-def]
 
 def test_a_re_added_replica_does_not_elect_a_stale_member(group) -> None:  # type: ignore[no-untyped-def]
     """On the old code s (configuration {s, x, y}, log without the three acknowledged entries)
-    won term 2 with the vote of the wiped x while y still led term 1 with l: both committed."""
+    won term 2 with the vote of the wiped x while y still led term 1 with l (the checker:
+    "leader-completeness: s leads term 2 but its log has term 2 at index 2, where term 1 was
+    committed")."""
     g = group(SXY)
     y, committed = _re_added(g)
     s, x = g.nodes["s"], g.nodes["x"]
@@ -70,7 +72,7 @@ def test_a_re_added_replica_does_not_elect_a_stale_member(group) -> None:  # typ
     g.run("y", lambda n: n.propose(b"after", 1))
     g.deliver()
     assert y.commit > committed
-    # once the partition heals, x catches up, can be promoted, and the group goes on
+    # once the partition heals, x and s catch up, and the acknowledged entries stand
     g.heal()
     g.tick(3 * E)
     leader = g.nodes[g.leaders()[0]]
