@@ -20,10 +20,13 @@ replica's (or, for a group not hosted, the topic's this node knows) is dropped.
 
 Retirement (replica GC): a replica told by its group that a committed configuration left it out
 (`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
-term and vote it held stay in the node's state journal. A retired replica is not opened again
-by the partition manager or by a campaigning peer, only by a message from a leader (one adding
-this node back): it then starts with an empty log, an empty configuration (never the topic's
-initial assignment), and the term and vote it kept, and its directory is marked `REJOINED`.
+term and vote it held stay in the node's state journal, and the marker holds the replica's vote
+floor (`RaftNode.vote_floor`: the end of the log it deletes, as "<term> <index>"). A retired
+replica is not opened again by the partition manager or by a campaigning peer, only by a message
+from a leader (one adding this node back): it then starts with an empty log, an empty
+configuration (never the topic's initial assignment), and the term, vote and vote floor it kept
+(so it never votes for a log less up to date than the one it deleted: issue 21), and its
+directory is marked `REJOINED` (which keeps the floor from then on).
 
 Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
 quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
@@ -52,7 +55,7 @@ from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.errors import RaftError
-from raft.types import AppendRequest, Configuration, Heartbeat, LogReset
+from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
 from storage import FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
 
@@ -231,16 +234,20 @@ class ReplicaOpener:
                 shutil.rmtree(directory, ignore_errors=True)
                 self.journal.forget([group])
         if os.path.exists(os.path.join(directory, RETIRED)):
+            # finish a retirement a crash interrupted (the marker is written first)
+            shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
             if not from_leader:
-                # finish a retirement a crash interrupted (the marker is written first)
-                shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
                 return None
-            write_atomic(os.path.join(directory, REJOINED), b"")
+            floor = _read_vote_floor(os.path.join(directory, RETIRED))
+            write_atomic(os.path.join(directory, REJOINED), _vote_floor_text(floor))
             os.unlink(os.path.join(directory, RETIRED))
             fsync_directory(directory)
             bootstrap = Configuration()
         elif os.path.exists(os.path.join(directory, REJOINED)):
+            floor = _read_vote_floor(os.path.join(directory, REJOINED))
             bootstrap = Configuration()
+        else:
+            floor = LogPosition()
         hard_state = self.journal.load(group)
         replica = Replica.open(
             node_id=self.node_id,
@@ -254,6 +261,7 @@ class ReplicaOpener:
             handles=self.handles,
             rng=random.Random(self._rng.getrandbits(64)),
         )
+        replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
         if spec.uid and not os.path.exists(uid_path):
             write_atomic(uid_path, spec.uid.encode())
@@ -347,9 +355,11 @@ class ReplicaOpener:
     def retire(self, replica: Replica) -> None:
         """Storage thread: the replica was removed from its group (`RaftNode.removed_at`) and
         is no longer hosted. Its log is deleted; the marker goes first, durably, so a crash
-        part-way is finished on the next open. Its term and vote stay in the journal."""
+        part-way is finished on the next open. Its term and vote stay in the journal, its vote
+        floor in the marker."""
+        floor = replica.node.vote_floor
         replica.close()
-        write_atomic(os.path.join(replica.directory, RETIRED), b"")
+        write_atomic(os.path.join(replica.directory, RETIRED), _vote_floor_text(floor))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
@@ -379,6 +389,22 @@ def forget_states_of_deleted_topics(
     stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
     if stale:
         journal.forget(stale)
+
+
+def _vote_floor_text(floor: LogPosition) -> bytes:
+    return f"{floor.term} {floor.index}\n".encode()
+
+
+def _read_vote_floor(path: str) -> LogPosition:
+    """The vote floor a retirement marker holds; (0, 0) for a marker written before markers
+    held one (empty)."""
+    text = (_read_text(path) or "").strip()
+    if not text:
+        return LogPosition()
+    parts = text.split()
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
+    return LogPosition(int(parts[0]), int(parts[1]))
 
 
 def _read_text(path: str) -> str | None:
