@@ -78,9 +78,8 @@ class DamagedLog(CorruptLog, CorruptEntry):
 
     def __init__(self, path: str, position: int, index: int, problem: str) -> None:
         super().__init__(
-            f"{path} is damaged at byte {position} (entry {index}): {problem}. Entries after it "
-            "are intact, so this is corruption, not a torn tail; the log was left as it is: "
-            "rebuild this replica from its peers"
+            f"{path} is damaged at byte {position} (entry {index}): {problem}. The log was "
+            "left as it is: rebuild this replica from its peers"
         )
         self.path = path
         self.position = position

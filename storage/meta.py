@@ -6,9 +6,12 @@ when no entry is retained). It is replaced atomically, so a crash leaves the old
 
 A new log's `log.meta` (start `FRESH_START`) is written without fsync (`write_fresh_meta`):
 creating ten thousand logs must not cost ten thousand fsyncs. The log makes it durable with its
-first flush, before any entry is durable. A crash before that can leave the file empty; an empty
-`log.meta` therefore reads as `FRESH_START`, the only start a non-durable header can hold (every
-other start is written with `write_meta`, atomically and durably).
+first flush, before any entry is durable; its data is never fsynced. A crash can leave that new
+file empty or torn (a prefix of its bytes, the rest cut off or zeros: a file system shows zeros,
+never stale data, where a new file's bytes did not reach the disk); so such a `log.meta` reads as
+`FRESH_START`, the only start a non-durable header can hold (every other start is written with
+`write_meta`, atomically and durably, so it is whole). Anything else that does not parse is
+refused.
 """
 
 from __future__ import annotations
@@ -62,6 +65,17 @@ def _encode(start_index: int, start_term: int, start_offset: int) -> bytes:
     return json.dumps(meta).encode()
 
 
+_FRESH_BYTES = _encode(*FRESH_START)
+
+
+def _torn_fresh(raw: bytes) -> bool:
+    """`raw` is a new log's header cut short or zero-filled by a crash."""
+    if len(raw) > len(_FRESH_BYTES) or raw == _FRESH_BYTES:
+        return False
+    kept = len(raw.rstrip(b"\0"))
+    return raw[:kept] == _FRESH_BYTES[:kept]
+
+
 def write_meta(
     directory: str, start_index: int, start_term: int, start_offset: int, disk: Disk = OS_DISK
 ) -> None:
@@ -87,6 +101,8 @@ def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | No
         return None
     if not raw:
         return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
+    if _torn_fresh(raw):
+        return FRESH_START  # the same, torn: `write_meta` never leaves a partial file
     try:
         meta = json.loads(raw)
         if meta.get("format") != _META_FORMAT:

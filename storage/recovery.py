@@ -115,7 +115,8 @@ def recover(target: SegmentedLog, create: bool) -> None:
                     active.log_path,
                     result.valid_bytes,
                     bad_index,
-                    f"{result.problem}, yet entry {follower[1]} at byte {follower[0]} is valid",
+                    f"{result.problem}, yet entry {follower[1]} at byte {follower[0]} is "
+                    "valid: this is corruption, not a torn tail",
                 )
             active.cut_file(result.valid_bytes)
             torn = f"{active.log_path}: {result.problem}"

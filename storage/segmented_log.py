@@ -57,6 +57,7 @@ from storage.errors import (
     InvalidArgument,
     LogClosed,
     OffsetOutOfRange,
+    StorageError,
     StorageFailed,
 )
 from storage.handles import DEFAULT_HANDLES, FileHandles
@@ -557,7 +558,14 @@ class SegmentedLog:
 
     # -- opening and recovery -----------------------------------------------------------------
     def _open(self, create: bool) -> None:
-        recover(self, create)
+        try:
+            recover(self, create)
+        except StorageError:
+            raise
+        except OSError as error:
+            raise StorageFailed(
+                f"opening log {self.directory} failed: {error}", error.errno
+            ) from error
 
     def _install(
         self, segments: list[Segment], start: tuple[int, int, int], report: RecoveryReport

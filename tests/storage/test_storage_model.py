@@ -7,6 +7,7 @@ broken log must fail, so the model check is shown able to catch a bug.
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +24,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from storage import IndexOutOfRange, LogConfig, OffsetOutOfRange, SegmentedLog, StorageError
+from storage import (
+    FileHandles,
+    IndexOutOfRange,
+    LogConfig,
+    OffsetOutOfRange,
+    SegmentedLog,
+    StorageError,
+)
+from storage.simdisk import SimDisk
 
 CONFIG = LogConfig(segment_bytes=4096, max_batch_bytes=2048)
 
@@ -64,7 +73,10 @@ class LogMachine(RuleBasedStateMachine):
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="flotilla-model-")
         self.model = Model()
-        self.log = self.log_class(self.directory + "/log", CONFIG)
+        self.log = self._open_log(self.directory + "/log", CONFIG)
+
+    def _open_log(self, path: str, config: LogConfig) -> SegmentedLog:
+        return self.log_class(path, config)
 
     def teardown(self) -> None:
         self.log.close()
@@ -117,7 +129,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.log.close()
-        self.log = self.log_class(self.directory + "/log", CONFIG)
+        self.log = self._open_log(self.directory + "/log", CONFIG)
         assert self.log.recovery.torn_tail is None
 
     @rule(choice=st.integers(0, 10**6), max_bytes=st.integers(0, 5000))
@@ -179,6 +191,21 @@ SETTINGS = settings(
 
 def test_log_matches_model() -> None:
     run_state_machine_as_test(LogMachine, settings=SETTINGS)
+
+
+class SimLogMachine(LogMachine):
+    """The log's model test, run over the simulated disk: one conformance suite, two disks."""
+
+    def __init__(self) -> None:
+        self.disk = SimDisk(random.Random(0))
+        super().__init__()
+
+    def _open_log(self, path: str, config: LogConfig) -> SegmentedLog:
+        return SegmentedLog(path, config, handles=FileHandles(8, self.disk))
+
+
+def test_log_matches_model_on_the_simulated_disk() -> None:
+    run_state_machine_as_test(SimLogMachine, settings=settings(SETTINGS, max_examples=60))
 
 
 class _BrokenLog(SegmentedLog):

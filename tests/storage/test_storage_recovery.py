@@ -264,14 +264,17 @@ def test_creating_a_log_costs_no_fsync_until_its_first_flush(
     log.close()
 
 
-@pytest.mark.parametrize("leftover", ["empty header", "no header"])
+@pytest.mark.parametrize("leftover", ["empty header", "torn header", "no header"])
 def test_a_creation_cut_short_by_a_crash_reopens_as_a_new_log(
     tmp_path: Path, leftover: str
 ) -> None:
     directory = tmp_path / "log"
     SegmentedLog(directory, CONFIG).close()
+    header = (directory / "log.meta").read_bytes()
     if leftover == "empty header":
         (directory / "log.meta").write_bytes(b"")  # its data never reached the disk
+    elif leftover == "torn header":  # part of it did; the rest reads as zeros
+        (directory / "log.meta").write_bytes(header[:9] + bytes(len(header) - 9))
     else:
         (directory / "log.meta").unlink()
     with SegmentedLog(directory, CONFIG) as log:
