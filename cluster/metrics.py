@@ -4,7 +4,9 @@ Per-partition gauges (commit index, applied offset, lag of each follower seen by
 read from the replicas at scrape time by a custom collector, so the hot path pays nothing for
 them. Produce latency and fsync (group commit) latency are histograms observed as they happen;
 leader changes are counted by the MultiRaft driver. `flotilla_replicas_quarantined` counts the
-local replicas stopped by an error of their own (`cluster.quarantine`).
+local replicas stopped by an error of their own (`cluster.quarantine`);
+`flotilla_replicas_rebuilt_total` those found damaged on open and rebuilt from their peers
+(`cluster.opener`).
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ class Metrics:
             "flotilla_replicas_retired_total", "local replicas deleted after their group removed them", ["node"],
             registry=self.registry,
         )  # fmt: skip
+        self.replicas_rebuilt = Counter(
+            "flotilla_replicas_rebuilt_total", "local replicas found damaged on open and rebuilt from their peers", ["node"],
+            registry=self.registry,
+        )  # fmt: skip
         self.registry.register(_PartitionCollector(node_id, replicas, quarantined))
         # the labelled children, looked up once (every produce and disk round observes one)
         self._produce_latency = self.produce_latency.labels(node_id)
@@ -127,6 +133,9 @@ class Metrics:
 
     def leader_changed(self) -> None:
         self.leader_changes.labels(self.node_id).inc()
+
+    def replica_rebuilt(self) -> None:
+        self.replicas_rebuilt.labels(self.node_id).inc()
 
     def replica_retired(self) -> None:
         self.replicas_retired.labels(self.node_id).inc()

@@ -137,6 +137,7 @@ class Node(TopicAdmin):
             topics=lambda: self.topics,
         )
         self.multiraft.unknown_group = self.opener.open_on_message
+        self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
         self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
@@ -429,6 +430,7 @@ class Node(TopicAdmin):
                 if time.monotonic() - self._local_checked_at > 5.0:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
+                    self.opener.probe_rebuilding()
                 if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
                     self._retention_checked_at = time.monotonic()
                     await apply_retention(self.multiraft, self.topics)

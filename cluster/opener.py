@@ -28,6 +28,11 @@ configuration (never the topic's initial assignment), and the term, vote and vot
 (so it never votes for a log less up to date than the one it deleted: issue 21), and its
 directory is marked `REJOINED` (which keeps the floor from then on).
 
+Rebuild: a replica whose log recovery finds damaged (`storage.DamagedLog`) is moved aside and
+opened with an empty log and a vote floor (`cluster.rebuild`); its group's leader sends it the
+log again, and until it hears from a leader it asks the topic's assigned replicas
+(`probe_rebuilding`), to wake a quiesced one.
+
 Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
 quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
 its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
@@ -51,12 +56,13 @@ from typing import cast
 from cluster.controller import TopicSpec
 from cluster.failstop import NodeFailStopped, disk_failure
 from cluster.multiraft import MultiRaft
+from cluster.rebuild import rebuilt_floor, set_aside
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.errors import RaftError
 from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
-from storage import FileHandles, LogConfig, StateJournal
+from storage import DamagedLog, FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
 
 __all__ = ["ReplicaOpener", "delete_replica", "forget_states_of_deleted_topics"]
@@ -116,6 +122,11 @@ class ReplicaOpener:
         # groups whose replica here retired, with their topic's uid (as far as this process
         # has seen: a restart learns them again from the markers, in `open_replica`)
         self.retired: dict[str, str] = {}
+        # told (on the storage thread) of each replica rebuilt after its log was found damaged
+        self.on_rebuilt: Callable[[str], None] = lambda group: None
+        # hosted replicas whose log is below their vote floor (rebuilt, or added back after
+        # retiring), until they hear from a leader (`probe_rebuilding`)
+        self.rebuilding: set[str] = set()
 
     def knows(self, group: str) -> bool:
         """Is the group hosted, being opened, queued, retired or quarantined here?"""
@@ -197,6 +208,30 @@ class ReplicaOpener:
         self.multiraft.add(replica)
         for sender, payload in self._held.pop(replica.group, ()):
             self.multiraft.deliver(sender, [(replica.group, payload)])
+        node = replica.node
+        if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
+            self.rebuilding.add(replica.group)
+            self._probe(replica)
+
+    def probe_rebuilding(self) -> None:
+        """Each hosted replica whose log is below its vote floor and that knows no leader asks
+        the topic's assigned replicas (`RaftNode.probe_membership`): below its floor it never
+        campaigns, so a quiesced leader would not hear of it otherwise. The partition
+        manager calls this every few seconds; a replica leaves the set once it hears from a
+        leader (which then sends it what it lacks) or is no longer hosted."""
+        for group in list(self.rebuilding):
+            replica = self.multiraft.replicas.get(group)
+            if replica is None or replica.node.leader_id is not None:
+                self.rebuilding.discard(group)
+            else:
+                self._probe(replica)
+
+    def _probe(self, replica: Replica) -> None:
+        spec = self.topics().get(replica.topic)
+        if spec is None or replica.partition >= len(spec.assignment):
+            return
+        members = [m for m in spec.assignment[replica.partition] if m != self.node_id]
+        self.multiraft.call(partial(replica.node.probe_membership, members), replica)
 
     def _open_batch(
         self, batch: list[tuple[TopicSpec, int, Configuration]]
@@ -248,19 +283,29 @@ class ReplicaOpener:
             bootstrap = Configuration()
         else:
             floor = LogPosition()
+        floor = max(floor, rebuilt_floor(directory))
         hard_state = self.journal.load(group)
-        replica = Replica.open(
-            node_id=self.node_id,
-            topic=spec.name,
-            partition=index,
-            directory=directory,
-            bootstrap=bootstrap,
-            hard_state=hard_state,
-            raft_config=self.raft_config,
-            log_config=self.log_config,
-            handles=self.handles,
-            rng=random.Random(self._rng.getrandbits(64)),
-        )
+
+        def open_it() -> Replica:
+            return Replica.open(
+                node_id=self.node_id,
+                topic=spec.name,
+                partition=index,
+                directory=directory,
+                bootstrap=bootstrap,
+                hard_state=hard_state,
+                raft_config=self.raft_config,
+                log_config=self.log_config,
+                handles=self.handles,
+                rng=random.Random(self._rng.getrandbits(64)),
+            )
+
+        try:
+            replica = open_it()
+        except DamagedLog as damage:
+            floor = set_aside(directory, group, damage, hard_state, floor, self.handles)
+            self.on_rebuilt(group)
+            replica = open_it()
         replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
         if spec.uid and not os.path.exists(uid_path):

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterable
 
 from raft.codec import decode_config_entry
 from raft.config import RaftConfig
@@ -402,17 +403,19 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if self.role is not Role.LEADER:
             self._randomized_timeout += ticks
 
-    def probe_membership(self) -> None:
+    def probe_membership(self, members: Iterable[NodeId] = ()) -> None:
         """Asks the voters of this follower's configuration whether they still count it in: a
         pre-vote at its own term, which changes nothing on either side, but which a member whose
         committed configuration leaves this node out answers with `Removed`. For a quiesced
         follower that missed the leader's word of its removal (the message was lost): it never
         campaigns, so nothing else would tell it. The host calls this for quiesced followers
-        that placement no longer names; a member that gets it wakes (as for any message)."""
+        that placement no longer names; a member that gets it wakes (as for any message).
+        `members`: ask these too (a replica rebuilt with an empty configuration after its log
+        was found damaged wakes its group's quiesced leader so, which then sends it the log)."""
         if self.role is not Role.FOLLOWER:
             return
         last_index, last_term = self.log.last_index, self.log.last_term
-        for voter in sorted(self.configuration.voters):
+        for voter in sorted(self.configuration.voters | set(members)):
             if voter != self.id:
                 self._send(VoteRequest(self.term, self.id, voter, last_index, last_term, True))
 
@@ -483,7 +486,16 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             if m.commit > self.commit:
                 self.commit = min(m.commit, self.log.last_index)
             self._send(HeartbeatResponse(self.term, self.id, m.sender, m.lease_tick))
-            if m.quiesce:
+            last = self.log.last_index
+            if m.commit > last:
+                # The leader counts entries this replica acknowledged and no longer holds (its
+                # log was found damaged: it is rebuilt from its peers, keeping its vote floor).
+                # A rejection at index 0, which no append gets, with its log's end makes the
+                # leader probe from there (`Progress.maybe_decrease_to`).
+                self._send(
+                    AppendResponse(self.term, self.id, m.sender, 0, True, last, self.log.last_term)
+                )
+            elif m.quiesce:
                 self.quiesced = True
         elif kind is LogReset:
             assert isinstance(m, LogReset)
