@@ -94,9 +94,13 @@ class Node(TopicAdmin):
             TransportLimits(max_message_bytes=config.max_message_bytes),
         )
         os.makedirs(config.data_dir, exist_ok=True)
-        self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
         # a failed storage write or fsync ends the process (exit code 75, `cluster.failstop`)
         self.fail_stop = FailStop()
+        journal_path = os.path.join(config.data_dir, "raft-state.journal")
+        try:
+            self.journal = StateJournal(journal_path)
+        except OSError as error:  # replaying it, or repairing its torn tail, failed
+            raise self.fail_stop(f"opening the state journal {journal_path}", error) from error
         self.multiraft = MultiRaft(
             config.node_id,
             self.transport.send_raft,

@@ -134,3 +134,41 @@ def test_disk_faults_from_the_hook_stop_the_node_with_75_and_a_restart_recovers(
         stops = log_text.count("flotilla.failstop CRITICAL")
         assert stops == 2, log_text[-3000:]  # one line per fail-stop, in the appended log
         assert log_text.count("CRITICAL") == 2, log_text[-3000:]  # and no other
+
+
+def test_a_state_journal_that_cannot_be_replayed_stops_the_node_with_75(tmp_path: Path) -> None:
+    """At startup: the journal's torn tail must be cut and fsynced, and the fsync fails (EIO from
+    the fault hook). The node ends with 75 after one CRITICAL line naming the journal, as for any
+    storage failure, not with 1 as for a bad command line; once the fault is cleared it starts."""
+    control = tmp_path / "faults.json"
+    env = {"FLOTILLA_DISK_FAULTS": str(control)}
+    with LocalCluster(tmp_path / "cluster", 1, config_text=CONFIG, env=env) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("journaled", partitions=1, replication_factor=1)
+            assert client.produce("journaled", b"kept", partition=0).offset == 0
+        cluster.stop("n1")
+        journal = spec.data_dir / "raft-state.journal"
+        with open(journal, "ab") as file:
+            file.write(b"\x07\x00")  # a torn record: replay cuts it, and fsyncs the cut
+        control.write_text(json.dumps({"fsync": "EIO"}))
+        cluster.start("n1", wait=False)
+        process = spec.process
+        assert process is not None and spec.log_path is not None
+        try:
+            returncode = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the node started on a journal it could not repair")
+        log_text = spec.log_path.read_text(errors="replace")
+        assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
+        control.write_text("{}")
+        cluster.start("n1")
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            wait_until(
+                lambda: [r.value for r in client.read("journaled", 0, 0, 10)] == [b"kept"],
+                30,
+                "the record after the restart",
+            )
