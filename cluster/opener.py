@@ -29,7 +29,8 @@ configuration (never the topic's initial assignment), and the term, vote and vot
 directory is marked `REJOINED` (which keeps the floor from then on).
 
 Rebuild: a replica whose log recovery finds damaged (`storage.DamagedLog`) is moved aside and
-opened with an empty log and a vote floor (`cluster.rebuild`); its group's leader sends it the
+opened with an empty log and a vote floor (`cluster.rebuild`), unless its topic has a single
+replica (no peer to rebuild it from: it is quarantined, its files left as they are); its group's leader sends it the
 log again, and until it hears from a leader it asks the topic's assigned replicas
 (`probe_rebuilding`), to wake a quiesced one.
 
@@ -303,6 +304,8 @@ class ReplicaOpener:
         try:
             replica = open_it()
         except DamagedLog as damage:
+            if spec.replication_factor < 2:
+                raise  # no peer to rebuild it from: quarantined, its files left as they are
             floor = set_aside(directory, group, damage, hard_state, floor, self.handles)
             self.on_rebuilt(group)
             replica = open_it()

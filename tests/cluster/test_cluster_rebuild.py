@@ -188,3 +188,24 @@ def test_the_floor_covers_a_commit_index_the_damage_hid(tmp_path: Path) -> None:
         await node.multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_damaged_replica_without_peers_is_quarantined_and_left_as_it_is(tmp_path: Path) -> None:
+    """Replication factor 1: nobody to rebuild it from, so moving its log aside would only
+    leave the partition empty and leaderless. It is quarantined, its files untouched."""
+
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        directory, damaged_file = _damaged_replica_dir(node)
+        before = damaged_file.read_bytes()
+        alone = TopicSpec("t", 1, 1, assignment=(("n1",),))
+        node.topics = {"t": alone}
+        node.opener.queue(alone, 0, Configuration(voters=frozenset({"n1"})))
+        await node.opener.open_pending()
+        [quarantined] = node.multiraft.quarantine.entries()
+        assert quarantined.group == "t/0" and "DamagedLog" in quarantined.reason
+        assert damaged_file.read_bytes() == before
+        assert not any(p.name.startswith("damaged-") for p in directory.iterdir())
+        await node.multiraft.stop()
+
+    asyncio.run(scenario())
