@@ -1,6 +1,12 @@
 """storage: the segmented log of record batches, with recovery, retention and group commit.
 
 Imports nothing else of Flotilla. See `storage.segmented_log` for the contract.
+
+Every file operation goes through a `storage.disk.Disk`: the real one (`OS_DISK`, with the
+test-only fault hook of `storage.faults`, armed by FLOTILLA_DISK_FAULTS) or the simulated one of
+`storage.simdisk` (crashes that lose or tear unsynced writes, bit flips, EIO/ENOSPC), chosen by
+the `FileHandles` a log is given (`FileHandles(max_open, disk)`). Storage errors are fail-stop
+(`StorageFailed`); damage recovery may not repair is `DamagedLog`.
 """
 
 from storage.config import FsyncMode, FsyncPolicy, LogConfig

@@ -124,19 +124,10 @@ class Segment:
         return bisect_right(self.base_offsets, offset) - 1
 
     # -- writes -----------------------------------------------------------------------------
-    def append(
-        self,
-        header: bytes,
-        data: bytes | memoryview,
-        term: int,
-        base_offset: int,
-        record_count: int,
-        timestamp_ms: int,
-        publish: AbstractContextManager[object],
-    ) -> None:
-        """Writes one entry with a single `pwritev` past the rows readers see, then records it
-        while holding `publish` (the log's reader lock). On a failed or short write nothing is
-        recorded and the file takes no more writes."""
+    def write(self, header: bytes, data: bytes | memoryview) -> int:
+        """Writes one entry past the rows readers see, with a single `pwritev`, and returns its
+        position; `record` then makes it a row. On a failed or short write nothing is recorded
+        and the file takes no more writes."""
         position = self.size
         total = HEADER_SIZE + len(data)
         with self.handles.pin(self.log_path, write=True) as fd:
@@ -153,13 +144,25 @@ class Segment:
                     f"{self.log_path} at byte {position} failed: {error}",
                     error.errno,
                 ) from error
-        with publish:
-            self.positions.append(position)
-            self.terms.append(term)
-            self.base_offsets.append(base_offset)
-            self.timestamps.append(timestamp_ms)
-            self.counts.append(record_count)
-            self.size = position + total
+        return position
+
+    def record(
+        self,
+        position: int,
+        end: int,
+        term: int,
+        base_offset: int,
+        record_count: int,
+        timestamp_ms: int,
+    ) -> None:
+        """Makes the entry `write` put at `position..end` the next row (under the log's reader
+        lock)."""
+        self.positions.append(position)
+        self.terms.append(term)
+        self.base_offsets.append(base_offset)
+        self.timestamps.append(timestamp_ms)
+        self.counts.append(record_count)
+        self.size = end
 
     def truncate_rows(self, rows: int, publish: AbstractContextManager[object]) -> None:
         """Keeps the first `rows` entries: forgets the others while holding `publish` (so no

@@ -50,6 +50,7 @@ from collections.abc import Iterable, Iterator
 
 from storage.atomic import fsync_directory
 from storage.config import FsyncMode, LogConfig
+from storage.disk import Disk
 from storage.entry import HEADER_SIZE, Entry, encode_header
 from storage.errors import (
     BatchTooLarge,
@@ -135,6 +136,12 @@ class SegmentedLog:
         return self._durable_index
 
     @property
+    def disk(self) -> Disk:
+        """The disk this log's files live on (`storage.disk`): what its neighbours, such as
+        the Raft log's sidecar files, should write through too."""
+        return self._disk
+
+    @property
     def failed(self) -> StorageFailed | None:
         """The write or fsync error that stopped this log, if one did."""
         return self._failed
@@ -197,7 +204,8 @@ class SegmentedLog:
         if not -(2**63) <= timestamp_ms < 2**63:
             raise InvalidArgument(f"timestamp_ms={timestamp_ms} does not fit a signed 64-bit int")
         with self._write_lock:
-            self._check_writable()
+            if self._closed or self._failed is not None:
+                self._check_writable()
             if not self._last_term <= term < _U64:
                 raise InvalidArgument(
                     f"term {term} is below the log's last term {self._last_term}: terms never "
@@ -208,12 +216,18 @@ class SegmentedLog:
             header = encode_header(batch, index, term, base_offset, record_count, timestamp_ms)
             try:
                 segment = self._segment_for_append(HEADER_SIZE + size)
-                segment.append(
-                    header, batch, term, base_offset, record_count, timestamp_ms, self._lock
-                )
+                position = segment.write(header, batch)
             except OSError as error:
                 raise self._fail(error, f"append of entry {index}") from error
             with self._lock:
+                segment.record(
+                    position,
+                    position + HEADER_SIZE + size,
+                    term,
+                    base_offset,
+                    record_count,
+                    timestamp_ms,
+                )
                 self._last_index = index
                 self._last_term = term
                 self._next_offset = base_offset + record_count

@@ -7,8 +7,10 @@ every change of a round in one write and makes it durable with one fsync:
     record  = length u32 | xxh3-64 of the body u64 | body
     body    = msgpack [group, term, vote | nil, commit]
 
-Replay applies records in order (the last record of a group wins); a torn or corrupt tail is cut
-off, as in the segmented log. When the journal holds more than `compact_factor` times as many
+Replay applies records in order (the last record of a group wins); a torn tail (a bad record
+with no valid record after it) is cut off, as in the segmented log, while a bad record followed
+by a valid one is damage, refused with `DamagedLog` (cutting there would take back durable terms
+and votes, and the node could vote twice in a term). When the journal holds more than `compact_factor` times as many
 records as there are groups (plus `compact_slack`), it is rewritten atomically with one record
 per group. A group's removal is a record with term -1.
 
@@ -24,13 +26,14 @@ import os
 import struct
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgpack
 import xxhash
 
 from storage.atomic import fsync_directory, write_atomic
 from storage.disk import OS_DISK, Disk
-from storage.errors import StorageFailed
+from storage.errors import DamagedLog, StorageFailed
 from storage.hard_state import HardState
 
 __all__ = ["StateJournal"]
@@ -44,6 +47,24 @@ def _record(group: str, state: HardState | None) -> bytes:
         [group, -1, None, 0] if state is None else [group, state.term, state.vote, state.commit]
     )
     return _PREFIX.pack(len(body), xxhash.xxh3_64_intdigest(body)) + body
+
+
+def _decode(data: bytes, position: int) -> tuple[int, list[Any]] | None:
+    """(end, [group, term, vote, commit]) of a valid record at `position`, else None."""
+    length, checksum = _PREFIX.unpack_from(data, position)
+    end = position + _PREFIX.size + length
+    if length > _MAX_RECORD_BYTES or end > len(data):
+        return None
+    body = data[position + _PREFIX.size : end]
+    if xxhash.xxh3_64_intdigest(body) != checksum:
+        return None
+    try:
+        fields = msgpack.unpackb(body)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if not isinstance(fields, list) or len(fields) != 4:
+        return None
+    return end, fields
 
 
 class StateJournal:
@@ -75,17 +96,10 @@ class StateJournal:
             return False
         position = 0
         while position + _PREFIX.size <= len(data):
-            length, checksum = _PREFIX.unpack_from(data, position)
-            end = position + _PREFIX.size + length
-            if length > _MAX_RECORD_BYTES or end > len(data):
+            decoded = _decode(data, position)
+            if decoded is None:
                 break
-            body = data[position + _PREFIX.size : end]
-            if xxhash.xxh3_64_intdigest(body) != checksum:
-                break
-            try:
-                group, term, vote, commit = msgpack.unpackb(body)
-            except (ValueError, TypeError, msgpack.UnpackException):
-                break
+            end, (group, term, vote, commit) = decoded
             if term < 0:
                 self._states.pop(group, None)
             else:
@@ -93,6 +107,15 @@ class StateJournal:
             self._records += 1
             position = end
         if position < len(data):
+            for later in range(position + 1, len(data) - _PREFIX.size + 1):
+                if _decode(data, later) is not None:
+                    raise DamagedLog(
+                        self.path,
+                        position,
+                        self._records + 1,
+                        f"record {self._records + 1} is bad, yet a valid record follows at "
+                        f"byte {later}: this is corruption, not a torn tail",
+                    )
             self.truncated_bytes = len(data) - position
             fd = self._disk.open(self.path, os.O_RDWR)
             try:

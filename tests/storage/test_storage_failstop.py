@@ -125,3 +125,21 @@ def test_a_failed_journal_fsync_is_never_retried(
         journal.save_many({"g": HardState(6, "b", 0)})
     assert journal.load("g") == HardState(1, "a", 0)
     journal.close()
+
+
+def test_the_file_cache_never_retries_a_failed_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handles = FileHandles(4)
+    path = str(tmp_path / "file")
+    with handles.pin(path, write=True) as fd:
+        os.pwrite(fd, b"data", 0)
+    _FailingFsync(monkeypatch, 1, errno.EIO)
+    with pytest.raises(StorageFailed):
+        handles.fsync(path)
+    with pytest.raises(StorageFailed):
+        handles.fsync(path)  # a retry would succeed now, and lie
+    with pytest.raises(StorageFailed), handles.pin(path, write=True):
+        pass
+    handles.discard(path)  # the file is being deleted: its failure goes with it
+    handles.fsync(path)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage import HardState, StateJournal
+import pytest
+
+from storage import DamagedLog, HardState, StateJournal
 
 
 def test_states_survive_reopen_and_the_last_record_wins(tmp_path: Path) -> None:
@@ -49,3 +51,20 @@ def test_compaction_keeps_one_record_per_group(tmp_path: Path) -> None:
         "g": HardState(49, "n1", 0),
         "h": HardState(49, None, 0),
     }
+
+
+def test_a_damaged_record_with_valid_records_after_it_is_refused(tmp_path: Path) -> None:
+    # cutting there, as at a torn tail, would take back durable terms and votes (a node could
+    # then vote twice in a term): the journal is damaged and the node must not start on it
+    journal = StateJournal(tmp_path / "j")
+    for term in range(1, 11):
+        journal.save_many({"g": HardState(term, "n1", 0)})
+    journal.close()
+    raw = bytearray((tmp_path / "j").read_bytes())
+    record = len(raw) // 10
+    raw[3 * record + 14] ^= 0x04  # inside the 4th record's body
+    (tmp_path / "j").write_bytes(raw)
+    with pytest.raises(DamagedLog) as caught:
+        StateJournal(tmp_path / "j")
+    assert caught.value.position == 3 * record
+    assert (tmp_path / "j").read_bytes() == raw  # left as it was
