@@ -14,6 +14,8 @@ the round's disk work ended.
 What counts (`storage_failure`, `disk_failure`):
 - in the persist path of a round (writes, group commit, journal) and in storage-thread work
   (retention, retirement, deletion, snapshots): any `OSError`, or an error caused by one;
+- opening the state journal at startup (`Node`): any `OSError` or `StorageError` (a journal
+  found damaged too: the node must not run without the terms and votes it promised);
 - elsewhere (opening a replica, a read while stepping a group): an `OSError` whose errno says the
   device itself failed (`DISK_ERRNOS`), or storage's report of a failed write or fsync. Other errors there are one replica's problem (an
   unreadable or corrupt directory, a bug): that replica is quarantined (`cluster.quarantine`),

@@ -54,7 +54,7 @@ from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.types import Configuration, Role
-from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal
+from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
 
 __all__ = ["Node"]
 
@@ -99,7 +99,7 @@ class Node(TopicAdmin):
         journal_path = os.path.join(config.data_dir, "raft-state.journal")
         try:
             self.journal = StateJournal(journal_path)
-        except OSError as error:  # replaying it, or repairing its torn tail, failed
+        except (OSError, StorageError) as error:  # reading, repairing or damaged
             raise self.fail_stop(f"opening the state journal {journal_path}", error) from error
         self.multiraft = MultiRaft(
             config.node_id,

@@ -81,10 +81,10 @@ class DamagedLog(CorruptLog, CorruptEntry):
     def __init__(
         self, path: str, position: int, index: int, problem: str, last: tuple[int, int] = (0, 0)
     ) -> None:
+        end = f"; the log's last valid entry is {last[0]} (term {last[1]})" if last[0] else ""
         super().__init__(
-            f"{path} is damaged at byte {position} (entry {index}): {problem}; the log's last "
-            f"valid entry is {last[0]} (term {last[1]}). The log was left as it is: rebuild "
-            "this replica from its peers"
+            f"{path} is damaged at byte {position} (entry {index}): {problem}{end}. The log was "
+            "left as it is: rebuild this replica from its peers"
         )
         self.path = path
         self.position = position

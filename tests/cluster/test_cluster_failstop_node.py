@@ -172,3 +172,33 @@ def test_a_state_journal_that_cannot_be_replayed_stops_the_node_with_75(tmp_path
                 30,
                 "the record after the restart",
             )
+
+
+def test_a_damaged_state_journal_stops_the_node_with_75_naming_it(tmp_path: Path) -> None:
+    """A bad record with a valid one after it (storage refuses it: `DamagedLog`): the node must
+    not start without the terms and votes it promised; it stops through fail-stop with one
+    CRITICAL line naming the journal, not with a traceback."""
+    with LocalCluster(tmp_path, 1, config_text=CONFIG) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("journaled", partitions=2, replication_factor=1)
+            client.produce("journaled", b"kept", partition=0)
+        cluster.stop("n1")
+        journal = spec.data_dir / "raft-state.journal"
+        data = bytearray(journal.read_bytes())
+        assert len(data) > 40, len(data)
+        data[14] ^= 0x01  # inside the first record's body: records follow it
+        journal.write_bytes(bytes(data))
+        cluster.start("n1", wait=False)
+        process = spec.process
+        assert process is not None and spec.log_path is not None
+        try:
+            returncode = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the node started on a damaged journal")
+        log_text = spec.log_path.read_text(errors="replace")
+        assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
+        assert "DamagedLog" in critical[0] and "Traceback" not in log_text, log_text[-3000:]
