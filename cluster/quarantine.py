@@ -8,6 +8,8 @@ process, while every other group's inputs of the round and every other replica o
 batch go on. A quarantined replica is reported, with its reason, in `Health`
 (`HealthResponse.quarantined`), the `flotilla_replicas_quarantined` gauge and `flotilla status`.
 A restart tries it again (the error may have been transient; if not, it is quarantined again).
+A log that recovery finds damaged (`storage.DamagedLog`) is not quarantined but rebuilt from the
+replica's peers (`cluster.rebuild`), unless its topic has a single replica.
 
 Errors of the disk itself are not quarantined but fail-stop the node (`cluster.failstop`).
 """
