@@ -44,8 +44,9 @@ def _values(client: Client, replica: str) -> list[bytes] | None:
 
 
 @pytest.mark.integration
-def test_a_damaged_follower_is_rebuilt_from_its_peers_and_holds_every_record(
-    tmp_path: Path,
+@pytest.mark.parametrize("damaged", ["follower", "leader"])
+def test_a_damaged_replica_is_rebuilt_from_its_peers_and_holds_every_record(
+    tmp_path: Path, damaged: str
 ) -> None:
     expected = [f"v{n}".encode() for n in range(RECORDS)]
     with LocalCluster(tmp_path, 3, config_text=CONFIG) as cluster:
@@ -56,29 +57,29 @@ def test_a_damaged_follower_is_rebuilt_from_its_peers_and_holds_every_record(
                 client.produce("r", value, partition=0)
             info = client.describe_topic("r").partitions[0]
             leader = info.leader
-            follower = next(r for r in info.replicas if r != leader)
-            others = [r for r in info.replicas if r != follower]
-            wait_until(
-                lambda: _values(client, follower) == expected, 30, "the follower to hold all"
+            victim = (
+                leader if damaged == "leader" else next(r for r in info.replicas if r != leader)
             )
-            cluster.kill(follower)
-            spec = cluster.nodes[follower]
+            others = [r for r in info.replicas if r != victim]
+            wait_until(lambda: _values(client, victim) == expected, 30, f"{victim} to hold all")
+            cluster.kill(victim)
+            spec = cluster.nodes[victim]
             damaged_file, position = _flip_middle_byte(spec.data_dir / "partitions/r/0/log")
-            cluster.start(follower)
+            cluster.start(victim)
             seen: list[list[bytes] | None] = []
 
             def rebuilt() -> bool:
-                seen.append(_values(client, follower))
+                seen.append(_values(client, victim))
                 return seen[-1] == expected
 
-            wait_until(rebuilt, 60, f"{follower} rebuilt with every record", lambda: seen[-1])
+            wait_until(rebuilt, 60, f"{victim} rebuilt with every record", lambda: seen[-1])
             for replica in others:  # the other replicas are unaffected
                 assert _values(client, replica) == expected
             assert client.produce("r", b"after", partition=0).offset == RECORDS
             wait_until(
-                lambda: _values(client, follower) == [*expected, b"after"],
+                lambda: _values(client, victim) == [*expected, b"after"],
                 30,
-                f"{follower} following again",
+                f"{victim} following again",
             )
         replica_dir = spec.data_dir / "partitions/r/0"
         kept = sorted(p.name for p in replica_dir.iterdir() if p.name.startswith("damaged-"))
