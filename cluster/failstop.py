@@ -14,8 +14,10 @@ the round's disk work ended.
 What counts (`storage_failure`, `disk_failure`):
 - in the persist path of a round (writes, group commit, journal) and in storage-thread work
   (retention, retirement, deletion, snapshots): any `OSError`, or an error caused by one;
+- opening the state journal at startup (`Node`): any `OSError` or `StorageError` (a journal
+  found damaged too: the node must not run without the terms and votes it promised);
 - elsewhere (opening a replica, a read while stepping a group): an `OSError` whose errno says the
-  device itself failed (`DISK_ERRNOS`). Other errors there are one replica's problem (an
+  device itself failed (`DISK_ERRNOS`), or storage's report of a failed write or fsync. Other errors there are one replica's problem (an
   unreadable or corrupt directory, a bug): that replica is quarantined (`cluster.quarantine`),
   its neighbours go on.
 
@@ -32,6 +34,8 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+
+from storage import StorageError
 
 __all__ = [
     "DISK_ERRNOS",
@@ -80,7 +84,10 @@ def disk_failure(error: BaseException) -> OSError | None:
     if isinstance(error, NodeFailStopped):
         return storage_failure(error)
     found = storage_failure(error)
-    return found if found is not None and found.errno in DISK_ERRNOS else None
+    if found is None:
+        return None
+    # storage's own report of a failed write or fsync (`StorageFailed`) counts whatever its errno
+    return found if found.errno in DISK_ERRNOS or isinstance(found, StorageError) else None
 
 
 class FailStop:

@@ -42,6 +42,7 @@ def check(address: str, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
     summary = (
         f"node {response.node_id or '?'} at {address}: partitions={response.partitions} "
         f"leaders={response.leaders} members_alive={response.members_alive}"
+        f"{f' quarantined={len(response.quarantined)}' if response.quarantined else ''}"
     )
     if not response.serving:
         return False, f"{summary}: not serving"

@@ -3,7 +3,10 @@
 Per-partition gauges (commit index, applied offset, lag of each follower seen by a leader) are
 read from the replicas at scrape time by a custom collector, so the hot path pays nothing for
 them. Produce latency and fsync (group commit) latency are histograms observed as they happen;
-leader changes are counted by the MultiRaft driver.
+leader changes are counted by the MultiRaft driver. `flotilla_replicas_quarantined` counts the
+local replicas stopped by an error of their own (`cluster.quarantine`);
+`flotilla_replicas_rebuilt_total` those found damaged on open and rebuilt from their peers
+(`cluster.opener`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,12 @@ _LATENCY_BUCKETS = (
 
 
 class _PartitionCollector(Collector):
-    def __init__(self, node_id: str, replicas: Callable[[], list[Replica]]) -> None:
+    def __init__(
+        self, node_id: str, replicas: Callable[[], list[Replica]], quarantined: Callable[[], int]
+    ) -> None:
         self.node_id = node_id
         self.replicas = replicas
+        self.quarantined = quarantined
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         labels = ["node", "partition"]
@@ -75,11 +81,22 @@ class _PartitionCollector(Collector):
                     match = node.match_index(member)
                     if match is not None:
                         lag.add_metric([*key, member], last - match)
-        yield from (commit, high_watermark, leader, lag)
+        quarantined = GaugeMetricFamily(
+            "flotilla_replicas_quarantined",
+            "local replicas stopped by an error of their own (see Health, `flotilla status`)",
+            labels=["node"],
+        )
+        quarantined.add_metric([self.node_id], self.quarantined())
+        yield from (commit, high_watermark, leader, lag, quarantined)
 
 
 class Metrics:
-    def __init__(self, node_id: str, replicas: Callable[[], list[Replica]]) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        replicas: Callable[[], list[Replica]],
+        quarantined: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.node_id = node_id
         self.produce_latency = Histogram(
@@ -98,7 +115,11 @@ class Metrics:
             "flotilla_replicas_retired_total", "local replicas deleted after their group removed them", ["node"],
             registry=self.registry,
         )  # fmt: skip
-        self.registry.register(_PartitionCollector(node_id, replicas))
+        self.replicas_rebuilt = Counter(
+            "flotilla_replicas_rebuilt_total", "local replicas found damaged on open and rebuilt from their peers", ["node"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.registry.register(_PartitionCollector(node_id, replicas, quarantined))
         # the labelled children, looked up once (every produce and disk round observes one)
         self._produce_latency = self.produce_latency.labels(node_id)
         self._fsync_latency = self.fsync_latency.labels(node_id)
@@ -112,6 +133,9 @@ class Metrics:
 
     def leader_changed(self) -> None:
         self.leader_changes.labels(self.node_id).inc()
+
+    def replica_rebuilt(self) -> None:
+        self.replicas_rebuilt.labels(self.node_id).inc()
 
     def replica_retired(self) -> None:
         self.replicas_retired.labels(self.node_id).inc()

@@ -19,6 +19,9 @@ storage thread, before any message of the round leaves; the failed fsync is neve
 every future the node still holds (produce waiters, `maintain`, proposals queued) settles with
 `NodeFailStopped`, so nothing (the partition manager above all) waits forever.
 
+One group's unexpected error (in its step, tick, Ready, writes or apply) quarantines that group
+alone (`cluster.quarantine`): every other group's inputs of the round are still handled.
+
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
@@ -35,15 +38,18 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cluster.failstop import FailStop, NodeFailStopped, storage_failure
+from cluster.failstop import FailStop, NodeFailStopped, disk_failure
+from cluster.persist import describe, has_disk_work, write_all
+from cluster.quarantine import Quarantine
 from cluster.replica import (
     COMMIT_SAVE_INTERVAL_S,
     SNAPSHOT_EVERY_ENTRIES,
+    NotCommitted,
     OutOfOrderSequence,
     Replica,
     Waiter,
@@ -54,7 +60,7 @@ from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
 from raft.types import Message, Role
-from storage import HardState, StateJournal, sync_logs
+from storage import StateJournal
 
 __all__ = ["MultiRaft", "Proposal"]
 
@@ -92,6 +98,7 @@ class MultiRaft:
     ) -> None:
         self.node_id = node_id
         self.fail_stop = fail_stop or FailStop()
+        self.quarantine = Quarantine()
         self.journal = journal
         self.quiesce_after_ticks = quiesce_after_ticks
         self.send = send
@@ -104,6 +111,8 @@ class MultiRaft:
         )
         # after a round, with the groups whose role may have changed since the last call
         self.on_round: Callable[[set[Replica]], None] = lambda touched: None
+        # with a replica just quarantined (already removed from the rounds)
+        self.on_quarantine: Callable[[Replica], None] = lambda replica: None
         # after each round that did disk work, with how long it took (writes and group commit)
         self.on_disk: Callable[[float], None] = lambda seconds: None
         # when a round has taken every input delivered so far (the transport's inbox budget)
@@ -217,7 +226,7 @@ class MultiRaft:
         failure = self.fail_stop.failure
         if failure is not None:
             raise failure
-        guarded = partial(self.fail_stop.guard, what or _describe(work), work)
+        guarded = partial(self.fail_stop.guard, what or describe(work), work)
         return await asyncio.get_running_loop().run_in_executor(self._storage, guarded)
 
     def _save_commits_soon(self) -> None:
@@ -259,53 +268,71 @@ class MultiRaft:
     def _take_inputs(self) -> None:
         inbox, self._inbox = self._inbox, deque()
         self.on_inputs_taken()
-        for item in inbox:
-            if isinstance(item, Proposal):
-                self._make_proposal(item)
-            elif isinstance(item, _Call):
-                hosted = (
-                    item.replica is None or self.replicas.get(item.replica.group) is item.replica
-                )
-                if not hosted:
-                    continue  # removed since the call was queued (retired, topic deleted)
-                try:
-                    item.action()
-                except Exception:
-                    log.exception("a driver call failed")
-                if item.replica is None:
-                    self._dirty.update(self.replicas.values())
-                else:
-                    self._dirty.add(item.replica)
-                    if not item.replica.node.quiesced:
-                        self._active.add(item.replica)
+        try:
+            while inbox:
+                self._take(inbox.popleft())
+        except BaseException:  # a fail-stop: what was not taken stays for `_halt` to settle
+            inbox.extend(self._inbox)
+            self._inbox = inbox
+            raise
+        self._tick_all()
+
+    def _take(
+        self, item: tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call
+    ) -> None:
+        if isinstance(item, Proposal):
+            self._make_proposal(item)
+        elif isinstance(item, _Call):
+            hosted = item.replica is None or self.replicas.get(item.replica.group) is item.replica
+            if not hosted:
+                return  # removed since the call was queued (retired, topic deleted)
+            try:
+                item.action()
+            except Exception:
+                log.exception("a driver call failed")
+            if item.replica is None:
+                self._dirty.update(self.replicas.values())
             else:
-                self._step_all(*item)
+                self._dirty.add(item.replica)
+                if not item.replica.node.quiesced:
+                    self._active.add(item.replica)
+        else:
+            self._step_all(*item)
+
+    def _tick_all(self) -> None:
         ticks, self._ticks_due = self._ticks_due, 0
         if ticks:
             self._touched.update(self._active)
             for replica in list(self._active):
-                node = replica.node
-                if node.quiesced:
-                    # quiesced by a message this round: a tick would wake it again, and a
-                    # woken follower whose leader sleeps ends up campaigning
-                    self._active.discard(replica)
-                    continue
-                for _ in range(min(ticks, 3)):
-                    node.tick()
-                replica.idle_ticks += ticks
-                if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
-                    node.quiesce()  # refused unless every member holds the whole, committed log
-                if node.quiesced:
-                    self._active.discard(replica)
-                if node.has_ready():
-                    self._dirty.add(replica)
+                try:
+                    self._tick(replica, ticks)
+                except Exception as error:
+                    self._isolate(replica, "ticking", error)
+
+    def _tick(self, replica: Replica, ticks: int) -> None:
+        node = replica.node
+        if node.quiesced:
+            # quiesced by a message this round: a tick would wake it again, and a
+            # woken follower whose leader sleeps ends up campaigning
+            self._active.discard(replica)
+            return
+        for _ in range(min(ticks, 3)):
+            node.tick()
+        replica.idle_ticks += ticks
+        if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
+            node.quiesce()  # refused unless every member holds the whole, committed log
+        if node.quiesced:
+            self._active.discard(replica)
+        if node.has_ready():
+            self._dirty.add(replica)
 
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
         for wire_group, payload in messages:
             group, _, tag = wire_group.partition("@")
             replica = self.replicas.get(group)
             if replica is None:
-                self.unknown_group(group, tag, sender, payload)
+                if group not in self.quarantine:  # a quarantined replica hears nothing
+                    self.unknown_group(group, tag, sender, payload)
                 continue
             if not same_incarnation(tag, replica.topic_uid):
                 # another incarnation of the topic (deleted and created again) on one side,
@@ -328,7 +355,11 @@ class MultiRaft:
                     sender,
                 )
                 continue
-            replica.node.step(message)
+            try:
+                replica.node.step(message)
+            except Exception as error:
+                self._isolate(replica, "stepping a message of", error)
+                continue
             if replica.node.quiesced:
                 self._active.discard(replica)
             else:
@@ -339,6 +370,11 @@ class MultiRaft:
         replica, waiter = proposal.replica, proposal.waiter
         if waiter.future.done():
             return
+        if self.replicas.get(replica.group) is not replica:  # quarantined, retired, deleted
+            waiter.future.set_exception(
+                NotCommitted(f"replica {replica.group} is not hosted", definitely_not_written=True)
+            )
+            return
         try:
             if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
                 replica.check_sequence(proposal.producer_id, proposal.base_sequence)
@@ -348,6 +384,12 @@ class MultiRaft:
         except (NotLeader, ProposalDropped, OutOfOrderSequence) as error:
             waiter.future.set_exception(error)
             return
+        except Exception as error:
+            waiter.future.set_exception(
+                NotCommitted(f"{replica.group} failed: {error}", definitely_not_written=True)
+            )
+            self._isolate(replica, "proposing to", error)
+            return
         replica.proposed(proposal.producer_id, proposal.base_sequence + proposal.record_count)
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
@@ -356,17 +398,27 @@ class MultiRaft:
         self._dirty.add(replica)
 
     async def _round(self) -> None:
-        if self.fail_stop.failure is not None:
-            self._halt(self.fail_stop.failure)
-            return
+        try:
+            if self.fail_stop.failure is not None:
+                raise self.fail_stop.failure
+            await self._run_round()
+        except NodeFailStopped as failure:
+            # the process has exited (unless the exit is injected): nothing more of this round
+            # is sent, and everything pending ends with the failure
+            self._halt(failure)
+
+    async def _run_round(self) -> None:
         self.rounds += 1
         self._take_inputs()
         readies: list[tuple[Replica, Ready]] = []
         self._touched.update(self._dirty)
-        for replica in self._dirty:
-            if replica.node.has_ready():
-                readies.append((replica, replica.node.ready()))
-        self._dirty = set()
+        dirty, self._dirty = self._dirty, set()
+        for replica in dirty:
+            try:
+                if replica.node.has_ready():
+                    readies.append((replica, replica.node.ready()))
+            except Exception as error:
+                self._isolate(replica, "taking the Ready of", error)
         maintenance, self._maintenance = self._maintenance, []
         if not readies and not maintenance:
             self._end_round()
@@ -378,29 +430,32 @@ class MultiRaft:
         # its own disk work (thesis §10.2.1); every other message waits for the disk.
         heavy: list[tuple[Replica, Ready, bool]] = []  # (replica, ready, messages still due)
         for replica, ready in readies:
-            if not _has_disk_work(replica, ready):
-                self._finish(replica, ready, send=True)
+            try:
+                if not has_disk_work(replica, ready):
+                    self._finish(replica, ready, send=True)
+                    continue
+                if ready.send_before_persist:
+                    self._send(replica.wire_group, ready.messages)
+            except Exception as error:
+                self._isolate(replica, "finishing the Ready of", error)
                 continue
-            if ready.send_before_persist:
-                self._send(replica.wire_group, ready.messages)
             heavy.append((replica, ready, not ready.send_before_persist))
         if heavy or maintenance:
             started = time.perf_counter()
             try:
-                outcomes = await asyncio.get_running_loop().run_in_executor(
+                outcomes, failed = await asyncio.get_running_loop().run_in_executor(
                     self._storage,
-                    _write_all,
+                    write_all,
                     [(r, ready) for r, ready, _ in heavy],
                     self.journal,
                     [work for work, _ in maintenance],
                     self.fail_stop,
                 )
-            except NodeFailStopped as failure:
-                # the process has exited (unless the exit is injected): nothing of this round
-                # is sent, and everything pending ends with the failure
-                self._maintenance[:0] = maintenance
-                self._halt(failure)
-                return
+            except BaseException:
+                self._maintenance[:0] = maintenance  # settled by `_halt` (or the next round)
+                raise
+            for replica, problem in failed:
+                self._isolate(replica, "writing the log of", problem)
             self.on_disk(time.perf_counter() - started)
             for (_, future), outcome in zip(maintenance, outcomes, strict=True):
                 if future.done():
@@ -410,7 +465,10 @@ class MultiRaft:
                 else:
                     future.set_result(outcome)
         for replica, ready, send_now in heavy:
-            self._finish(replica, ready, send=send_now)
+            try:
+                self._finish(replica, ready, send=send_now)
+            except Exception as error:
+                self._isolate(replica, "finishing the Ready of", error)
         if self._dirty:
             self._wake.set()
         self._end_round()
@@ -443,6 +501,29 @@ class MultiRaft:
         else:
             self._active.add(replica)
 
+    def _isolate(self, replica: Replica, doing: str, error: Exception) -> None:
+        """`replica` raised `error` while the driver was `doing` something to it: a disk
+        failure stops the node; anything else quarantines this replica alone."""
+        if disk_failure(error) is not None:
+            raise self.fail_stop(f"{doing} {replica.group}", error) from error
+        if self.replicas.get(replica.group) is not replica:
+            return  # already gone (quarantined earlier in this round, retired, deleted)
+        self.remove(replica.group)
+        entry = self.quarantine.add(replica.group, doing, error, replica.topic_uid)
+        replica.fail_all(f"{entry.reason}; the replica is quarantined; the outcome is unknown")
+        self._storage.submit(self._close_quarantined, replica)
+        self.on_quarantine(replica)
+
+    def _close_quarantined(self, replica: Replica) -> None:
+        """Storage thread: releases a quarantined replica's files (a failed fsync in its
+        close stops the node, as any other)."""
+        try:
+            self.fail_stop.guard(f"closing the quarantined replica {replica.group}", replica.close)
+        except NodeFailStopped:
+            pass  # the process is exiting
+        except Exception as error:
+            log.warning("closing the quarantined replica %s failed: %s", replica.group, error)
+
     def _halt(self, failure: NodeFailStopped) -> None:
         """The node stopped (fail-stop): every future it still holds settles with `failure`,
         nothing is stepped or sent any more."""
@@ -472,82 +553,6 @@ def _settle(future: asyncio.Future[Any], error: BaseException) -> None:
         future.set_exception(error)
 
 
-def _describe(work: Callable[[], object]) -> str:
-    """A name for storage-thread work in the fail-stop line (a partial's function and its
-    replica, if it has one)."""
-    if isinstance(work, partial):
-        group = next((a.group for a in work.args if isinstance(a, Replica)), None)
-        name = getattr(work.func, "__qualname__", repr(work.func))
-        return f"{name} ({group})" if group else name
-    return getattr(work, "__qualname__", repr(work))
-
-
 def _log_failure(future: asyncio.Future[object]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.error("saving commit indexes failed: %s", future.exception())
-
-
-def _has_disk_work(replica: Replica, ready: Ready) -> bool:
-    """A Ready whose hard state changed only in its commit index needs no disk work: the host
-    saves the hard state only when term or vote change (see `Replica.write_ready`)."""
-    state = ready.hard_state
-    return bool(
-        ready.entries
-        or ready.boundary is not None
-        or ready.truncate_from is not None
-        or (state is not None and (state.term, state.vote) != replica.saved_term_vote)
-    )
-
-
-# Groups whose writes one group commit covers. Bounded so that the files written and not yet
-# fsynced stay well below the node's open-file cap: the handle cache fsyncs a dirty file it has
-# to evict, one at a time, which would serialise the fsyncs a group commit runs in parallel.
-WRITE_CHUNK_GROUPS = 512
-
-
-def _write_all(
-    readies: list[tuple[Replica, Ready]],
-    journal: StateJournal,
-    maintenance: Sequence[Callable[[], object]] = (),
-    fail_stop: FailStop | None = None,
-) -> list[object]:
-    """Storage thread: every Ready's writes, group-committed (one fsync per dirty log, in
-    parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal; then
-    the maintenance work (`MultiRaft.maintain`). Returns each work's result or exception.
-
-    A failed write or fsync (any of them) calls `fail_stop` here, on the storage thread, so the
-    process ends before the event loop could send anything the failed persist should back;
-    with an injected exit, `NodeFailStopped` is raised instead of returning."""
-    stop = fail_stop or FailStop()
-    states: dict[str, HardState | None] = {}
-    for start in range(0, len(readies), WRITE_CHUNK_GROUPS):
-        chunk = readies[start : start + WRITE_CHUNK_GROUPS]
-        for replica, ready in chunk:
-            try:
-                state = replica.write_ready(ready)
-            except Exception as error:
-                raise stop(f"writing the log of {replica.group}", error) from error
-            if state is not None:
-                states[replica.group] = state
-        # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
-        try:
-            sync_logs(replica.segmented for replica, _ in chunk)
-        except Exception as error:  # never retried: the kernel may have dropped the pages
-            groups = ", ".join(replica.group for replica, _ in chunk[:8])
-            more = f" and {len(chunk) - 8} more" if len(chunk) > 8 else ""
-            raise stop(f"the group commit (fsync) of {groups}{more}", error) from error
-    try:
-        journal.save_many(states)
-    except Exception as error:
-        raise stop(
-            f"saving term/vote of {len(states)} group(s) in {journal.path}", error
-        ) from error
-    outcomes: list[object] = []
-    for work in maintenance:
-        try:
-            outcomes.append(work())
-        except Exception as error:  # handed to the caller's future
-            if storage_failure(error) is not None:
-                raise stop(f"maintenance {_describe(work)}", error) from error
-            outcomes.append(error)
-    return outcomes

@@ -57,7 +57,7 @@ from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.types import Configuration, Role
-from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal
+from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
 
 __all__ = ["Node"]
 
@@ -99,9 +99,13 @@ class Node(TopicAdmin):
         os.makedirs(config.data_dir, exist_ok=True)
         # before anything under data_dir is opened: one data directory, one process
         self.data_dir_lock = DataDirLock(config.data_dir)
-        self.journal = StateJournal(os.path.join(config.data_dir, "raft-state.journal"))
         # a failed storage write or fsync ends the process (exit code 75, `cluster.failstop`)
         self.fail_stop = FailStop()
+        journal_path = os.path.join(config.data_dir, "raft-state.journal")
+        try:
+            self.journal = StateJournal(journal_path)
+        except (OSError, StorageError) as error:  # reading, repairing or damaged
+            raise self.fail_stop(f"opening the state journal {journal_path}", error) from error
         self.multiraft = MultiRaft(
             config.node_id,
             self.transport.send_raft,
@@ -123,7 +127,11 @@ class Node(TopicAdmin):
         self.gossip = GossipHost(
             member, SwimConfig.lan(tick_ms=config.swim_tick_ms), self.transport, self._on_members
         )
-        self.metrics = Metrics(config.node_id, lambda: list(self.multiraft.replicas.values()))
+        self.metrics = Metrics(
+            config.node_id,
+            lambda: list(self.multiraft.replicas.values()),
+            quarantined=lambda: len(self.multiraft.quarantine),
+        )
         self.controller: MetadataStore | None = None
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -140,6 +148,7 @@ class Node(TopicAdmin):
             producer_expiration_ms=config.producer_expiration_ms,
         )
         self.multiraft.unknown_group = self.opener.open_on_message
+        self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
         self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
@@ -150,6 +159,7 @@ class Node(TopicAdmin):
             alive_since=self._alive_since.get,
             on_leader_changed=self.metrics.leader_changed,
         )
+        self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self._topics_version: object = None  # what the topic table was built from
         self._local_checked_at = 0.0  # when local replicas were last compared with the topics
         self._topics_polled_at = 0.0
@@ -443,6 +453,10 @@ class Node(TopicAdmin):
             leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
             members_alive=self.gossip.swim.live_count(),
             active_groups=self.multiraft.active_count,
+            quarantined=[
+                pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
+                for entry in self.multiraft.quarantine.entries()
+            ],
         )
 
     # -- reads -------------------------------------------------------------------------------------
@@ -461,6 +475,7 @@ class Node(TopicAdmin):
                 if time.monotonic() - self._local_checked_at > 5.0:
                     self._local_checked_at = time.monotonic()
                     await self._reconcile_local()
+                    self.opener.probe_rebuilding()
                 if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
                     self._retention_checked_at = time.monotonic()
                     await apply_retention(self.multiraft, self.topics)

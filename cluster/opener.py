@@ -20,10 +20,23 @@ replica's (or, for a group not hosted, the topic's this node knows) is dropped.
 
 Retirement (replica GC): a replica told by its group that a committed configuration left it out
 (`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
-term and vote it held stay in the node's state journal. A retired replica is not opened again
-by the partition manager or by a campaigning peer, only by a message from a leader (one adding
-this node back): it then starts with an empty log, an empty configuration (never the topic's
-initial assignment), and the term and vote it kept, and its directory is marked `REJOINED`.
+term and vote it held stay in the node's state journal, and the marker holds the replica's vote
+floor (`RaftNode.vote_floor`: the end of the log it deletes, as "<term> <index>"). A retired
+replica is not opened again by the partition manager or by a campaigning peer, only by a message
+from a leader (one adding this node back): it then starts with an empty log, an empty
+configuration (never the topic's initial assignment), and the term, vote and vote floor it kept
+(so it never votes for a log less up to date than the one it deleted: issue 21), and its
+directory is marked `REJOINED` (which keeps the floor from then on).
+
+Rebuild: a replica whose log recovery finds damaged (`storage.DamagedLog`) is moved aside and
+opened with an empty log and a vote floor (`cluster.rebuild`), unless its topic has a single
+replica (no peer to rebuild it from: it is quarantined, its files left as they are); its group's leader sends it the
+log again, and until it hears from a leader it asks the topic's assigned replicas
+(`probe_rebuilding`), to wake a quiesced one.
+
+Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
+quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
+its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
 """
 
 from __future__ import annotations
@@ -37,18 +50,21 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
 from cluster.controller import TopicSpec
+from cluster.failstop import NodeFailStopped, disk_failure
 from cluster.multiraft import MultiRaft
 from cluster.producers import EXPIRATION_MS
+from cluster.rebuild import rebuilt_floor, set_aside
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.errors import RaftError
-from raft.types import AppendRequest, Configuration, Heartbeat, LogReset
-from storage import FileHandles, LogConfig, StateJournal
+from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
+from storage import DamagedLog, FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
 
 __all__ = ["ReplicaOpener", "delete_replica", "forget_states_of_deleted_topics"]
@@ -110,14 +126,20 @@ class ReplicaOpener:
         # groups whose replica here retired, with their topic's uid (as far as this process
         # has seen: a restart learns them again from the markers, in `open_replica`)
         self.retired: dict[str, str] = {}
+        # told (on the storage thread) of each replica rebuilt after its log was found damaged
+        self.on_rebuilt: Callable[[str], None] = lambda group: None
+        # hosted replicas whose log is below their vote floor (rebuilt, or added back after
+        # retiring), until they hear from a leader (`probe_rebuilding`)
+        self.rebuilding: set[str] = set()
 
     def knows(self, group: str) -> bool:
-        """Is the group hosted, being opened, queued, or retired here?"""
+        """Is the group hosted, being opened, queued, retired or quarantined here?"""
         return (
             group in self.multiraft.replicas
             or group in self.opening
             or group in self.pending
             or group in self.retired
+            or group in self.multiraft.quarantine
         )
 
     def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
@@ -133,6 +155,12 @@ class ReplicaOpener:
             for group, uid in self.retired.items()
             if (spec := topics.get(group.rpartition("/")[0])) is not None and spec.uid == uid
         }
+        self.multiraft.quarantine.forget_if(
+            lambda entry: (
+                (spec := topics.get(entry.group.rpartition("/")[0])) is None
+                or bool(spec.uid and entry.topic_uid and spec.uid != entry.topic_uid)
+            )
+        )
 
     def replica_dir(self, topic: str, index: int) -> str:
         return os.path.join(self.partitions_dir, topic, str(index))
@@ -161,17 +189,19 @@ class ReplicaOpener:
             self.opening.update(groups)
             try:
                 opened = cast(
-                    "list[Replica | None]",
+                    "list[Replica | _OpenFailed | None]",
                     await self.multiraft.run_storage(partial(self._open_batch, batch)),
                 )
                 now = time.monotonic()
                 topics = self.topics()
-                for (spec, _, _), group, replica in zip(batch, groups, opened, strict=True):
-                    if replica is None:
+                for (spec, _, _), group, result in zip(batch, groups, opened, strict=True):
+                    if isinstance(result, _OpenFailed):
+                        self.multiraft.quarantine.add(group, "opening", result.error, spec.uid)
+                    elif result is None:
                         self.retired[group] = spec.uid
-                    elif replica.topic in topics and replica.group not in replicas:
-                        self._add(replica)
-                        settling[replica.group] = now
+                    elif result.topic in topics and result.group not in replicas:
+                        self._add(result)
+                        settling[result.group] = now
             finally:
                 self.opening.difference_update(groups)
                 for group in groups:  # not added (failed, or its topic is gone): nobody to tell
@@ -182,11 +212,48 @@ class ReplicaOpener:
         self.multiraft.add(replica)
         for sender, payload in self._held.pop(replica.group, ()):
             self.multiraft.deliver(sender, [(replica.group, payload)])
+        node = replica.node
+        if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
+            self.rebuilding.add(replica.group)
+            self._probe(replica)
+
+    def probe_rebuilding(self) -> None:
+        """Each hosted replica whose log is below its vote floor and that knows no leader asks
+        the topic's assigned replicas (`RaftNode.probe_membership`): below its floor it never
+        campaigns, so a quiesced leader would not hear of it otherwise. The partition
+        manager calls this every few seconds; a replica leaves the set once it hears from a
+        leader (which then sends it what it lacks) or is no longer hosted."""
+        for group in list(self.rebuilding):
+            replica = self.multiraft.replicas.get(group)
+            if replica is None or replica.node.leader_id is not None:
+                self.rebuilding.discard(group)
+            else:
+                self._probe(replica)
+
+    def _probe(self, replica: Replica) -> None:
+        spec = self.topics().get(replica.topic)
+        if spec is None or replica.partition >= len(spec.assignment):
+            return
+        members = [m for m in spec.assignment[replica.partition] if m != self.node_id]
+        self.multiraft.call(partial(replica.node.probe_membership, members), replica)
 
     def _open_batch(
         self, batch: list[tuple[TopicSpec, int, Configuration]]
-    ) -> list[Replica | None]:
-        return [self.open_replica(*item) for item in batch]
+    ) -> list[Replica | _OpenFailed | None]:
+        """Storage thread: each replica opens on its own (`_open_one`)."""
+        return [self._open_one(*item) for item in batch]
+
+    def _open_one(
+        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+    ) -> Replica | _OpenFailed | None:
+        """Storage thread: `open_replica`, its error returned (to quarantine the replica)
+        unless the disk itself failed (raised: the node stops)."""
+        try:
+            return self.open_replica(spec, index, bootstrap, from_leader=from_leader)
+        except Exception as error:
+            if disk_failure(error) is not None:
+                raise
+            return _OpenFailed(error)
 
     def open_replica(
         self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
@@ -206,30 +273,47 @@ class ReplicaOpener:
                 shutil.rmtree(directory, ignore_errors=True)
                 self.journal.forget([group])
         if os.path.exists(os.path.join(directory, RETIRED)):
+            # finish a retirement a crash interrupted (the marker is written first)
+            shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
             if not from_leader:
-                # finish a retirement a crash interrupted (the marker is written first)
-                shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
                 return None
-            write_atomic(os.path.join(directory, REJOINED), b"")
+            floor = _read_vote_floor(os.path.join(directory, RETIRED))
+            write_atomic(os.path.join(directory, REJOINED), _vote_floor_text(floor))
             os.unlink(os.path.join(directory, RETIRED))
             fsync_directory(directory)
             bootstrap = Configuration()
         elif os.path.exists(os.path.join(directory, REJOINED)):
+            floor = _read_vote_floor(os.path.join(directory, REJOINED))
             bootstrap = Configuration()
+        else:
+            floor = LogPosition()
+        floor = max(floor, rebuilt_floor(directory))
         hard_state = self.journal.load(group)
-        replica = Replica.open(
-            node_id=self.node_id,
-            topic=spec.name,
-            partition=index,
-            directory=directory,
-            bootstrap=bootstrap,
-            hard_state=hard_state,
-            raft_config=self.raft_config,
-            log_config=self.log_config,
-            handles=self.handles,
-            rng=random.Random(self._rng.getrandbits(64)),
-            producer_expiration_ms=self.producer_expiration_ms,
-        )
+
+        def open_it() -> Replica:
+            return Replica.open(
+                node_id=self.node_id,
+                topic=spec.name,
+                partition=index,
+                directory=directory,
+                bootstrap=bootstrap,
+                hard_state=hard_state,
+                raft_config=self.raft_config,
+                log_config=self.log_config,
+                handles=self.handles,
+                rng=random.Random(self._rng.getrandbits(64)),
+                producer_expiration_ms=self.producer_expiration_ms,
+            )
+
+        try:
+            replica = open_it()
+        except DamagedLog as damage:
+            if spec.replication_factor < 2:
+                raise  # no peer to rebuild it from: quarantined, its files left as they are
+            floor = set_aside(directory, group, damage, hard_state, floor, self.handles)
+            self.on_rebuilt(group)
+            replica = open_it()
+        replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
         if spec.uid and not os.path.exists(uid_path):
             write_atomic(uid_path, spec.uid.encode())
@@ -268,6 +352,8 @@ class ReplicaOpener:
             return  # malformed: the host counts it when the group is hosted; nothing to open
         if self.retired.get(group) == spec.uid and not from_leader:
             return  # a campaign of a peer that was removed too (it hears so from the members)
+        if group in self.multiraft.quarantine:
+            return  # stopped on an error of its own: not opened again by this process
         if group in self.opening:
             held = self._held.setdefault(group, [])
             held.append((sender, bytes(payload)))
@@ -295,15 +381,21 @@ class ReplicaOpener:
     ) -> None:
         try:
             replica = await self.multiraft.run_storage(
-                partial(self.open_replica, spec, index, bootstrap, from_leader=from_leader)
+                partial(self._open_one, spec, index, bootstrap, from_leader=from_leader)
             )
+        except NodeFailStopped:
+            self._held.pop(group, None)
+            return  # the process is exiting
         except Exception:
             log.exception("opening replica %s failed", group)
             self._held.pop(group, None)
             return
         finally:
             self.opening.discard(group)
-        if replica is None:
+        if isinstance(replica, _OpenFailed):
+            self.multiraft.quarantine.add(group, "opening", replica.error, spec.uid)
+            self._held.pop(group, None)
+        elif replica is None:
             self.retired[group] = spec.uid
             self._held.pop(group, None)
         elif spec.name in self.topics() and group not in self.multiraft.replicas:
@@ -315,13 +407,22 @@ class ReplicaOpener:
     def retire(self, replica: Replica) -> None:
         """Storage thread: the replica was removed from its group (`RaftNode.removed_at`) and
         is no longer hosted. Its log is deleted; the marker goes first, durably, so a crash
-        part-way is finished on the next open. Its term and vote stay in the journal."""
+        part-way is finished on the next open. Its term and vote stay in the journal, its vote
+        floor in the marker."""
+        floor = replica.node.vote_floor
         replica.close()
-        write_atomic(os.path.join(replica.directory, RETIRED), b"")
+        write_atomic(os.path.join(replica.directory, RETIRED), _vote_floor_text(floor))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
         fsync_directory(replica.directory)
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenFailed:
+    """A replica that could not be opened, and why (it is quarantined)."""
+
+    error: Exception
 
 
 def delete_replica(replica: Replica, journal: StateJournal) -> None:
@@ -340,6 +441,22 @@ def forget_states_of_deleted_topics(
     stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
     if stale:
         journal.forget(stale)
+
+
+def _vote_floor_text(floor: LogPosition) -> bytes:
+    return f"{floor.term} {floor.index}\n".encode()
+
+
+def _read_vote_floor(path: str) -> LogPosition:
+    """The vote floor a retirement marker holds; (0, 0) for a marker written before markers
+    held one (empty)."""
+    text = (_read_text(path) or "").strip()
+    if not text:
+        return LogPosition()
+    parts = text.split()
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
+    return LogPosition(int(parts[0]), int(parts[1]))
 
 
 def _read_text(path: str) -> str | None:

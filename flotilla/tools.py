@@ -162,9 +162,35 @@ def _local_views(metadata: pb.MetadataResponse) -> dict[str, pb.MetadataResponse
     return views
 
 
+@dataclass(frozen=True, slots=True)
+class QuarantinedStatus:
+    node: str
+    group: str  # "topic/partition"
+    reason: str
+
+
+def _quarantined(metadata: pb.MetadataResponse) -> list[QuarantinedStatus]:
+    """The replicas each live member reports quarantined (its `Health`)."""
+    found: list[QuarantinedStatus] = []
+    for member in metadata.members:
+        if member.state not in (pb.ALIVE, pb.SUSPECT):
+            continue
+        try:
+            with grpc.insecure_channel(member.address) as channel:
+                health = flotilla_pb2_grpc.FlotillaStub(channel).Health(
+                    pb.HealthRequest(), timeout=3
+                )
+        except grpc.RpcError:
+            continue
+        found.extend(QuarantinedStatus(member.id, q.group, q.reason) for q in health.quarantined)
+    return found
+
+
 def status(client: Client, console: Console, as_json: bool = False) -> list[PartitionStatus]:
-    """Members, and every partition's leader, replicas and each replica's lag behind the leader."""
+    """Members, every partition's leader, replicas and each replica's lag behind the leader,
+    and the replicas members report quarantined (stopped by an error of their own)."""
     metadata = client.metadata()
+    quarantined = _quarantined(metadata)
     local_hw = {
         (node_id, t.name, p.index): p.high_watermark
         for node_id, view in _local_views(metadata).items()
@@ -200,7 +226,11 @@ def status(client: Client, console: Console, as_json: bool = False) -> list[Part
     ]
     if as_json:
         json.dump(
-            {"members": members, "partitions": [asdict(p) for p in partitions]},
+            {
+                "members": members,
+                "partitions": [asdict(p) for p in partitions],
+                "quarantined": [asdict(q) for q in quarantined],
+            },
             sys.stdout,
             indent=2,
         )
@@ -228,4 +258,11 @@ def status(client: Client, console: Console, as_json: bool = False) -> list[Part
             lag_text,
         )
     console.print(table)
+    if quarantined:
+        stopped = Table(title="quarantined replicas (stopped until their node restarts)")
+        for column in ("node", "partition", "reason"):
+            stopped.add_column(column)
+        for q in quarantined:
+            stopped.add_row(q.node, q.group, q.reason)
+        console.print(stopped)
     return partitions

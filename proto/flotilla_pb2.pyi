@@ -225,17 +225,27 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups")
+    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     LEADERS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_ALIVE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     serving: bool
     partitions: int
     leaders: int
     members_alive: int
     active_groups: int
-    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ...) -> None: ...
+    quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedReplica]
+    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ...) -> None: ...
+
+class QuarantinedReplica(_message.Message):
+    __slots__ = ("group", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

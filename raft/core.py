@@ -36,8 +36,11 @@ log; on restart `RaftNode` takes `min(commit, last_index)`: the entries are dura
 Removal: a member that a committed configuration leaves out is told so with `Removed` — by the
 leader when the change commits, and by any member when it campaigns later (it may have missed
 the first). It sets `removed_at` only if its own configuration is older than that one (a node
-added back holds the newer configuration); the host may then delete its log, keeping its term
-and vote (and must re-join with an empty configuration, never a bootstrap one).
+added back holds the newer configuration); the host may then delete its log, keeping its term,
+its vote and its `vote_floor` (and must re-join with an empty configuration, never a bootstrap
+one, and give the floor back with `restore_vote_floor` before the node steps or ticks).
+
+Why the floor: `raft.election` (a replica votes as if it still held the logs it deleted).
 
 Safety rules enforced here: one vote per term (persisted before it is sent); a candidate wins only
 with a log at least as up to date as a majority's; entries are committed by counting replicas
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterable
 
 from raft.codec import decode_config_entry
 from raft.config import RaftConfig
@@ -77,6 +81,7 @@ from raft.types import (
     HardState,
     Heartbeat,
     HeartbeatResponse,
+    LogPosition,
     LogReset,
     Message,
     NodeId,
@@ -154,6 +159,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self._lease_void = False
         self._randomized_timeout = config.election_ticks
         self._configuration = base
+        self._deleted_log_end = LogPosition()
         self._voters: tuple[NodeId, ...] = ()
         self._members: tuple[NodeId, ...] = ()
         self._use_configuration(self._configs[-1][1])
@@ -184,6 +190,20 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
     @property
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.commit)
+
+    @property
+    def vote_floor(self) -> LogPosition:
+        """The most up-to-date end of this replica's log, or of any log it deleted: a candidate
+        must be at least as up to date to get its vote, and it campaigns only with a log that
+        reaches it. A host retiring the replica saves it with the term and vote (see the module
+        docstring)."""
+        last = LogPosition(self.log.last_term, self.log.last_index)
+        return max(last, self._deleted_log_end)
+
+    def restore_vote_floor(self, floor: LogPosition) -> None:
+        """The host gives back the `vote_floor` it saved when this replica retired (its log
+        deleted). Call it before the node steps or ticks; it only ever raises the floor."""
+        self._deleted_log_end = max(self._deleted_log_end, floor)
 
     def lease_read_index(self) -> int | None:
         """The index a linearizable read may be served at without a round trip, or None.
@@ -383,17 +403,19 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if self.role is not Role.LEADER:
             self._randomized_timeout += ticks
 
-    def probe_membership(self) -> None:
+    def probe_membership(self, members: Iterable[NodeId] = ()) -> None:
         """Asks the voters of this follower's configuration whether they still count it in: a
         pre-vote at its own term, which changes nothing on either side, but which a member whose
         committed configuration leaves this node out answers with `Removed`. For a quiesced
         follower that missed the leader's word of its removal (the message was lost): it never
         campaigns, so nothing else would tell it. The host calls this for quiesced followers
-        that placement no longer names; a member that gets it wakes (as for any message)."""
+        that placement no longer names; a member that gets it wakes (as for any message).
+        `members`: ask these too (a replica rebuilt with an empty configuration after its log
+        was found damaged wakes its group's quiesced leader so, which then sends it the log)."""
         if self.role is not Role.FOLLOWER:
             return
         last_index, last_term = self.log.last_index, self.log.last_term
-        for voter in sorted(self.configuration.voters):
+        for voter in sorted(self.configuration.voters | set(members)):
             if voter != self.id:
                 self._send(VoteRequest(self.term, self.id, voter, last_index, last_term, True))
 
@@ -422,7 +444,10 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
 
     # -- roles ----------------------------------------------------------------------------------------
     def _promotable(self) -> bool:
-        return self.id in self._configuration.voters
+        """A voter, with a log that reaches its vote floor (its vote for itself is a vote)."""
+        if self.id not in self._configuration.voters:
+            return False
+        return not self._below_vote_floor(LogPosition(self.log.last_term, self.log.last_index))
 
     def _reset(self, term: int) -> None:
         if term != self.term:
@@ -461,7 +486,16 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             if m.commit > self.commit:
                 self.commit = min(m.commit, self.log.last_index)
             self._send(HeartbeatResponse(self.term, self.id, m.sender, m.lease_tick))
-            if m.quiesce:
+            last = self.log.last_index
+            if m.commit > last:
+                # The leader counts entries this replica acknowledged and no longer holds (its
+                # log was found damaged: it is rebuilt from its peers, keeping its vote floor).
+                # A rejection at index 0, which no append gets, with its log's end makes the
+                # leader probe from there (`Progress.maybe_decrease_to`).
+                self._send(
+                    AppendResponse(self.term, self.id, m.sender, 0, True, last, self.log.last_term)
+                )
+            elif m.quiesce:
                 self.quiesced = True
         elif kind is LogReset:
             assert isinstance(m, LogReset)

@@ -1,5 +1,29 @@
 """Elections, the part of `RaftNode` that campaigns and votes: PreVote, real and
-transfer campaigns, vote granting (one vote per term, only for an up-to-date log), and counting."""
+transfer campaigns, vote granting (one vote per term, only for an up-to-date log), and counting.
+
+The vote floor (issue 21). A vote is a promise backed by the log — "I hold every entry I
+acknowledged; I elect only a log at least as up to date". A replica that deleted its log broke
+the promise: in group {s, x, y} with s cut off, y commits entries with x; x is removed, retires,
+and is added back; a stale s whose configuration still names x a voter then won x's vote with a
+log lacking those entries, and both s and y committed. So a replica votes (and campaigns) as if
+it still held every log it deleted: a candidate must be at least as up to date as its own log
+*and* as the `vote_floor`, the end of the logs it deleted (the ends only grow, by max, across
+retirements). Safety: every committed entry it ever acknowledged is in its current log or was
+in a deleted one; a candidate at least as up to date as a log holding a committed entry holds it
+(the usual Leader Completeness argument, which needs only that such a log existed), so its
+votes count exactly as those of a replica that never lost anything. Liveness: it refuses only
+candidates less up to date than a log it held (as a replica that kept that log would), and it
+reaches the floor by catching up: a leader it accepts has a term no older than the replica's
+kept term, so that leader's log holds an entry of a later term than any the replica held, or, in
+the same term, every entry of that term the replica held. Pre-votes follow the same rule (a
+pre-vote promises what the vote would do); a `LogReset` leaves the floor as it is, a second
+retirement saves the greater of it and the log then held, and `probe_membership` (a pre-vote
+request, which changes no one's state) needs nothing. A rule "vote only while a configuration in your own log
+names you" would not do: catching up, the replica first holds the configurations of its earlier
+membership, voter included, with a log no longer than the stale candidate's; nor would "only a
+voter of the latest configuration votes", which is not live (a learner promoted by an entry it
+has not received yet must vote to elect a leader that has it: Raft thesis §4.2.3).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +34,7 @@ from raft.quorum import VoteResult, vote_result
 from raft.types import (
     AppendRequest,
     Heartbeat,
+    LogPosition,
     LogReset,
     Message,
     Role,
@@ -57,6 +82,10 @@ class ElectionMixin(NodeState):
         else:
             self._become_leader()
 
+    def _below_vote_floor(self, last: LogPosition) -> bool:
+        """Is a log ending at `last` less up to date than a log this replica deleted?"""
+        return last < self._deleted_log_end and not self._faults.rejoined_votes_blind
+
     def _on_vote_request(self, m: VoteRequest) -> None:
         if m.pre_vote:
             can_vote = m.term > self.term or self.vote == m.sender
@@ -66,6 +95,10 @@ class ElectionMixin(NodeState):
             if self._faults.double_vote and self.role is not Role.LEADER:
                 can_vote = True
         up_to_date = self.log.is_up_to_date(m.last_log_index, m.last_log_term)
+        # and as up to date as any log this replica deleted when it retired (`vote_floor`)
+        up_to_date = up_to_date and not self._below_vote_floor(
+            LogPosition(m.last_log_term, m.last_log_index)
+        )
         if can_vote and (up_to_date or self._faults.vote_ignores_log):
             self._send(VoteResponse(m.term, self.id, m.sender, True, m.pre_vote))
             if not m.pre_vote:

@@ -21,6 +21,7 @@ class RaftFaults:
     leader_counts_unsynced: bool = False  # leader counts its own entries before they are durable
     ack_before_persist: bool = False  # follower lets its acknowledgements go before its fsync
     stale_lease: bool = False  # lease reads without a quorum-acknowledged recent heartbeat
+    rejoined_votes_blind: bool = False  # a re-added replica votes as if its deleted log was empty
 
     @property
     def any(self) -> bool:

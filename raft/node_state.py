@@ -11,7 +11,7 @@ from raft.config import RaftConfig
 from raft.faults import RaftFaults
 from raft.log_view import LogView
 from raft.progress import Progress
-from raft.types import Configuration, Message, NodeId, Role
+from raft.types import Configuration, LogPosition, Message, NodeId, Role
 
 __all__ = ["NodeState"]
 
@@ -49,6 +49,7 @@ class NodeState:
     _configs: list[tuple[int, Configuration]]
     _voters: tuple[NodeId, ...]
     _members: tuple[NodeId, ...]
+    _deleted_log_end: LogPosition  # see RaftNode.vote_floor
 
     # Hooks implemented by RaftNode.
     def _send(self, message: Message) -> None:

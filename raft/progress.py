@@ -90,6 +90,15 @@ class Progress:
 
     def maybe_decrease_to(self, rejected: int, hint_index: int) -> bool:
         """The member rejected an append whose prev_index was `rejected`; False if stale."""
+        if rejected == 0 and hint_index < self.match_index:
+            # No append is rejected at index 0 (every log agrees there): this is a member
+            # answering a heartbeat whose commit its log does not reach. It lost entries it
+            # acknowledged (its log was found damaged, and it is rebuilt from its peers keeping
+            # its vote floor: cluster.opener). Probing from its end is safe: a lower match index
+            # only delays commits (the commit index never goes back).
+            self.match_index = hint_index
+            self.become_probe()
+            return True
         if self.state is ProgressState.REPLICATE:
             if rejected <= self.match_index:
                 return False

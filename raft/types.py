@@ -34,6 +34,7 @@ __all__ = [
     "Heartbeat",
     "HeartbeatResponse",
     "LogBoundary",
+    "LogPosition",
     "LogReset",
     "Message",
     "NodeId",
@@ -107,6 +108,15 @@ class Configuration:
     @property
     def quorum(self) -> int:
         return len(self.voters) // 2 + 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogPosition:
+    """The (term, index) of a log's last entry. Ordered as Raft compares logs: a later term is
+    more up to date; in the same term, a longer log is."""
+
+    term: int = 0
+    index: int = 0
 
 
 class ConfigChangeOp(enum.IntEnum):

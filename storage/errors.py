@@ -74,17 +74,23 @@ class DamagedLog(CorruptLog, CorruptEntry):
     """Recovery found damage it may not repair: a bad entry with a valid entry after it (so not
     a torn tail; cutting there would drop entries that may have been acknowledged), or a sealed
     segment that fails its checks. The directory is left as it was. The replica must not vote
-    or serve; rebuild it from its peers."""
+    or serve; rebuild it from its peers. `last_index`/`last_term`: the last valid entry of the
+    log, valid entries after the damage included (0, 0 if none): the end of what the replica
+    may have acknowledged, which its vote floor must keep (`cluster.opener`)."""
 
-    def __init__(self, path: str, position: int, index: int, problem: str) -> None:
+    def __init__(
+        self, path: str, position: int, index: int, problem: str, last: tuple[int, int] = (0, 0)
+    ) -> None:
+        end = f"; the log's last valid entry is {last[0]} (term {last[1]})" if last[0] else ""
         super().__init__(
-            f"{path} is damaged at byte {position} (entry {index}): {problem}. The log was "
+            f"{path} is damaged at byte {position} (entry {index}): {problem}{end}. The log was "
             "left as it is: rebuild this replica from its peers"
         )
         self.path = path
         self.position = position
         self.index = index
         self.problem = problem
+        self.last_index, self.last_term = last
 
 
 class StorageFailed(StorageError, OSError):

@@ -96,6 +96,7 @@ def recover(target: SegmentedLog, create: bool) -> None:
                     result.valid_bytes,
                     segment.base_index + result.entries,
                     f"sealed segment: {problem} (sealed entries are never skipped)",
+                    _damaged_end(segments, config.max_batch_bytes),
                 )
             if not loaded:
                 segment.write_index()
@@ -117,6 +118,7 @@ def recover(target: SegmentedLog, create: bool) -> None:
                     bad_index,
                     f"{result.problem}, yet entry {follower[1]} at byte {follower[0]} is "
                     "valid: this is corruption, not a torn tail",
+                    _damaged_end(segments, config.max_batch_bytes),
                 )
             active.cut_file(result.valid_bytes)
             torn = f"{active.log_path}: {result.problem}"
@@ -144,6 +146,16 @@ def recover(target: SegmentedLog, create: bool) -> None:
         fsync_directory(directory, disk)
     report = RecoveryReport(torn, truncated, tuple(rebuilt), tuple(removed))
     target._install(segments, start, report)
+
+
+def _damaged_end(segments: list[Segment], max_batch_bytes: int) -> tuple[int, int]:
+    """(index, term) of a damaged log's last valid entry, past the damage: the last segment
+    holding one decides; (0, 0) if none does."""
+    for segment in reversed(segments):
+        last = segment.last_valid_entry(max_batch_bytes)
+        if last is not None:
+            return last
+    return (0, 0)
 
 
 def _create(target: SegmentedLog, created: list[str]) -> None:

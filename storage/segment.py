@@ -257,34 +257,36 @@ class Segment:
         """(byte, index) of a valid entry that starts after `position` and holds one of the
         indexes `first_index + 1 .. first_index + FOLLOWER_SEARCH`, or None: where the scan
         found a bad entry (`first_index` at `position`), tells a torn tail (nothing valid
-        after it) from damage in the middle (a valid entry follows). Searches first where the
-        bad entry's length says the next one starts, then for each candidate index's bytes."""
+        after it) from damage in the middle (a valid entry follows)."""
+        with self.handles.pin(self.log_path) as fd:
+            buffer = self.disk.pread(fd, self.disk.size(fd), 0)
+        return _find_entry_after(buffer, position, first_index, max_batch_bytes, self.log_path)
+
+    def last_valid_entry(self, max_batch_bytes: int) -> tuple[int, int] | None:
+        """(index, term) of the last valid entry of the `.log`, past any damage (each bad entry
+        is stepped over as `find_entry_after` finds what follows it), or None if none is valid:
+        the end of a damaged log, which its replica may have acknowledged (`DamagedLog`)."""
         with self.handles.pin(self.log_path) as fd:
             buffer = self.disk.pread(fd, self.disk.size(fd), 0)
         view = memoryview(buffer)
-
-        def valid(at: int, index: int) -> bool:
-            if at <= position or len(buffer) - at < HEADER_SIZE:
-                return False
-            if HEADER.unpack_from(buffer, at)[0] > max_batch_bytes:
-                return False
+        position, index, last = 0, self.base_index, None
+        while len(buffer) - position >= HEADER_SIZE:
             try:
-                return verify(view, at, self.log_path).index == index
+                if HEADER.unpack_from(buffer, position)[0] > max_batch_bytes:
+                    raise CorruptEntry("impossible length")
+                entry = verify(view, position, self.log_path)
+                if entry.index != index:
+                    raise CorruptEntry(f"index {entry.index}, expected {index}")
             except CorruptEntry:
-                return False
-
-        if len(buffer) - position >= HEADER_SIZE:
-            following = position + HEADER_SIZE + HEADER.unpack_from(buffer, position)[0]
-            if valid(following, first_index + 1):
-                return following, first_index + 1
-        for index in range(first_index + 1, first_index + 1 + FOLLOWER_SEARCH):
-            needle = _INDEX_FIELD.pack(index)
-            found = buffer.find(needle, position + 1 + _INDEX_AT)
-            while found >= 0:
-                if valid(found - _INDEX_AT, index):
-                    return found - _INDEX_AT, index
-                found = buffer.find(needle, found + 1)
-        return None
+                found = _find_entry_after(buffer, position, index, max_batch_bytes, self.log_path)
+                if found is None:
+                    break
+                position, index = found
+                continue
+            last = (entry.index, entry.term)
+            position += HEADER_SIZE + len(entry.data)
+            index += 1
+        return last
 
     def cut_file(self, size: int) -> None:
         """Truncates the `.log` to `size` bytes and fsyncs (recovery of a torn tail)."""
@@ -371,3 +373,34 @@ class Segment:
                 self.disk.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def _find_entry_after(
+    buffer: bytes, position: int, first_index: int, max_batch_bytes: int, where: str
+) -> tuple[int, int] | None:
+    """`Segment.find_entry_after` on the `.log`'s bytes. Searches first where the bad entry's
+    length says the next one starts, then for each candidate index's bytes."""
+    view = memoryview(buffer)
+
+    def valid(at: int, index: int) -> bool:
+        if at <= position or len(buffer) - at < HEADER_SIZE:
+            return False
+        if HEADER.unpack_from(buffer, at)[0] > max_batch_bytes:
+            return False
+        try:
+            return verify(view, at, where).index == index
+        except CorruptEntry:
+            return False
+
+    if len(buffer) - position >= HEADER_SIZE:
+        following = position + HEADER_SIZE + HEADER.unpack_from(buffer, position)[0]
+        if valid(following, first_index + 1):
+            return following, first_index + 1
+    for index in range(first_index + 1, first_index + 1 + FOLLOWER_SEARCH):
+        needle = _INDEX_FIELD.pack(index)
+        found = buffer.find(needle, position + 1 + _INDEX_AT)
+        while found >= 0:
+            if valid(found - _INDEX_AT, index):
+                return found - _INDEX_AT, index
+            found = buffer.find(needle, found + 1)
+    return None

@@ -505,7 +505,7 @@ class SegmentedLog:
                 f"and nothing past entry {self._durable_index} is known to be durable",
                 error.errno,
             )
-            log.critical("%s", self._failed)
+            log.error("%s", self._failed)  # the node's fail-stop logs the CRITICAL line
         return self._failed
 
     def _drop_last_segment(self) -> None:

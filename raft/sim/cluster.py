@@ -6,7 +6,8 @@ A run alternates two phases:
   writes) and restart; partitions isolate one node, split majority from minority, or leave a
   bridge node connected to both sides; leadership is transferred; an operator adds learners,
   promotes them, removes members (the leader included); nodes compact their logs; clients
-  propose at random.
+  propose at random; membership churn removes a member, wipes it and adds it back beside a
+  stale one (`raft.sim.churn`).
 - calm: partitions heal, crashed nodes restart, nothing is dropped (delays, duplicates and
   reordering remain). A leader must appear within `leader_bound_ticks`, and every proposal made
   in the calm phase must commit within `commit_bound_ticks` of its first attempt (the client
@@ -27,6 +28,7 @@ from raft.core import RaftNode
 from raft.errors import RaftError
 from raft.faults import NO_FAULTS, RaftFaults
 from raft.sim.checker import Checker, Violation
+from raft.sim.churn import Churn
 from raft.sim.host import SimHost
 from raft.sim.network import Network
 from raft.sim.profile import SimProfile
@@ -55,6 +57,7 @@ STAT_NAMES = (
     "compactions",
     "lease_reads",
     "collections",
+    "churns",
 )
 _DELIVERY_ROUNDS = 64
 _FROM_LEADER = (AppendRequest, Heartbeat, LogReset)
@@ -88,6 +91,7 @@ class Simulation:
         self._proposal_number = 0
         self.max_leader_wait = 0
         self.max_commit_wait = 0
+        self.churn = Churn(self)
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self, steps: int) -> None:
@@ -112,7 +116,8 @@ class Simulation:
                 host.fsync_completes(now)
         self._client()
         if not self.calm:
-            if profile.config_rate and rng.random() < profile.config_rate:
+            self.churn.step()
+            if profile.config_rate and not self.churn.active and rng.random() < profile.config_rate:
                 self._operate()
             if profile.transfer_rate and rng.random() < profile.transfer_rate:
                 self._transfer()
@@ -172,6 +177,7 @@ class Simulation:
             self.pending.clear()
             return
         self.calm = True
+        self.churn.abandon()
         self.network.calm = True
         for host in self.hosts.values():
             host.pivot_crash_rate = 0.0
@@ -279,6 +285,8 @@ class Simulation:
             node = leader.node if leader is not None else None
             if leader is not None and node is not None and node.commit < node.log.last_index:
                 self._crash(leader)
+        if self.churn.active:
+            return  # a churn episode places the partitions itself
         if profile.partition_rate and rng.random() < profile.partition_rate:
             self._partition()
         if self.network.blocked and rng.random() < profile.heal_rate:

@@ -19,7 +19,7 @@ from raft.faults import NO_FAULTS, RaftFaults
 from raft.log import MemoryLog
 from raft.ready import Ready
 from raft.sim.checker import Checker
-from raft.types import Configuration, EntryKind, HardState, Message, NodeId, Role
+from raft.types import Configuration, EntryKind, HardState, LogPosition, Message, NodeId, Role
 
 __all__ = ["SimHost"]
 
@@ -51,6 +51,7 @@ class SimHost:
         "send",
         "stats",
         "sync_due",
+        "vote_floor",
         "was_leader_term",
     )
 
@@ -88,6 +89,7 @@ class SimHost:
         self.faults = faults
         self.log = MemoryLog()
         self.hard_state = HardState()
+        self.vote_floor = LogPosition()  # kept when the log is deleted (`RaftNode.vote_floor`)
         self.sync_due: int | None = None
         self.was_leader_term = -1
         self.node: RaftNode | None = None
@@ -104,6 +106,7 @@ class SimHost:
             self.id, self.bootstrap, self.log, self.hard_state, self.config, node_rng,
             faults=self.faults,
         )  # fmt: skip
+        self.node.restore_vote_floor(self.vote_floor)
         self.was_leader_term = -1
         self.checker.on_restart(self.id, self.log, self.node.commit)
 
@@ -136,8 +139,15 @@ class SimHost:
 
     def collect(self) -> None:
         """The node heard it was removed (`Removed`): like `cluster`'s replica retirement, its
-        log is deleted and its term and vote are kept. It stays down until an operator adds it
-        again, when it starts knowing nothing but them, and with no configuration of its own."""
+        log is deleted and its term, vote and vote floor are kept. It stays down until an
+        operator adds it again, when it starts knowing nothing but them, and with no
+        configuration of its own."""
+        log = self.log
+        held = LogPosition(log.term(log.last_index), log.last_index)
+        node = self.node
+        if node is not None:
+            held = max(held, node.vote_floor)
+        self.vote_floor = max(self.vote_floor, held)
         self.node = None
         self.sync_due = None
         self.log = MemoryLog()

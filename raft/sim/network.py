@@ -13,7 +13,7 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from raft.types import Message, NodeId
+from raft.types import AppendRequest, LogReset, Message, NodeId
 
 __all__ = ["Network", "NetworkFaults"]
 
@@ -37,6 +37,9 @@ class Network:
         self._queue: list[tuple[int, int, Message]] = []
         self._seq = 0
         self.blocked: set[tuple[NodeId, NodeId]] = set()
+        # A slow link: the node receives the log only up to this index (appends carrying later
+        # entries and resets past it are lost), so it stops part-way through a catch-up.
+        self.log_limit: dict[NodeId, int] = {}
         self.sent = 0
         self.dropped = 0
 
@@ -59,7 +62,9 @@ class Network:
         batch: list[Message] = []
         while queue and queue[0][0] <= now:
             message = heapq.heappop(queue)[2]
-            if (message.sender, message.recipient) in self.blocked:
+            if (message.sender, message.recipient) in self.blocked or (
+                self.log_limit and self._past_limit(message)
+            ):
                 self.dropped += 1
                 continue
             batch.append(message)
@@ -71,9 +76,18 @@ class Network:
     def in_flight(self) -> int:
         return len(self._queue)
 
+    def _past_limit(self, message: Message) -> bool:
+        limit = self.log_limit.get(message.recipient)
+        if limit is None:
+            return False
+        if isinstance(message, AppendRequest):
+            return bool(message.entries) and message.entries[-1].index > limit
+        return isinstance(message, LogReset) and message.boundary.index > limit
+
     # -- partitions -------------------------------------------------------------------------------
     def heal(self) -> None:
         self.blocked.clear()
+        self.log_limit.clear()
 
     def split(self, side_a: list[NodeId], side_b: list[NodeId]) -> None:
         """Blocks every link between the two sides, both ways."""

@@ -30,6 +30,7 @@ class SimProfile:
                     capacity the flow-control settings allow, so the queue stays bounded.
     parallel_rate:  chance a leader's Ready is sent before its fsync (thesis §10.2.1).
     codec_rate:     chance a message travels encoded (msgpack round trip).
+    churn_rate:     chance per tick that a membership-churn episode starts (`raft.sim.churn`).
     """
 
     nodes: int
@@ -49,6 +50,7 @@ class SimProfile:
     quiesce: bool
     parallel_rate: float
     codec_rate: float
+    churn_rate: float
     chaos_ticks: tuple[int, int]
     calm_ticks: int
     leader_bound_ticks: int
@@ -101,6 +103,7 @@ class SimProfile:
             quiesce=rng.random() < 0.3,
             parallel_rate=rng.choice((0.0, 0.5, 1.0)),
             codec_rate=rng.choice((0.0, 0.05)),
+            churn_rate=rng.choice((0.0, 0.01, 0.03)),
             chaos_ticks=chaos_ticks,
             calm_ticks=commit_bound + 10 * election_ticks,
             leader_bound_ticks=leader_bound,

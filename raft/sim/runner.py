@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from raft.errors import InvariantViolation
@@ -104,7 +104,7 @@ class Summary:
             f"proposals={stats['proposals']} transfers={stats['transfers']} "
             f"crashes={stats['crashes']} partitions={stats['partitions']} "
             f"compactions={stats['compactions']} lease_reads={stats['lease_reads']} "
-            f"collections={stats['collections']} "
+            f"collections={stats['collections']} churns={stats['churns']} "
             f"max_leader_wait_ticks={self.max_leader_wait} "
             f"max_commit_wait_ticks={self.max_commit_wait}",
             f"elapsed={self.elapsed_s:.1f}s ({rate:.0f} seeds/min)",
@@ -112,7 +112,7 @@ class Summary:
 
 
 def sweep(
-    seeds: range,
+    seeds: Iterable[int],
     steps: int,
     node_choices: tuple[int, ...],
     *,

@@ -52,6 +52,10 @@ def test_controllers_require_a_secret() -> None:
         ({"weight": 0}, "weight=0.0 must be > 0"),
         ({"tick_ms": "fast"}, "tick_ms='fast' is not a valid int"),
         ({"fsync": "sometimes"}, "fsync policy 'sometimes' is not valid"),
+        # replicated writes are always fsynced before they are acknowledged or answered: a
+        # policy that would not do so is refused rather than silently ignored
+        ({"fsync": "never"}, "fsync='never' is not supported on a node; valid: 'always'"),
+        ({"fsync": "interval:100"}, "fsync='interval:100' is not supported on a node"),
         ({"heartbeat_ticks": 10}, "heartbeat_ticks=10 must be below election_ticks=10"),
         ({"controllers": "n1"}, "controllers entry 'n1' is not ID=HOST:PORT"),
         ({"colour": "blue"}, "unknown setting"),

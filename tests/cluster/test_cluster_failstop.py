@@ -13,12 +13,18 @@ from typing import Any
 
 from harness import open_replica
 
-from cluster.failstop import FAIL_STOP_EXIT_CODE, FailStop, NodeFailStopped
+from cluster.failstop import (
+    FAIL_STOP_EXIT_CODE,
+    FailStop,
+    NodeFailStopped,
+    disk_failure,
+    storage_failure,
+)
 from cluster.multiraft import MultiRaft, Proposal
 from cluster.replica import Replica, Waiter
 from raft.codec import decode_message, encode_message
 from raft.types import AppendRequest, Entry, EntryKind, Heartbeat
-from storage import HardState, StateJournal
+from storage import CorruptEntry, HardState, StateJournal, StorageFailed
 
 GROUP = "t/0"
 
@@ -115,3 +121,17 @@ def test_a_failed_log_fsync_sends_nothing_and_settles_every_future_of_the_round(
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_what_counts_as_a_disk_failure() -> None:
+    eio = OSError(errno.EIO, "Input/output error")
+    denied = PermissionError(errno.EACCES, "Permission denied")
+    wrapped = RuntimeError("while appending")
+    wrapped.__cause__ = eio
+    failed = StorageFailed("log x: flush failed (short write)", None)
+    # the persist path stops on any OSError, wherever it is in the chain
+    assert storage_failure(eio) is eio and storage_failure(wrapped) is eio
+    assert storage_failure(denied) is denied and storage_failure(ValueError("x")) is None
+    # elsewhere (open, step) only the device's own failures, and storage's failed write
+    assert disk_failure(wrapped) is eio and disk_failure(failed) is failed
+    assert disk_failure(denied) is None and disk_failure(CorruptEntry("bad entry")) is None

@@ -8,9 +8,11 @@ SIGXFSZ), exactly as the kernel reports it, on whatever file the node writes nex
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,10 @@ def _largest_file(*roots: Path) -> int:
     return max(sizes)
 
 
+def _holds_at_least(client: Client, count: int) -> bool:
+    return len(client.read("hooked", 0, 0, 100)) >= count
+
+
 def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path: Path) -> None:
     with LocalCluster(tmp_path, 1, config_text=CONFIG) as cluster:
         cluster.start()
@@ -59,8 +65,10 @@ def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path:
             pytest.fail("the node went on after its disk refused a write")
         log_text = spec.log_path.read_text(errors="replace")
         assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        # one CRITICAL line for one failure (storage reports it at ERROR)
         critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
-        assert len(critical) == 1 and "fail-stop" in critical[0], critical
+        assert len(critical) == 1 and "flotilla.failstop CRITICAL" in critical[0], log_text[-3000:]
+        assert "fail-stop" in critical[0], critical
         assert "disk/0" in critical[0] and ".log" in critical[0], critical  # replica, file
         # a restart (without the limit) recovers: every acknowledged record, and new writes
         cluster.start("n1")
@@ -76,3 +84,121 @@ def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path:
             ]
             assert all(len(r.value) < HEADROOM_BYTES for r in records)  # the refused one is gone
             assert client.produce("disk", b"after", partition=0).offset == len(records)
+
+
+def test_disk_faults_from_the_hook_stop_the_node_with_75_and_a_restart_recovers(
+    tmp_path: Path,
+) -> None:
+    """The storage fault hook (`FLOTILLA_DISK_FAULTS`, as the chaos disk nemesis arms it): an
+    fsync failing with EIO, then a write failing with ENOSPC; each time the node exits with 75,
+    and once the fault is cleared it restarts with every acknowledged record."""
+    control = tmp_path / "faults.json"
+    env = {"FLOTILLA_DISK_FAULTS": str(control)}
+    with LocalCluster(tmp_path / "cluster", 1, config_text=CONFIG, env=env) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        expected: list[bytes] = []
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("hooked", partitions=1, replication_factor=1)
+        for fault in ({"fsync": "EIO"}, {"write": "ENOSPC"}):
+            with Client(cluster.addresses(), timeout_s=30) as client:
+                for _ in range(3):
+                    value = f"{len(expected)}".encode()
+                    assert client.produce("hooked", value, partition=0).offset == len(expected)
+                    expected.append(value)
+            process = spec.process
+            assert process is not None and spec.log_path is not None
+            control.write_text(json.dumps(fault))
+            with Client(cluster.addresses(), timeout_s=5) as client, pytest.raises(FlotillaError):
+                client.produce("hooked", b"refused", partition=0)
+            try:
+                returncode = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the node went on after {fault}")
+            log_text = spec.log_path.read_text(errors="replace")
+            assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+            control.write_text("{}")
+            cluster.start("n1")
+            with Client(cluster.addresses(), timeout_s=30) as client:
+                wait_until(
+                    partial(_holds_at_least, client, len(expected)),
+                    30,
+                    f"the acknowledged records after {fault}",
+                )
+                values = [r.value for r in client.read("hooked", 0, 0, 100)]
+                # every acknowledged record; the refused one had an unknown outcome (after a
+                # failed fsync its write may still be in the file, and recovery keeps it)
+                assert values[: len(expected)] == expected, (fault, values)
+                assert values[len(expected) :] in ([], [b"refused"]), (fault, values)
+                expected = values
+        stops = log_text.count("flotilla.failstop CRITICAL")
+        assert stops == 2, log_text[-3000:]  # one line per fail-stop, in the appended log
+        assert log_text.count("CRITICAL") == 2, log_text[-3000:]  # and no other
+
+
+def test_a_state_journal_that_cannot_be_replayed_stops_the_node_with_75(tmp_path: Path) -> None:
+    """At startup: the journal's torn tail must be cut and fsynced, and the fsync fails (EIO from
+    the fault hook). The node ends with 75 after one CRITICAL line naming the journal, as for any
+    storage failure, not with 1 as for a bad command line; once the fault is cleared it starts."""
+    control = tmp_path / "faults.json"
+    env = {"FLOTILLA_DISK_FAULTS": str(control)}
+    with LocalCluster(tmp_path / "cluster", 1, config_text=CONFIG, env=env) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("journaled", partitions=1, replication_factor=1)
+            assert client.produce("journaled", b"kept", partition=0).offset == 0
+        cluster.stop("n1")
+        journal = spec.data_dir / "raft-state.journal"
+        with open(journal, "ab") as file:
+            file.write(b"\x07\x00")  # a torn record: replay cuts it, and fsyncs the cut
+        control.write_text(json.dumps({"fsync": "EIO"}))
+        cluster.start("n1", wait=False)
+        process = spec.process
+        assert process is not None and spec.log_path is not None
+        try:
+            returncode = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the node started on a journal it could not repair")
+        log_text = spec.log_path.read_text(errors="replace")
+        assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
+        control.write_text("{}")
+        cluster.start("n1")
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            wait_until(
+                lambda: [r.value for r in client.read("journaled", 0, 0, 10)] == [b"kept"],
+                30,
+                "the record after the restart",
+            )
+
+
+def test_a_damaged_state_journal_stops_the_node_with_75_naming_it(tmp_path: Path) -> None:
+    """A bad record with a valid one after it (storage refuses it: `DamagedLog`): the node must
+    not start without the terms and votes it promised; it stops through fail-stop with one
+    CRITICAL line naming the journal, not with a traceback."""
+    with LocalCluster(tmp_path, 1, config_text=CONFIG) as cluster:
+        cluster.start()
+        spec = cluster.nodes["n1"]
+        with Client(cluster.addresses(), timeout_s=30) as client:
+            client.create_topic("journaled", partitions=2, replication_factor=1)
+            client.produce("journaled", b"kept", partition=0)
+        cluster.stop("n1")
+        journal = spec.data_dir / "raft-state.journal"
+        data = bytearray(journal.read_bytes())
+        assert len(data) > 40, len(data)
+        data[14] ^= 0x01  # inside the first record's body: records follow it
+        journal.write_bytes(bytes(data))
+        cluster.start("n1", wait=False)
+        process = spec.process
+        assert process is not None and spec.log_path is not None
+        try:
+            returncode = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the node started on a damaged journal")
+        log_text = spec.log_path.read_text(errors="replace")
+        assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
+        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
+        assert "DamagedLog" in critical[0] and "Traceback" not in log_text, log_text[-3000:]

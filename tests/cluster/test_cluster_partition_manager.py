@@ -17,7 +17,15 @@ from cluster.controller import TopicSpec
 from cluster.node import Node
 from cluster.placement import Candidate
 from raft.codec import decode_message, encode_message_parts
-from raft.types import AppendRequest, Configuration, HardState, Message, Role, VoteRequest
+from raft.types import (
+    AppendRequest,
+    Configuration,
+    HardState,
+    LogPosition,
+    Message,
+    Role,
+    VoteRequest,
+)
 
 PARTITIONS = 30
 
@@ -125,6 +133,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         directory = Path(replica.directory)
         assert (directory / "log").is_dir()
         node.journal.save_many({"t/0": HardState(7, "n2", 0)})  # as an election leaves it
+        replica.node.restore_vote_floor(LogPosition(7, 12))  # as if it had been wiped before
         replica.node.removed_at = 5  # as a member's `Removed` sets it
         node._after_round({replica})
         await _wait((directory / opener_module.RETIRED).exists, "the marker")
@@ -151,6 +160,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         await _wait(lambda: "t/0" in node.multiraft.replicas, "t/0 re-opened for its leader")
         back = node.multiraft.replicas["t/0"]
         assert (back.node.term, back.node.vote) == (7, "n2")
+        assert back.node.vote_floor == LogPosition(7, 12)  # it votes as if it held that log
         assert back.node.configuration == Configuration()  # not the initial assignment
         assert (directory / opener_module.REJOINED).exists()
         assert not (directory / opener_module.RETIRED).exists()
@@ -165,6 +175,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
             lambda: node.opener.open_replica(spec, 0, bootstrap)
         )
         assert again is not None and again.node.configuration == Configuration()  # type: ignore[attr-defined]
+        assert again.node.vote_floor == LogPosition(7, 12)  # type: ignore[attr-defined]
         await node.multiraft.stop()
         node.data_dir_lock.release()  # as the process ending would
 

@@ -13,7 +13,7 @@ from raft.core import RaftNode
 from raft.faults import NO_FAULTS, RaftFaults
 from raft.log import MemoryLog
 from raft.sim.checker import Checker
-from raft.types import Configuration, HardState, Message, NodeId, Role
+from raft.types import Configuration, HardState, LogPosition, Message, NodeId, Role
 
 
 class Group:
@@ -38,6 +38,8 @@ class Group:
         self.cut: set[tuple[NodeId, NodeId]] = set()
         self.checker = Checker()
         self.led: dict[NodeId, int] = {}  # the last term each node was seen leading
+        self.boots: dict[NodeId, Configuration] = {}  # the configuration each node started with
+        self.floors: dict[NodeId, LogPosition] = {}  # vote floors kept by retired replicas
         self.defer_sync: set[NodeId] = set()  # leaders that send before their fsync
         for node_id in sorted(self.bootstrap.members):
             self.add(node_id, self.bootstrap)
@@ -50,16 +52,33 @@ class Group:
     def start(self, node_id: NodeId, bootstrap: Configuration | None = None) -> RaftNode:
         rng = random.Random(f"{self.seed}/{node_id}")
         boot = bootstrap if bootstrap is not None else self.bootstrap
+        self.boots[node_id] = boot
         node = RaftNode(
             node_id, boot, self.logs[node_id], self.hard[node_id], self.config, rng,
             faults=self.faults,
         )  # fmt: skip
+        node.restore_vote_floor(self.floors.get(node_id, LogPosition()))
         self.nodes[node_id] = node
         return node
 
     def crash(self, node_id: NodeId) -> None:
         del self.nodes[node_id]
         self.logs[node_id] = self.logs[node_id].crashed()
+
+    def restart(self, node_id: NodeId) -> RaftNode:
+        """A crash (unsynced writes lost) and a restart with the configuration it started with."""
+        self.crash(node_id)
+        return self.start(node_id, self.boots[node_id])
+
+    def retire(self, node_id: NodeId) -> RaftNode:
+        """What the host does with a replica its group removed (`RaftNode.removed_at`): its log
+        is deleted, its term and vote are kept, and it re-opens (for a leader adding it back)
+        with an empty configuration. It keeps its vote floor too (`RaftNode.vote_floor`)."""
+        self.floors[node_id] = self.nodes.pop(node_id).vote_floor
+        kept = self.hard[node_id]
+        self.logs[node_id] = MemoryLog()
+        self.hard[node_id] = HardState(kept.term, kept.vote, 0)
+        return self.start(node_id, Configuration())
 
     # -- the host loop ------------------------------------------------------------------------
     def drain(self, node_id: NodeId) -> None:

@@ -48,6 +48,18 @@ def test_replicate_streams_until_the_window_is_full() -> None:
     assert not progress.maybe_update(3)  # an old acknowledgement changes nothing
 
 
+def test_a_member_whose_log_ends_below_its_match_index_is_probed_from_its_end() -> None:
+    # it lost entries it acknowledged (a replica rebuilt after its log was found damaged)
+    progress = Progress(next_index=1)
+    assert progress.maybe_update(5)
+    progress.become_replicate()
+    assert not progress.maybe_decrease_to(rejected=5, hint_index=0)  # an append's: stale
+    assert progress.match_index == 5
+    assert progress.maybe_decrease_to(rejected=0, hint_index=0)  # a heartbeat's answer
+    assert (progress.match_index, progress.next_index) == (0, 1)
+    assert progress.state is ProgressState.PROBE
+
+
 def test_reset_pauses_until_the_member_answers() -> None:
     progress = Progress(next_index=3)
     progress.reset_to(boundary_index=40)

@@ -5,6 +5,7 @@ dropped the dirty pages, so a retry would succeed without writing them)."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,23 @@ def test_a_failed_fsync_is_never_retried(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(StorageFailed):
         log.truncate_from(2)
     assert log.durable_index == 1 and log.last_index == 2
+    log.close()
+
+
+def test_a_failed_fsync_is_logged_once_at_error_not_critical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node's fail-stop hook logs the one CRITICAL line (`cluster.failstop`)."""
+    log = SegmentedLog(tmp_path / "log", CONFIG, handles=FileHandles(16))
+    log.append(b"a", 1, 1, 0, sync=False)
+    _FailingFsync(monkeypatch, 1, errno.EIO)
+    with caplog.at_level(logging.DEBUG), pytest.raises(OSError):
+        log.flush()
+    with pytest.raises(StorageFailed):
+        log.flush()
+    reports = [r for r in caplog.records if "takes no more writes" in r.getMessage()]
+    assert [r.levelno for r in reports] == [logging.ERROR], caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL], caplog.text
     log.close()
 
 

@@ -115,6 +115,8 @@ def test_a_bit_flip_before_the_last_entry_of_the_active_segment_is_reported_as_d
     with pytest.raises(DamagedLog) as caught:
         SegmentedLog(tmp_path / "log", CONFIG)
     assert caught.value.path == str(active) and caught.value.position <= position
+    # the end of the damaged log, past the damage: what the replica may have acknowledged
+    assert (caught.value.last_index, caught.value.last_term) == (25, 3)
     assert active.read_bytes() == raw
 
 
@@ -139,8 +141,22 @@ def test_many_damaged_entries_followed_by_valid_ones_are_still_damage(tmp_path: 
     starts = _entry_starts(written, 1, 12)
     raw[starts[2] : starts[9]] = bytes(starts[9] - starts[2])  # entries 3..9 zeroed
     active.write_bytes(raw)
-    with pytest.raises(DamagedLog, match=r"entry 10 at byte"):
+    with pytest.raises(DamagedLog, match=r"entry 10 at byte") as caught:
         SegmentedLog(tmp_path / "log", CONFIG)
+    assert (caught.value.last_index, caught.value.last_term) == (12, 2)
+
+
+def test_the_end_of_a_log_damaged_twice_is_found_past_both(tmp_path: Path) -> None:
+    written = _fill(tmp_path / "log", 12)
+    (active,) = _segments(tmp_path / "log")
+    raw = bytearray(active.read_bytes())
+    starts = _entry_starts(written, 1, 12)
+    raw[starts[2] + 30] ^= 0x08  # entry 3
+    raw[starts[7] : starts[9]] = bytes(starts[9] - starts[7])  # entries 8 and 9 zeroed
+    active.write_bytes(raw)
+    with pytest.raises(DamagedLog) as caught:
+        SegmentedLog(tmp_path / "log", CONFIG)
+    assert (caught.value.index, caught.value.last_index, caught.value.last_term) == (3, 12, 2)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -157,8 +173,9 @@ def test_bit_flip_in_a_sealed_segment_is_never_served(tmp_path: Path, seed: int)
     with pytest.raises(CorruptEntry):
         SegmentedLog(tmp_path / "log", LogConfig(segment_bytes=8192, verify_on_open=True))
     sealed.with_suffix(".index").unlink()
-    with pytest.raises(CorruptEntry, match="sealed segment"):
+    with pytest.raises(DamagedLog, match="sealed segment") as caught:
         SegmentedLog(tmp_path / "log", CONFIG)
+    assert (caught.value.last_index, caught.value.last_term) == (100, 10)
 
 
 @pytest.mark.parametrize("damage", ["delete", "truncate", "garble"])
