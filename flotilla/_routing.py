@@ -21,6 +21,7 @@ from flotilla.errors import (
     InvalidArgument,
     NotLeader,
     OutOfOrder,
+    Overloaded,
     Timeout,
     TopicNotFound,
     Unavailable,
@@ -48,6 +49,9 @@ RETRIABLE = (NotLeader, Unavailable, Timeout)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
 MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
+# an overloaded node (its produce gate full) is left alone longer: retrying at the failover pace
+# would add to its load, and the retries of many clients are spread by the jitter
+MAX_OVERLOAD_BACKOFF_S = 1.0
 MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
 ATTEMPT_S = 2.0  # one attempt's deadline: a leader that hangs (paused, overloaded) is left soon
 # A subscription's stream carries a keepalive after this long without records (its max_wait_ms),
@@ -532,6 +536,8 @@ class ProduceRoute:
             if earliest:  # every earlier batch settled, yet the leader lacks one: acknowledged
                 raise ProducerGap(error)  # by a leader alone (acks=leader) and lost with it
             return False  # an earlier batch is still on its way: pause, then the same leader
+        if isinstance(error, Overloaded):
+            return False  # the leader is still the place: back off, then ask it again
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1
             self.router.note_leader(self.topic, self.partition, error.leader)
@@ -546,5 +552,14 @@ class ProduceRoute:
         self._hops = 0
         self.pauses += 1
         pause = min(self.backoff * random.uniform(0.5, 1.0), max(0.0, self.remaining()))
-        self.backoff = min(self.backoff * 2, MAX_BACKOFF_S)
+        overloaded = isinstance(self.last, Overloaded)
+        self.backoff = min(
+            self.backoff * 2, MAX_OVERLOAD_BACKOFF_S if overloaded else MAX_BACKOFF_S
+        )
         return pause
+
+    def refresh_due(self) -> bool:
+        """Should the caller ask the cluster for fresh metadata before the next round? When
+        the cached routes failed twice, unless the node refused for overload (it is the leader;
+        more calls would only add to its load)."""
+        return self.pauses > 1 and not isinstance(self.last, Overloaded)
