@@ -28,7 +28,7 @@ from flotilla.errors import (
     UnknownProducer,
 )
 from proto import flotilla_pb2 as pb
-from proto.records import Record, decode_batch, encode_batch, peek_record_count
+from proto.records import Record, decode_batch, encode_batch, peek_record_count, with_producer
 
 __all__ = [
     "Member",
@@ -285,12 +285,27 @@ class Router:
         partition: int,
         records: Sequence[tuple[bytes | None, bytes, Headers | None, int]],
     ) -> bytes:
+        """The records as one batch under the partition's producer id and next sequence, or
+        InvalidArgument if it is larger than a node accepts (`check_fits`). Its size is checked
+        before a sequence is taken: a batch never sent must leave no gap in the sequences."""
+        batch = encode_batch(records)
+        self.check_fits(len(batch), len(records))
         producer_id, sequence = self.sequences.take(topic, partition, len(records))
-        try:
-            return encode_batch(records, producer_id=producer_id, base_sequence=sequence)
-        except Exception:
-            self.sequences.settled(topic, partition, producer_id, sequence)
-            raise
+        return with_producer(batch, producer_id, sequence)
+
+    def check_fits(self, size: int, count: int, what: str = "batch") -> None:
+        """InvalidArgument, before anything is sent, for a batch of `size` bytes (`count`
+        records) larger than `max_batch_bytes`, the smallest any node reports: the leader would
+        refuse it, or gRPC would, before its handler (if it is more than 64 KiB over), with a
+        message that names neither the batch's size nor the limit."""
+        limit = self.max_batch_bytes
+        if size > limit:
+            records = "1 record" if count == 1 else f"{count} records"
+            raise InvalidArgument(
+                f"a {what} of {size} bytes ({records}, encoded) is larger than max_batch_bytes="
+                f"{limit}, the largest batch the nodes accept; nothing was sent: make "
+                f"{'it' if count == 1 else 'the batch or its records'} smaller"
+            )
 
 
 def check_value(value: object, what: str = "value") -> bytes:

@@ -15,7 +15,7 @@ import pytest
 import flotilla.aio
 import flotilla.client
 from cluster.local import LocalCluster
-from flotilla import Client, FlotillaError, Overloaded
+from flotilla import Client, FlotillaError, InvalidArgument, Overloaded
 from flotilla import aio as flotilla_aio
 from flotilla.errors import from_rpc_error
 
@@ -120,3 +120,42 @@ def test_an_overloaded_node_is_retried_until_every_record_is_written_once(
             f"missing: {sorted(set(expected) - set(seen))[:5]}, "
             f"repeated: {[v for v, c in seen.items() if c > 1][:5]}"
         )
+
+
+def test_a_record_or_batch_over_max_batch_bytes_is_refused_before_sending(
+    cluster: LocalCluster,
+) -> None:
+    """The node accepts batches up to 64 KiB (it says so in metadata). A record or batch that
+    cannot fit is refused by the SDK itself, naming its size and the limit (sent, one more than
+    64 KiB past the node's request limit would be refused by gRPC, which names neither), by both
+    clients and the batching producer; nothing of it is written, and what follows is."""
+    topic = "too-big"
+    big = b"x" * (5 << 20)
+    over = r"batch of 52429\d\d bytes .*max_batch_bytes=65536"
+    with Client(cluster.addresses(), timeout_s=30) as client:
+        client.create_topic(topic, partitions=1, replication_factor=1)
+        with pytest.raises(InvalidArgument, match=over):
+            client.produce(topic, big)
+        with pytest.raises(InvalidArgument, match=r"batch of 7\d{4} bytes .*max_batch_bytes=65536"):
+            client.produce(topic, b"y" * 70_000, partition=0)
+        with pytest.raises(
+            InvalidArgument, match=r"\(100 records, encoded\).*max_batch_bytes=65536"
+        ):
+            client.produce_batch(topic, [b"z" * 1000] * 100, partition=0)
+
+        async def asynchronous() -> None:
+            async with flotilla_aio.Client(cluster.addresses(), timeout_s=30) as mine:
+                with pytest.raises(InvalidArgument, match=over):
+                    await mine.produce(topic, big)
+                with pytest.raises(
+                    InvalidArgument, match=r"\(100 records, encoded\).*max_batch_bytes"
+                ):
+                    await mine.produce_batch(topic, [b"z" * 1000] * 100)
+
+        asyncio.run(asynchronous())
+        with client.producer(linger_ms=1) as producer:
+            with pytest.raises(InvalidArgument, match=r"record of 52429\d\d bytes.*=65536"):
+                producer.send(topic, big)
+            assert producer.send(topic, b"after").result(timeout=30).offset == 0
+        assert client.produce(topic, b"then").offset == 1
+        assert [r.value for r in client.read(topic, 0, 0)] == [b"after", b"then"]
