@@ -8,10 +8,11 @@ proto/flotilla.proto (KIP-392's, made strict), and the waits before it answers.
                                             UNAVAILABLE + OFFSET_NOT_AVAILABLE (retriable)
 
 A follower that has heard from no leader for an election timeout (cut off from its group, or
-its leader gone; `RaftNode.ticks_without_leader`) answers OFFSET_NOT_AVAILABLE at once for any
-offset at or past its high watermark (`leaderless`), rather than long-poll or keep a
-subscription alive on keepalives while the others write on: its subscribers move to another
-replica. Below its high watermark it still serves: those offsets are committed.
+its leader gone; `RaftNode.ticks_without_leader`) answers OFFSET_NOT_AVAILABLE at once for an
+offset past its high watermark, and for one at it when the read would wait (a long poll, a
+subscription's) rather than wait for nothing or keep a subscription alive on keepalives while
+the others write on (`leaderless`): its subscribers move to another replica. Below its high
+watermark it still serves: those offsets are committed.
 
 A follower cannot know what the leader committed (its high watermark trails by up to a tick, and
 is the one it recovered after a restart until it hears a leader), and a leader without its lease
@@ -101,8 +102,9 @@ async def past_high_watermark(
 
 
 def leaderless(replica: Replica, offset: int, node_id: str) -> Refusal | None:
-    """OFFSET_NOT_AVAILABLE for `offset` (at or past the high watermark) on a replica that has
-    heard from no leader for an election timeout of its ticks; None while it is in touch."""
+    """OFFSET_NOT_AVAILABLE for `offset` (past the high watermark, or at it for a long poll) on a
+    replica that has heard from no leader for an election timeout of its ticks; None while it
+    is in touch."""
     silent = replica.node.ticks_without_leader
     election_ticks = replica.node.config.election_ticks
     if silent < election_ticks:

@@ -322,15 +322,16 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                         replica, offset, node_id, node.multiraft.wake, tick_s
                     )
                     await _refuse(context, refusal)
-            if offset == replica.high_watermark:
-                # at the tail a replica out of touch with any leader has no answer to give (an
-                # empty one would keep a subscription on it while the others write on)
+            if offset == replica.high_watermark and wait_s:
+                # a long poll (a subscription's) at the tail of a replica out of touch with any
+                # leader would wait for nothing: its keepalives would keep a subscription on it
+                # while the others write on. (Without a wait, the empty answer stands: the SDK
+                # checks an empty follower answer with the leader.)
                 await _refuse_if_leaderless(context, replica, offset, node_id)
-                if wait_s:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
-                    if offset == replica.high_watermark:  # fell out of touch meanwhile?
-                        await _refuse_if_leaderless(context, replica, offset, node_id)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
+                if offset == replica.high_watermark:  # fell out of touch meanwhile?
+                    await _refuse_if_leaderless(context, replica, offset, node_id)
             max_records = request.max_records or DEFAULT_MAX_RECORDS
             max_bytes = min(
                 request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
