@@ -14,8 +14,10 @@ admits the call only while
 
 where in-flight bytes counts each admitted call at `max_request_bytes` until its message has
 arrived and at the message's size after that, until the call ends (the batch stays alive while
-it waits for its commit). A refused call gets RESOURCE_EXHAUSTED naming the limit and its stream
-is closed unread, so gRPC drops whatever of it was already buffered.
+it waits for its commit). A refused call gets RESOURCE_EXHAUSTED naming the limit, with the
+reason OVERLOADED in its trailing metadata (proto/reasons.py) so a client backs off and retries
+it rather than taking it for bad input, and its stream is closed unread, so gRPC drops whatever
+of it was already buffered.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+from proto.reasons import OVERLOADED, REASON_KEY
 
 __all__ = ["PRODUCE_METHOD", "ProduceGate", "ProduceLimits", "max_request_bytes"]
 
@@ -75,6 +79,7 @@ class ProduceGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             refusal = self._refusal()
             if refusal:
                 self.refused += 1
+                context.set_trailing_metadata(((REASON_KEY, OVERLOADED),))
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
             reserved = self.limits.max_request_bytes
             self.calls += 1

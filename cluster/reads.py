@@ -7,6 +7,13 @@ proto/flotilla.proto (KIP-392's, made strict), and the waits before it answers.
                                             for an offset past its commit index; otherwise
                                             UNAVAILABLE + OFFSET_NOT_AVAILABLE (retriable)
 
+A follower that has heard from no leader for an election timeout (cut off from its group, or
+its leader gone; `RaftNode.ticks_without_leader`) answers OFFSET_NOT_AVAILABLE at once for an
+offset past its high watermark, and for one at it when the read would wait (a long poll, a
+subscription's) rather than wait for nothing or keep a subscription alive on keepalives while
+the others write on (`leaderless`): its subscribers move to another replica. Below its high
+watermark it still serves: those offsets are committed.
+
 A follower cannot know what the leader committed (its high watermark trails by up to a tick, and
 is the one it recovered after a restart until it hears a leader), and a leader without its lease
 may have been deposed by one that committed more: neither may say an offset does not exist, so
@@ -31,6 +38,7 @@ __all__ = [
     "READ_YOUR_WRITES_WAIT_S",
     "Refusal",
     "catch_up",
+    "leaderless",
     "offset_out_of_range",
     "past_high_watermark",
     "replica_closed",
@@ -89,6 +97,24 @@ async def past_high_watermark(
         f"offset {offset} of {replica.group} is not available on {node_id} yet: its high "
         f"watermark is {replica.high_watermark} (its log ends at "
         f"{replica.segmented.next_offset}); another replica, or this one shortly, may serve it",
+        pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
+    )
+
+
+def leaderless(replica: Replica, offset: int, node_id: str) -> Refusal | None:
+    """OFFSET_NOT_AVAILABLE for `offset` (past the high watermark, or at it for a long poll) on a
+    replica that has heard from no leader for an election timeout of its ticks; None while it
+    is in touch."""
+    silent = replica.node.ticks_without_leader
+    election_ticks = replica.node.config.election_ticks
+    if silent < election_ticks:
+        return None
+    return Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        f"offset {offset} of {replica.group} is not available on {node_id}: it has heard from "
+        f"no leader for {silent} ticks (an election timeout is {election_ticks}), so it cannot "
+        f"know what was committed past its high watermark {replica.high_watermark}; read "
+        "another replica",
         pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
     )
 

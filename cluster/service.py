@@ -21,6 +21,7 @@ from cluster.reads import (
     READ_YOUR_WRITES_WAIT_S,
     Refusal,
     catch_up,
+    leaderless,
     offset_out_of_range,
     past_high_watermark,
     replica_closed,
@@ -70,6 +71,14 @@ async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T])
         await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
     except ConnectionError as error:
         await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
+
+async def _refuse_if_leaderless(
+    context: grpc.aio.ServicerContext, replica: Replica, offset: int, node_id: str
+) -> None:
+    refusal = leaderless(replica, offset, node_id)
+    if refusal is not None:
+        await _refuse(context, refusal)
 
 
 async def _abort(
@@ -302,18 +311,27 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 await catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
             if offset < replica.segmented.first_offset:
                 await _refuse(context, offset_out_of_range(replica, offset))
+            node_id = node.config.node_id
             # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
             if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
+                await _refuse_if_leaderless(context, replica, offset, node_id)
                 await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
-                    node_id, tick_s = node.config.node_id, node.config.tick_ms / 1000
+                    tick_s = node.config.tick_ms / 1000
                     refusal = await past_high_watermark(
                         replica, offset, node_id, node.multiraft.wake, tick_s
                     )
                     await _refuse(context, refusal)
             if offset == replica.high_watermark and wait_s:
+                # a long poll (a subscription's) at the tail of a replica out of touch with any
+                # leader would wait for nothing: its keepalives would keep a subscription on it
+                # while the others write on. (Without a wait, the empty answer stands: the SDK
+                # checks an empty follower answer with the leader.)
+                await _refuse_if_leaderless(context, replica, offset, node_id)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
+                if offset == replica.high_watermark:  # fell out of touch meanwhile?
+                    await _refuse_if_leaderless(context, replica, offset, node_id)
             max_records = request.max_records or DEFAULT_MAX_RECORDS
             max_bytes = min(
                 request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536

@@ -21,13 +21,14 @@ from flotilla.errors import (
     InvalidArgument,
     NotLeader,
     OutOfOrder,
+    Overloaded,
     Timeout,
     TopicNotFound,
     Unavailable,
     UnknownProducer,
 )
 from proto import flotilla_pb2 as pb
-from proto.records import Record, decode_batch, encode_batch, peek_record_count
+from proto.records import Record, decode_batch, encode_batch, peek_record_count, with_producer
 
 __all__ = [
     "Member",
@@ -48,6 +49,9 @@ RETRIABLE = (NotLeader, Unavailable, Timeout)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 METADATA_GRACE_S = 3.0  # how long a topic just created may be unknown to a node
 MAX_BACKOFF_S = 0.05  # a failover ends within about an election timeout: poll soon after
+# an overloaded node (its produce gate full) is left alone longer: retrying at the failover pace
+# would add to its load, and the retries of many clients are spread by the jitter
+MAX_OVERLOAD_BACKOFF_S = 1.0
 MAX_HINT_HOPS = 3  # leader hints followed in a row before pausing (stale views can bounce)
 ATTEMPT_S = 2.0  # one attempt's deadline: a leader that hangs (paused, overloaded) is left soon
 # A subscription's stream carries a keepalive after this long without records (its max_wait_ms),
@@ -281,12 +285,27 @@ class Router:
         partition: int,
         records: Sequence[tuple[bytes | None, bytes, Headers | None, int]],
     ) -> bytes:
+        """The records as one batch under the partition's producer id and next sequence, or
+        InvalidArgument if it is larger than a node accepts (`check_fits`). Its size is checked
+        before a sequence is taken: a batch never sent must leave no gap in the sequences."""
+        batch = encode_batch(records)
+        self.check_fits(len(batch), len(records))
         producer_id, sequence = self.sequences.take(topic, partition, len(records))
-        try:
-            return encode_batch(records, producer_id=producer_id, base_sequence=sequence)
-        except Exception:
-            self.sequences.settled(topic, partition, producer_id, sequence)
-            raise
+        return with_producer(batch, producer_id, sequence)
+
+    def check_fits(self, size: int, count: int, what: str = "batch") -> None:
+        """InvalidArgument, before anything is sent, for a batch of `size` bytes (`count`
+        records) larger than `max_batch_bytes`, the smallest any node reports: the leader would
+        refuse it, or gRPC would, before its handler (if it is more than 64 KiB over), with a
+        message that names neither the batch's size nor the limit."""
+        limit = self.max_batch_bytes
+        if size > limit:
+            records = "1 record" if count == 1 else f"{count} records"
+            raise InvalidArgument(
+                f"a {what} of {size} bytes ({records}, encoded) is larger than max_batch_bytes="
+                f"{limit}, the largest batch the nodes accept; nothing was sent: make "
+                f"{'it' if count == 1 else 'the batch or its records'} smaller"
+            )
 
 
 def check_value(value: object, what: str = "value") -> bytes:
@@ -532,6 +551,8 @@ class ProduceRoute:
             if earliest:  # every earlier batch settled, yet the leader lacks one: acknowledged
                 raise ProducerGap(error)  # by a leader alone (acks=leader) and lost with it
             return False  # an earlier batch is still on its way: pause, then the same leader
+        if isinstance(error, Overloaded):
+            return False  # the leader is still the place: back off, then ask it again
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1
             self.router.note_leader(self.topic, self.partition, error.leader)
@@ -546,5 +567,14 @@ class ProduceRoute:
         self._hops = 0
         self.pauses += 1
         pause = min(self.backoff * random.uniform(0.5, 1.0), max(0.0, self.remaining()))
-        self.backoff = min(self.backoff * 2, MAX_BACKOFF_S)
+        overloaded = isinstance(self.last, Overloaded)
+        self.backoff = min(
+            self.backoff * 2, MAX_OVERLOAD_BACKOFF_S if overloaded else MAX_BACKOFF_S
+        )
         return pause
+
+    def refresh_due(self) -> bool:
+        """Should the caller ask the cluster for fresh metadata before the next round? When
+        the cached routes failed twice, unless the node refused for overload (it is the leader;
+        more calls would only add to its load)."""
+        return self.pauses > 1 and not isinstance(self.last, Overloaded)

@@ -255,7 +255,7 @@ class Client:
                     if route.failed(address, from_rpc_error(error)):
                         continue
             await asyncio.sleep(route.pause_s())
-            if route.pauses > 1:  # the cached routes failed twice: ask the cluster afresh
+            if route.refresh_due():  # the cached routes failed twice: ask the cluster afresh
                 await self._refresh_quietly(topic)
 
     async def _refresh_quietly(self, topic: str) -> None:

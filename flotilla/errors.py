@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from proto.reasons import OFFSET_NOT_AVAILABLE, REASON_KEY, UNKNOWN_PRODUCER_ID
+from proto.reasons import OFFSET_NOT_AVAILABLE, OVERLOADED, REASON_KEY, UNKNOWN_PRODUCER_ID
 
 __all__ = [
     "FlotillaError",
@@ -13,6 +13,7 @@ __all__ = [
     "OffsetNotAvailable",
     "OffsetOutOfRange",
     "OutOfOrder",
+    "Overloaded",
     "Timeout",
     "TopicNotFound",
     "Unavailable",
@@ -68,6 +69,13 @@ class UnknownProducer(Unavailable):
     was written. The SDK resends such a batch under a new producer id by itself."""
 
 
+class Overloaded(Unavailable):
+    """The node refused the call at its edge: it has as many produce calls or bytes in flight as
+    it admits (max_inflight_produce, max_inflight_request_bytes). Nothing was written. The SDK
+    retries it by itself after a growing, jittered backoff; you see this only when the node
+    stayed overloaded until the call's timeout."""
+
+
 class Timeout(FlotillaError, TimeoutError):
     """The request did not complete in time; for a produce, the outcome is unknown (a retry with
     the same idempotent producer will not write it twice)."""
@@ -93,6 +101,9 @@ def leader_from(error: grpc.RpcError) -> str:
 def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else None) or str(code)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_from(error) == OVERLOADED:
+        return Overloaded(details)
+    # otherwise too big: a batch over max_batch_bytes, a message over gRPC's limit
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
         return InvalidArgument(details)
     if code == grpc.StatusCode.ALREADY_EXISTS:

@@ -238,7 +238,14 @@ class Producer:
         if headers:
             size += sum(len(n.encode()) + len(v) + _HEADER_OVERHEAD for n, v in headers)
         # batches stay within what every node accepts (it may be configured below the default)
-        cap = min(self.batch_bytes, self.client.router.max_batch_bytes - _BATCH_OVERHEAD)
+        limit = self.client.router.max_batch_bytes
+        if size + _BATCH_OVERHEAD > limit:  # not even alone in a batch: refused before queueing
+            raise InvalidArgument(
+                f"a record of {size} bytes (encoded, at most; {_BATCH_OVERHEAD} more as a batch) "
+                f"cannot fit max_batch_bytes={limit}, the largest batch the nodes accept; "
+                "nothing was sent: make it smaller"
+            )
+        cap = min(self.batch_bytes, limit - _BATCH_OVERHEAD)
         timestamp = now_ms()
         with self._lock:
             if self._buffered + size > self.buffer_bytes:

@@ -26,6 +26,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFSET_NOT_AVAILABLE: _ClassVar[ErrorReason]
     REPLICA_CLOSED: _ClassVar[ErrorReason]
     UNKNOWN_PRODUCER_ID: _ClassVar[ErrorReason]
+    OVERLOADED: _ClassVar[ErrorReason]
 MEMBER_STATE_UNSPECIFIED: MemberState
 ALIVE: MemberState
 SUSPECT: MemberState
@@ -37,6 +38,7 @@ ERROR_REASON_UNSPECIFIED: ErrorReason
 OFFSET_NOT_AVAILABLE: ErrorReason
 REPLICA_CLOSED: ErrorReason
 UNKNOWN_PRODUCER_ID: ErrorReason
+OVERLOADED: ErrorReason
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms")

@@ -4,9 +4,16 @@ proto/flotilla.proto, where each is documented. The SDK maps them to its errors.
 
 from __future__ import annotations
 
-__all__ = ["OFFSET_NOT_AVAILABLE", "REASON_KEY", "REPLICA_CLOSED", "UNKNOWN_PRODUCER_ID"]
+__all__ = [
+    "OFFSET_NOT_AVAILABLE",
+    "OVERLOADED",
+    "REASON_KEY",
+    "REPLICA_CLOSED",
+    "UNKNOWN_PRODUCER_ID",
+]
 
 REASON_KEY = "flotilla-error"
 OFFSET_NOT_AVAILABLE = "OFFSET_NOT_AVAILABLE"  # UNAVAILABLE: try another replica
 REPLICA_CLOSED = "REPLICA_CLOSED"  # UNAVAILABLE: the replica's log closed during the read
 UNKNOWN_PRODUCER_ID = "UNKNOWN_PRODUCER_ID"  # ABORTED: resend under a new producer id
+OVERLOADED = "OVERLOADED"  # RESOURCE_EXHAUSTED: the node's produce gate is full; back off, retry

@@ -188,6 +188,14 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         return self._transferee
 
     @property
+    def ticks_without_leader(self) -> int:
+        """Ticks of this node's clock since it last heard from a leader (0 while it leads). A
+        follower past an election timeout of them (cut off, or its leader gone) cannot know
+        what was committed since. A quiesced node's clock stands still: its host wakes it on
+        news that its leader failed."""
+        return 0 if self.role is Role.LEADER else self._clock - self._leader_contact
+
+    @property
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.commit)
 

@@ -12,6 +12,7 @@ from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.transport import server_options
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.reasons import OVERLOADED, REASON_KEY
 
 
 class _HeldProduce(flotilla_pb2_grpc.FlotillaServicer):
@@ -56,7 +57,8 @@ async def _scenario(
                     response = await call
                     outcomes.append(f"OK {response.record_count}")
                 except grpc.aio.AioRpcError as error:
-                    outcomes.append(f"{error.code().name} {error.details()}")
+                    reasons = [v for k, v in error.trailing_metadata() or () if k == REASON_KEY]
+                    outcomes.append(f"{error.code().name} {reasons} {error.details()}")
     finally:
         await server.stop(0)
     return outcomes, gate
@@ -78,6 +80,7 @@ def test_produce_calls_beyond_the_limits_are_refused(
     assert sorted(o.split(" ")[0] for o in outcomes) == ["OK", "OK", "RESOURCE_EXHAUSTED"]
     refusal = next(o for o in outcomes if o.startswith("RESOURCE_EXHAUSTED"))
     assert named in refusal, refusal
+    assert f"[{OVERLOADED!r}]" in refusal, refusal  # the SDK retries it, after a backoff
     assert f"OK {batch_bytes}" in outcomes
     assert (gate.calls, gate.bytes, gate.refused) == (0, 0, 1)
 

@@ -82,11 +82,14 @@ def test_batching_producer_keeps_per_partition_order(cluster: LocalCluster) -> N
 def test_batches_behind_one_that_failed_for_good_fail_at_once(cluster: LocalCluster) -> None:
     """A batch refused for good (too large) leaves a gap in its producer's sequences: the
     batches pipelined behind it can never follow it, so they fail at once with Unavailable
-    rather than wait out the timeout; the producer then goes on under a new producer id."""
+    rather than wait out the timeout; the producer then goes on under a new producer id. (The
+    SDK refuses a record over the max_batch_bytes the nodes report before sending it; here the
+    client's view is stale, as when a node was reconfigured lower since the client heard it.)"""
     with Client(cluster.bootstrap, timeout_s=20) as client:
         client.create_topic("gapped", partitions=1, replication_factor=3)
         with client.producer(linger_ms=1, batch_bytes=1024) as producer:
             producer.send("gapped", b"x" * 2000).result(timeout=30)  # the partition is proven
+            client.router.max_batch_bytes = 8 << 20  # a stale view: the nodes accept 4 MiB
             huge = producer.send("gapped", b"y" * (5 << 20))  # over the node's max_batch_bytes
             behind = [producer.send("gapped", b"z" * 2000) for _ in range(6)]
             # refused by the node's handler or, this far over, by gRPC's request limit before

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from flotilla._routing import MAX_HINT_HOPS, ProducerGap, ProduceRoute, Router
+from flotilla._routing import (
+    MAX_HINT_HOPS,
+    MAX_OVERLOAD_BACKOFF_S,
+    ProducerGap,
+    ProduceRoute,
+    Router,
+)
 from flotilla.errors import (
     InvalidArgument,
     NotLeader,
     OutOfOrder,
+    Overloaded,
     TopicNotFound,
     Unavailable,
     UnknownProducer,
@@ -44,6 +51,21 @@ def test_a_dead_leader_sends_the_batch_to_the_survivors_at_once() -> None:
     assert not route.failed(ADDRESS["n3"], Unavailable("no leader is known yet"))
     assert 0 <= route.pause_s() <= 0.05 and route.pauses == 1
     assert route.next_address() in ADDRESS.values()  # after a pause, every replica again
+
+
+def test_an_overloaded_leader_is_asked_again_after_a_growing_backoff() -> None:
+    """Overload is no reason to leave the leader (the others would only send the batch back)
+    nor to ask the cluster for metadata; the pauses grow past the failover pace, jittered, up
+    to MAX_OVERLOAD_BACKOFF_S."""
+    route = ProduceRoute(_router("n1"), "t", 0, timeout_s=60)
+    pauses = []
+    for _ in range(12):
+        assert route.next_address() == ADDRESS["n1"]
+        assert not route.failed(ADDRESS["n1"], Overloaded("max_inflight_produce=2"))
+        assert not route.refresh_due()
+        pauses.append(route.pause_s())
+    assert max(pauses) > 0.05, pauses
+    assert all(p <= MAX_OVERLOAD_BACKOFF_S for p in pauses), pauses
 
 
 def test_a_leader_hint_is_followed_but_not_forever() -> None:

@@ -96,6 +96,23 @@ def test_check_quorum_leader_steps_down_when_cut_off(group) -> None:  # type: ig
     assert leader.lease_read_index() is None
 
 
+def test_a_cut_off_follower_counts_the_ticks_since_it_heard_a_leader(group) -> None:  # type: ignore[no-untyped-def]
+    """`ticks_without_leader`: what a host asks before serving a follower's tail (0 for a
+    leader; a follower's grow with its ticks until a leader's message reaches it)."""
+    g = group(ABC)
+    g.elect("a")
+    g.tick(3 * E)
+    assert [g.nodes[n].ticks_without_leader < E for n in ABC] == [True] * 3
+    assert g.nodes["a"].ticks_without_leader == 0
+    g.isolate("c")
+    g.tick(E + 1)
+    assert g.nodes["c"].ticks_without_leader >= E + 1
+    assert g.nodes["b"].ticks_without_leader < E
+    g.heal()
+    g.tick(3)
+    assert g.nodes["c"].ticks_without_leader < E
+
+
 def test_lease_read_index_needs_quorum_acknowledged_heartbeats(group) -> None:  # type: ignore[no-untyped-def]
     g = group(ABC)
     leader = g.elect("a")
