@@ -258,7 +258,9 @@ class LeaderMixin(NodeState):
             next_probe = m.hint_index
             if m.hint_term > 0:
                 next_probe = self.log.find_conflict_by_term(m.hint_index, m.hint_term)[0]
-            if progress.maybe_decrease_to(m.index, next_probe):
+            if progress.forget_lost(m.index, m.hint_index):
+                self._send_append(m.sender)
+            elif progress.maybe_decrease_to(m.index, next_probe):
                 if progress.state is ProgressState.REPLICATE:
                     progress.become_probe()
                 self._send_append(m.sender)

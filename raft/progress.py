@@ -88,6 +88,20 @@ class Progress:
         self.next_index = max(self.next_index, index + 1)
         return updated
 
+    def forget_lost(self, rejected: int, hint_index: int) -> bool:
+        """The member rejected an append at `rejected` (no older than `match_index`, and the one
+        it was sent in probe state) with a log ending below `match_index`: it lost entries it
+        had acknowledged — a replica that retired (log deleted) while still counted here, and
+        re-opened. Probe again from its log's end; True if so. Lowering `match_index` is always
+        safe (a commit already made stands; it only counts the member for less)."""
+        if hint_index >= self.match_index or rejected < self.match_index:
+            return False
+        if self.state is ProgressState.PROBE and rejected != self.next_index - 1:
+            return False
+        self.match_index = hint_index
+        self.become_probe()
+        return True
+
     def maybe_decrease_to(self, rejected: int, hint_index: int) -> bool:
         """The member rejected an append whose prev_index was `rejected`; False if stale."""
         if rejected == 0 and hint_index < self.match_index:

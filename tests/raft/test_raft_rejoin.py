@@ -158,3 +158,29 @@ def test_the_scenarios_catch_a_replica_that_votes_blind_after_re_joining(group) 
         test_a_re_added_replica_part_way_through_its_catch_up_still_refuses(
             lambda *a, **k: group(*a, faults=blind, **k)
         )
+
+
+def test_a_member_that_lost_its_acknowledged_log_is_sent_it_again(group) -> None:  # type: ignore[no-untyped-def]
+    """A re-added replica part-way through its catch-up holds an older configuration than the
+    one that removed it, so a late `Removed` (a duplicate of the leader's, or a lagging member's
+    answer) makes it retire again while the leader still counts what it acknowledged. Found by
+    the churn nemesis (seed 1421, 5 nodes): the leader answered each rejection at its old
+    `match_index` by sending the same append again, a storm that never caught the replica up."""
+    g = group(("a", "b", "c"))
+    a = g.elect("a")
+    for i in range(3):
+        g.run("a", lambda n, i=i: n.propose(b"%d" % i, 1))
+    g.deliver()
+    g.add("x")
+    g.run("a", lambda n: n.change_config(ConfigChange(ConfigChangeOp.ADD_LEARNER, "x")))
+    g.deliver()
+    g.tick(2)
+    assert a.match_index("x") == a.log.last_index
+    g.retire("x")  # its log is gone; the leader still counts it at match_index
+    g.sent.clear()
+    g.run("a", lambda n: n.propose(b"next", 1))  # the append that x rejects
+    g.tick(3)
+    to_x = [m for m in g.sent if isinstance(m, AppendRequest) and m.recipient == "x"]
+    assert len(to_x) < 20, f"{len(to_x)} appends to x in 3 ticks"
+    assert g.nodes["x"].log.last_index == a.log.last_index
+    assert a.match_index("x") == a.log.last_index

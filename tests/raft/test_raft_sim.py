@@ -99,10 +99,10 @@ def test_each_fault_is_caught_with_a_replayable_seed(fault: str) -> None:
 # or the simulator moves the trajectory, find a new one with
 #   python -m raft.sim --seeds 3000 --steps 3000 --nodes 3 --fault commit_previous_term \
 #       --stop-on-failure
-# (last recorded: 1,554 seeds, after replica GC made removed nodes run on in the simulator —
-# none of seeds 0-1499 finds it now; 882 after the lazy commit updates of leader.py, 170 before
-# them) and update it here.
-FIGURE_8_SEED = 1553
+# (last recorded: 773 seeds, after the membership-churn nemesis and the leader's forget_lost;
+# 1,554 after replica GC made removed nodes run on in the simulator; 882 after the lazy commit
+# updates of leader.py, 170 before them) and update it here.
+FIGURE_8_SEED = 772
 
 
 def test_committing_a_previous_term_entry_is_caught_by_the_random_simulator() -> None:
