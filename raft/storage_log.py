@@ -5,7 +5,7 @@ entries, so record offsets stay dense) and its data, copied once. The on-disk he
 field; the kind follows from `(record_count, len(data))` (see `raft.types`).
 
 What the segmented log does not keep, a small sidecar file `raft.configs` in the same directory
-does: the configuration in force at the log's boundary, and every CONFIG entry of the retained
+(on the log's disk, `SegmentedLog.disk`) does: the configuration in force at the log's boundary, and every CONFIG entry of the retained
 log (they are rare, so the file is tiny). It is replaced atomically, and written
 
 - before a CONFIG entry is appended (so a durable CONFIG entry is always listed),
@@ -164,13 +164,11 @@ class SegmentedRaftLog:
             "boundary_config": None if config is None else encode_configuration(config),
             "configs": [[e.index, e.term, e.data] for e in self._configs],
         }
-        write_atomic(self._path, msgpack.packb(payload, use_bin_type=True))
+        write_atomic(self._path, msgpack.packb(payload, use_bin_type=True), self._log.disk)
 
     def _load(self) -> None:
-        try:
-            with open(self._path, "rb") as file:
-                raw = file.read()
-        except FileNotFoundError:
+        raw = self._log.disk.read_file(self._path)
+        if raw is None:
             return
         try:
             payload: Any = msgpack.unpackb(raw, raw=False)

@@ -4,6 +4,7 @@
     python -m raft.sim --seeds 10000 --steps 400 --jobs 2   # in two processes
     python -m raft.sim --seed 42 --steps 5000 --nodes 5     # replay one seed, verbosely
     python -m raft.sim --seeds 200 --steps 2000 --fault double_vote   # a checker must fail
+    python -m raft.sim --seeds 50 --steps 2000 --disk sim   # real storage on a simulated disk
 
 Prints a summary; exits 1 if any seed violated an invariant, after printing each failing seed
 with the one-line command that replays it.
@@ -15,6 +16,7 @@ import argparse
 import sys
 
 from raft.faults import FAULT_NAMES
+from raft.sim.disk import DISK_MODES
 from raft.sim.runner import SeedResult, run_seed, sweep
 
 
@@ -43,13 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--time-limit", type=float, help="stop starting seeds after this many s")
     parser.add_argument("--fault", choices=FAULT_NAMES, help="TEST ONLY: inject a Raft bug")
+    parser.add_argument(
+        "--disk",
+        choices=DISK_MODES,
+        default="memory",
+        help="hosts' storage: memory (the sim's model), sim (the real SegmentedLog and "
+        "StateJournal on a SimDisk); sim-lying-fsync is TEST ONLY (a flush that does not fsync)",
+    )
     parser.add_argument("--stop-on-failure", action="store_true")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.steps < 1 or args.jobs < 1:
         parser.error("--seeds, --steps and --jobs must be >= 1")
 
     if args.seed is not None:
-        result = run_seed(args.seed, args.steps, args.nodes[0], args.fault)
+        result = run_seed(args.seed, args.steps, args.nodes[0], args.fault, args.disk)
         print(f"seed={result.seed} nodes={result.nodes} steps={result.steps} {result.stats}")
         print(
             f"max_leader_wait_ticks={result.max_leader_wait} "
@@ -67,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         args.steps,
         args.nodes,
         fault=args.fault,
+        disk=args.disk,
         jobs=args.jobs,
         time_limit_s=args.time_limit,
         stop_on_failure=args.stop_on_failure,

@@ -20,13 +20,23 @@ as the simulation itself. A failed check raises `Violation`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
-from raft.log import MemoryLog
+from raft.log import RaftLogStorage
 from raft.log_view import LogView
-from raft.types import Entry, EntryKind, NodeId
+from raft.types import Entry, EntryKind, LogBoundary, NodeId
 
-__all__ = ["Checker", "Violation"]
+__all__ = ["Checker", "SimLog", "Violation"]
+
+
+class SimLog(RaftLogStorage, Protocol):
+    """A host's log as the checker sees it: `MemoryLog`, or `raft.sim.disk.DiskLog`."""
+
+    @property
+    def durable_boundary(self) -> LogBoundary: ...
+
+    def durable_term(self, index: int) -> int | None: ...
 
 
 class Violation(Exception):
@@ -69,7 +79,7 @@ class Checker:
                 )
 
     # -- log matching ------------------------------------------------------------------------------
-    def on_append(self, node_id: NodeId, log: MemoryLog, entries: Iterable[Entry]) -> None:
+    def on_append(self, node_id: NodeId, log: SimLog, entries: Iterable[Entry]) -> None:
         """Called after the host wrote `entries` to `log`."""
         known_entries = self.entries
         for entry in entries:
@@ -117,7 +127,7 @@ class Checker:
                     f"where term {theirs[0]} was committed before",
                 )
 
-    def on_restart(self, node_id: NodeId, log: MemoryLog, commit: int) -> None:
+    def on_restart(self, node_id: NodeId, log: SimLog, commit: int) -> None:
         """A restarted node's committed prefix must be the cluster's (and now counts as
         committed: the node will serve it)."""
         if commit >= log.first_index:
@@ -134,7 +144,7 @@ class Checker:
         commit: int,
         commit_term: int,
         voters: Iterable[NodeId],
-        logs: dict[NodeId, MemoryLog],
+        logs: Mapping[NodeId, SimLog],
     ) -> None:
         voters = list(voters)
         holders = [v for v in voters if v in logs and _holds(logs[v], commit, commit_term)]
@@ -145,7 +155,7 @@ class Checker:
                 f"{holders or 'no node'} of voters {voters} hold it durably",
             )
 
-    def after_crash(self, logs: dict[NodeId, MemoryLog]) -> None:
+    def after_crash(self, logs: Mapping[NodeId, SimLog]) -> None:
         index = self.commit_index
         if index == 0:
             return
@@ -157,6 +167,6 @@ class Checker:
             )
 
 
-def _holds(log: MemoryLog, index: int, term: int) -> bool:
+def _holds(log: SimLog, index: int, term: int) -> bool:
     """Does the durable part of `log` hold (index, term) or a boundary past it?"""
     return log.durable_boundary.index >= index or log.durable_term(index) == term

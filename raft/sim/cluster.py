@@ -19,6 +19,7 @@ are never iterated unsorted, so a seed replays exactly in any process.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from functools import partial
@@ -64,10 +65,12 @@ _FROM_LEADER = (AppendRequest, Heartbeat, LogReset)
 
 
 class Simulation:
-    def __init__(self, seed: int, nodes: int, *, faults: RaftFaults = NO_FAULTS) -> None:
+    def __init__(
+        self, seed: int, nodes: int, *, faults: RaftFaults = NO_FAULTS, disk: str = "memory"
+    ) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
-        self.profile = profile = SimProfile.draw(rng, nodes)
+        self.profile = profile = dataclasses.replace(SimProfile.draw(rng, nodes), disk=disk)
         self.faults = faults
         self.checker = Checker()
         self.network = Network(random.Random(rng.getrandbits(64)), profile.network)
@@ -443,6 +446,7 @@ class Simulation:
             on_crash=self._crashed,
             on_collect=self._collected,
             faults=self.faults,
+            disk=self.profile.disk,
         )
 
     def _retire(self, node_id: NodeId) -> None:

@@ -19,6 +19,7 @@ from raft.faults import NO_FAULTS, RaftFaults
 from raft.log import MemoryLog
 from raft.ready import Ready
 from raft.sim.checker import Checker
+from raft.sim.disk import DiskLog, DiskStore
 from raft.types import Configuration, EntryKind, HardState, LogPosition, Message, NodeId, Role
 
 __all__ = ["SimHost"]
@@ -50,6 +51,7 @@ class SimHost:
         "rng",
         "send",
         "stats",
+        "store",
         "sync_due",
         "vote_floor",
         "was_leader_term",
@@ -71,6 +73,7 @@ class SimHost:
         on_crash: Callable[[SimHost], None] | None = None,
         on_collect: Callable[[SimHost], None] | None = None,
         faults: RaftFaults = NO_FAULTS,
+        disk: str = "memory",
     ) -> None:
         self.id = node_id
         self.bootstrap = bootstrap
@@ -87,8 +90,12 @@ class SimHost:
         self.on_crash = on_crash
         self.on_collect = on_collect
         self.faults = faults
-        self.log = MemoryLog()
+        self.log: MemoryLog | DiskLog = MemoryLog()
         self.hard_state = HardState()
+        self.store: DiskStore | None = None
+        if disk != "memory":
+            self.store = DiskStore(node_id, random.Random(rng.getrandbits(64)), disk)
+            self.log, self.hard_state = self.store.open()
         self.vote_floor = LogPosition()  # kept when the log is deleted (`RaftNode.vote_floor`)
         self.sync_due: int | None = None
         self.was_leader_term = -1
@@ -114,7 +121,11 @@ class SimHost:
         """Loses the process and every write its disk had not made durable."""
         self.node = None
         self.sync_due = None
-        self.log = self.log.crashed(self.rng)
+        if self.store is not None:
+            self.log, self.hard_state = self.store.crash()
+        else:
+            assert isinstance(self.log, MemoryLog)
+            self.log = self.log.crashed(self.rng)
 
     # -- driving the node ---------------------------------------------------------------------------
     def run(self, action: Callable[[RaftNode], object], now: int) -> None:
@@ -150,9 +161,12 @@ class SimHost:
         self.vote_floor = max(self.vote_floor, held)
         self.node = None
         self.sync_due = None
-        self.log = MemoryLog()
         kept = self.hard_state
         self.hard_state = HardState(kept.term, kept.vote, 0)
+        if self.store is not None:
+            self.log, self.hard_state = self.store.wipe(self.hard_state)
+        else:
+            self.log = MemoryLog()
         self.bootstrap = Configuration()
         if self.on_collect is not None:
             self.on_collect(self)
@@ -197,6 +211,8 @@ class SimHost:
             self.sync_due = None
         if ready.hard_state is not None:
             self.hard_state = ready.hard_state
+            if self.store is not None:
+                self.store.save(ready.hard_state)
         if self._pivot(node, ready):
             # A crash between persisting and sending, at a pivotal moment: just elected, or
             # just committed. The Ready's messages never leave the process.
@@ -234,7 +250,9 @@ class SimHost:
         self.sync_due = None
         log = self.log
         log.sync()
+        # on a simulated disk, durable is what the log says its fsyncs covered
+        durable = log.durable_last_index if isinstance(log, DiskLog) else log.last_index
         node = self.node
-        if node is not None and log.last_index >= log.first_index:
-            node.report_durable(log.last_index, log.term(log.last_index))
+        if node is not None and durable >= log.first_index:
+            node.report_durable(durable, log.term(durable))
             self.process_ready(now)

@@ -30,6 +30,9 @@ class SimProfile:
                     capacity the flow-control settings allow, so the queue stays bounded.
     parallel_rate:  chance a leader's Ready is sent before its fsync (thesis §10.2.1).
     codec_rate:     chance a message travels encoded (msgpack round trip).
+    disk:           where hosts keep their log and hard state (`raft.sim.disk.DISK_MODES`):
+                    "memory" (the simulator's own model) or "sim" (the real storage on a
+                    `SimDisk`). Chosen by the caller, not drawn.
     churn_rate:     chance per tick that a membership-churn episode starts (`raft.sim.churn`).
     """
 
@@ -55,6 +58,7 @@ class SimProfile:
     calm_ticks: int
     leader_bound_ticks: int
     commit_bound_ticks: int
+    disk: str = "memory"
 
     @classmethod
     def draw(cls, rng: random.Random, nodes: int) -> SimProfile:

@@ -23,6 +23,7 @@ class SeedResult:
     steps: int
     fault: str | None
     stats: dict[str, int]
+    disk: str = "memory"
     violation: str | None = None  # the kind, e.g. "election-safety"
     detail: str | None = None
     at_step: int | None = None
@@ -31,21 +32,26 @@ class SeedResult:
 
     @property
     def replay(self) -> str:
-        return replay_command(self.seed, self.steps, self.nodes, self.fault)
+        return replay_command(self.seed, self.steps, self.nodes, self.fault, self.disk)
 
 
 def nodes_for_seed(seed: int, choices: tuple[int, ...]) -> int:
     return choices[seed % len(choices)]
 
 
-def replay_command(seed: int, steps: int, nodes: int, fault: str | None) -> str:
+def replay_command(
+    seed: int, steps: int, nodes: int, fault: str | None, disk: str = "memory"
+) -> str:
     command = f"python -m raft.sim --seed {seed} --steps {steps} --nodes {nodes}"
-    return command + (f" --fault {fault}" if fault else "")
+    command += f" --fault {fault}" if fault else ""
+    return command + (f" --disk {disk}" if disk != "memory" else "")
 
 
-def run_seed(seed: int, steps: int, nodes: int, fault: str | None = None) -> SeedResult:
+def run_seed(
+    seed: int, steps: int, nodes: int, fault: str | None = None, disk: str = "memory"
+) -> SeedResult:
     faults = RaftFaults.named(fault) if fault else NO_FAULTS
-    sim = Simulation(seed, nodes, faults=faults)
+    sim = Simulation(seed, nodes, faults=faults, disk=disk)
     kind = detail = None
     try:
         sim.run(steps)
@@ -62,6 +68,7 @@ def run_seed(seed: int, steps: int, nodes: int, fault: str | None = None) -> See
         steps,
         fault,
         dict(sim.stats),
+        disk,
         kind,
         detail,
         sim.now if kind else None,
@@ -70,7 +77,7 @@ def run_seed(seed: int, steps: int, nodes: int, fault: str | None = None) -> See
     )
 
 
-def _run_args(args: tuple[int, int, int, str | None]) -> SeedResult:
+def _run_args(args: tuple[int, int, int, str | None, str]) -> SeedResult:
     return run_seed(*args)
 
 
@@ -117,6 +124,7 @@ def sweep(
     node_choices: tuple[int, ...],
     *,
     fault: str | None = None,
+    disk: str = "memory",
     jobs: int = 1,
     time_limit_s: float | None = None,
     stop_on_failure: bool = False,
@@ -125,7 +133,7 @@ def sweep(
     """Runs every seed (or until `time_limit_s`), in `jobs` processes."""
     summary = Summary()
     started = time.monotonic()
-    work = [(seed, steps, nodes_for_seed(seed, node_choices), fault) for seed in seeds]
+    work = [(seed, steps, nodes_for_seed(seed, node_choices), fault, disk) for seed in seeds]
 
     def consume(results: Iterator[SeedResult]) -> None:
         for result in results:

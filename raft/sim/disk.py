@@ -1,0 +1,109 @@
+"""A simulated host's storage on a simulated disk (`python -m raft.sim --disk sim`).
+
+Each host keeps its Raft log in the real `SegmentedLog` (through `SegmentedRaftLog`, with its
+`raft.configs` sidecar) and its hard state in the real `StateJournal`, both on its own
+`storage.simdisk.SimDisk`, seeded from the run's seed. Segments are small, so they roll. A crash
+is `SimDisk.crash()` — every write not fsynced is lost, or kept, or torn at any byte — followed by
+reopening through the real recovery; a log or journal that recovery refuses is a violation
+(`storage-recovery`), because a crash alone must never leave a disk the storage cannot reopen.
+
+What the simulator counts as durable comes from the log: `SegmentedLog.durable_index` after the
+fsync step, not from the simulator's own bookkeeping; so a storage that claims durability it does
+not have loses acknowledged entries on a crash, and the checker sees committed entries vanish.
+
+`sim-lying-fsync` is TEST ONLY: a log whose `flush` advances `durable_index` without fsyncing,
+the mutation the sweep must catch.
+"""
+
+from __future__ import annotations
+
+import random
+
+from raft.errors import LogError
+from raft.sim.checker import Violation
+from raft.storage_log import SegmentedRaftLog
+from raft.types import HardState, LogBoundary
+from storage import LogConfig, SegmentedLog, StorageError
+from storage.handles import FileHandles
+from storage.simdisk import SimDisk
+from storage.state_journal import StateJournal
+
+__all__ = ["DISK_MODES", "DiskLog", "DiskStore"]
+
+DISK_MODES = ("memory", "sim", "sim-lying-fsync")
+_CONFIG = LogConfig(segment_bytes=4096)  # the smallest allowed: a roll every ~70 entries
+_LOG_DIR = "/raft/log"
+_JOURNAL = "/raft/state.journal"
+_GROUP = "g"
+
+
+class DiskLog(SegmentedRaftLog):
+    """`SegmentedRaftLog` plus what the checker asks of a log's durable part."""
+
+    @property
+    def durable_last_index(self) -> int:
+        log = self.segmented_log
+        return max(log.first_index - 1, min(log.durable_index, log.last_index))
+
+    @property
+    def durable_boundary(self) -> LogBoundary:
+        # compaction and reset are durable on return
+        return self.boundary()
+
+    def durable_term(self, index: int) -> int | None:
+        if self.first_index - 1 <= index <= self.durable_last_index:
+            return self.term(index)
+        return None
+
+
+class _LyingLog(SegmentedLog):
+    """TEST ONLY: claims every append durable on `flush` without fsyncing it."""
+
+    def flush(self) -> None:
+        with self._lock:
+            self._durable_index = self._last_index
+
+
+class DiskStore:
+    """One host's disk: its log and hard-state journal, reopened after each crash."""
+
+    def __init__(self, host: str, rng: random.Random, mode: str) -> None:
+        if mode not in DISK_MODES[1:]:
+            raise ValueError(f"disk mode {mode!r} is not a simulated disk: use sim")
+        self.host = host
+        self.rng = rng
+        self.lying = mode == "sim-lying-fsync"
+        self.disk = SimDisk(random.Random(rng.getrandbits(64)))
+        self.journal: StateJournal | None = None
+
+    def open(self) -> tuple[DiskLog, HardState]:
+        """The log and hard state the disk holds, through the real recovery."""
+        kind = _LyingLog if self.lying else SegmentedLog
+        try:
+            segments = kind(_LOG_DIR, _CONFIG, handles=FileHandles(disk=self.disk))
+            log = DiskLog(segments)
+            self.journal = StateJournal(_JOURNAL, disk=self.disk)
+        except (StorageError, LogError, OSError) as error:
+            raise Violation(
+                "storage-recovery",
+                f"{self.host}'s disk cannot be reopened after a crash: "
+                f"{type(error).__name__}: {error}",
+            ) from None
+        return log, self.journal.load(_GROUP)
+
+    def save(self, state: HardState) -> None:
+        """Durable on return (`StateJournal.save_many`)."""
+        assert self.journal is not None
+        self.journal.save_many({_GROUP: state})
+
+    def crash(self) -> tuple[DiskLog, HardState]:
+        """Power loss, then a restart's recovery."""
+        self.disk.crash()
+        return self.open()
+
+    def wipe(self, kept: HardState) -> tuple[DiskLog, HardState]:
+        """A retired replica's log deleted: a fresh disk holding only `kept`."""
+        self.disk = SimDisk(random.Random(self.rng.getrandbits(64)))
+        log, _ = self.open()
+        self.save(kept)
+        return log, kept
