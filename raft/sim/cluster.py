@@ -59,8 +59,10 @@ STAT_NAMES = (
     "lease_reads",
     "collections",
     "churns",
+    "fail_stops",
 )
 _DELIVERY_ROUNDS = 64
+_FLIP_RATE = 0.2
 _FROM_LEADER = (AppendRequest, Heartbeat, LogReset)
 
 
@@ -70,7 +72,10 @@ class Simulation:
     ) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
-        self.profile = profile = dataclasses.replace(SimProfile.draw(rng, nodes), disk=disk)
+        flip_rate = 0.0 if disk == "memory" else _FLIP_RATE
+        self.profile = profile = dataclasses.replace(
+            SimProfile.draw(rng, nodes), disk=disk, flip_rate=flip_rate
+        )
         self.faults = faults
         self.checker = Checker()
         self.network = Network(random.Random(rng.getrandbits(64)), profile.network)
@@ -78,6 +83,9 @@ class Simulation:
         self.hosts: dict[NodeId, SimHost] = {}
         self.now = 0
         ids = [f"n{i}" for i in range(1, nodes + 1)]
+        # at most one host's disk takes bit flips, and only in a group of five (so four
+        # remain when it fails, and a quorum survives the membership changes)
+        self._flip_host = "n1" if profile.flip_rate and nodes == 5 else None
         self._next_id = nodes + 1
         bootstrap = Configuration(frozenset(ids))
         for node_id in ids:
@@ -311,6 +319,9 @@ class Simulation:
     def _crashed(self, host: SimHost) -> None:
         rng = self.rng
         self.stats["crashes"] += 1
+        if host.dead:  # its disk is damaged: it stays down, like a decommissioned node
+            self.stats["fail_stops"] += 1
+            self.retired.add(host.id)
         self.down_until[host.id] = self.now + 1 + rng.randrange(self.profile.max_down_ticks)
         self.checker.after_crash({i: h.log for i, h in self.hosts.items() if i not in self.retired})
         self._wake_all()
@@ -447,6 +458,7 @@ class Simulation:
             on_collect=self._collected,
             faults=self.faults,
             disk=self.profile.disk,
+            flip_rate=self.profile.flip_rate if node_id == self._flip_host else 0.0,
         )
 
     def _retire(self, node_id: NodeId) -> None:

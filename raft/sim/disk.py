@@ -24,17 +24,24 @@ from raft.sim.checker import Violation
 from raft.storage_log import SegmentedRaftLog
 from raft.types import HardState, LogBoundary
 from storage import LogConfig, SegmentedLog, StorageError
+from storage.entry import HEADER, HEADER_SIZE
 from storage.handles import FileHandles
 from storage.simdisk import SimDisk
 from storage.state_journal import StateJournal
 
-__all__ = ["DISK_MODES", "DiskLog", "DiskStore"]
+__all__ = ["DISK_MODES", "DiskDamaged", "DiskLog", "DiskStore"]
 
 DISK_MODES = ("memory", "sim", "sim-lying-fsync")
-_CONFIG = LogConfig(segment_bytes=4096)  # the smallest allowed: a roll every ~70 entries
+# the smallest segments allowed (a roll every ~70 entries); every checksum verified on open,
+# so a bit flipped at rest in a sealed segment is found before the host serves anything
+_CONFIG = LogConfig(segment_bytes=4096, verify_on_open=True)
 _LOG_DIR = "/raft/log"
 _JOURNAL = "/raft/state.journal"
 _GROUP = "g"
+
+
+class DiskDamaged(Exception):
+    """A bit flipped at rest was found on reopen: the host must stay down (fail-stop)."""
 
 
 class DiskLog(SegmentedRaftLog):
@@ -75,15 +82,19 @@ class DiskStore:
         self.lying = mode == "sim-lying-fsync"
         self.disk = SimDisk(random.Random(rng.getrandbits(64)))
         self.journal: StateJournal | None = None
+        self.flipped: list[tuple[str, int]] = []  # (file, byte) of each bit flipped at rest
 
     def open(self) -> tuple[DiskLog, HardState]:
-        """The log and hard state the disk holds, through the real recovery."""
+        """The log and hard state the disk holds, through the real recovery; `DiskDamaged` if
+        a flipped bit made it refuse, a `Violation` if a crash alone did."""
         kind = _LyingLog if self.lying else SegmentedLog
         try:
             segments = kind(_LOG_DIR, _CONFIG, handles=FileHandles(disk=self.disk))
             log = DiskLog(segments)
             self.journal = StateJournal(_JOURNAL, disk=self.disk)
         except (StorageError, LogError, OSError) as error:
+            if self.flipped:
+                raise DiskDamaged(f"{self.host}: {error}") from None
             raise Violation(
                 "storage-recovery",
                 f"{self.host}'s disk cannot be reopened after a crash: "
@@ -96,10 +107,27 @@ class DiskStore:
         assert self.journal is not None
         self.journal.save_many({_GROUP: state})
 
-    def crash(self) -> tuple[DiskLog, HardState]:
-        """Power loss, then a restart's recovery."""
+    def crash(self, flip: bool = False) -> tuple[DiskLog, HardState]:
+        """Power loss, then (given `flip`) one bit flipped at rest (`_flip`), then a restart's
+        recovery."""
         self.disk.crash()
+        if flip:
+            self._flip()
         return self.open()
+
+    def _flip(self) -> None:
+        """Flips one bit of the first entry of a segment holding two or more: a bad entry with
+        a valid one after it, which recovery must refuse rather than cut as a torn tail."""
+        for name in sorted(self.disk.listdir(_LOG_DIR)):
+            path = f"{_LOG_DIR}/{name}"
+            data = self.disk.read_file(path) if name.endswith(".log") else None
+            if not data or len(data) < HEADER_SIZE:
+                continue
+            first = HEADER_SIZE + HEADER.unpack_from(data, 0)[0]
+            if len(data) >= first + HEADER_SIZE:
+                where = self.disk.flip(path, self.rng.randrange(first))
+                self.flipped.append((path, where))
+                return
 
     def wipe(self, kept: HardState) -> tuple[DiskLog, HardState]:
         """A retired replica's log deleted: a fresh disk holding only `kept`."""

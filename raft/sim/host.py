@@ -19,7 +19,7 @@ from raft.faults import NO_FAULTS, RaftFaults
 from raft.log import MemoryLog
 from raft.ready import Ready
 from raft.sim.checker import Checker
-from raft.sim.disk import DiskLog, DiskStore
+from raft.sim.disk import DiskDamaged, DiskLog, DiskStore
 from raft.types import Configuration, EntryKind, HardState, LogPosition, Message, NodeId, Role
 
 __all__ = ["SimHost"]
@@ -36,7 +36,9 @@ class SimHost:
         "bootstrap",
         "checker",
         "config",
+        "dead",
         "faults",
+        "flip_rate",
         "hard_state",
         "hosts",
         "id",
@@ -74,6 +76,7 @@ class SimHost:
         on_collect: Callable[[SimHost], None] | None = None,
         faults: RaftFaults = NO_FAULTS,
         disk: str = "memory",
+        flip_rate: float = 0.0,
     ) -> None:
         self.id = node_id
         self.bootstrap = bootstrap
@@ -93,6 +96,8 @@ class SimHost:
         self.log: MemoryLog | DiskLog = MemoryLog()
         self.hard_state = HardState()
         self.store: DiskStore | None = None
+        self.flip_rate = flip_rate  # chance a crash also flips a bit in a sealed segment
+        self.dead = False  # fail-stop: its disk was found damaged
         if disk != "memory":
             self.store = DiskStore(node_id, random.Random(rng.getrandbits(64)), disk)
             self.log, self.hard_state = self.store.open()
@@ -107,7 +112,9 @@ class SimHost:
         return self.node is not None
 
     def start(self) -> None:
-        """(Re)starts the process from what its disk holds."""
+        """(Re)starts the process from what its disk holds; a dead host stays down."""
+        if self.dead:
+            return
         node_rng = random.Random(self.rng.getrandbits(64))
         self.node = RaftNode(
             self.id, self.bootstrap, self.log, self.hard_state, self.config, node_rng,
@@ -122,7 +129,13 @@ class SimHost:
         self.node = None
         self.sync_due = None
         if self.store is not None:
-            self.log, self.hard_state = self.store.crash()
+            flip = bool(self.flip_rate) and self.rng.random() < self.flip_rate
+            try:
+                self.log, self.hard_state = self.store.crash(flip)
+            except DiskDamaged:
+                # It never serves what it cannot verify: it stays down. Its old log stays
+                # for the checker only (its durable part: what it acknowledged before).
+                self.dead = True
         else:
             assert isinstance(self.log, MemoryLog)
             self.log = self.log.crashed(self.rng)

@@ -33,6 +33,9 @@ class SimProfile:
     disk:           where hosts keep their log and hard state (`raft.sim.disk.DISK_MODES`):
                     "memory" (the simulator's own model) or "sim" (the real storage on a
                     `SimDisk`). Chosen by the caller, not drawn.
+    flip_rate:      on a simulated disk, the chance a crash of the one host chosen for it
+                    also flips a bit in one of its sealed segments (found on reopen: the host
+                    then stays down). Chosen by the caller.
     churn_rate:     chance per tick that a membership-churn episode starts (`raft.sim.churn`).
     """
 
@@ -59,6 +62,7 @@ class SimProfile:
     leader_bound_ticks: int
     commit_bound_ticks: int
     disk: str = "memory"
+    flip_rate: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random, nodes: int) -> SimProfile:

@@ -12,13 +12,14 @@ import random
 import pytest
 
 from raft.codec import encode_config_entry
+from raft.sim.disk import DiskDamaged, DiskStore
 from raft.sim.runner import run_seed, sweep
 from raft.storage_log import SIDECAR_NAME, SegmentedRaftLog
-from raft.types import ConfigChange, ConfigChangeOp, Configuration, Entry, EntryKind
+from raft.types import ConfigChange, ConfigChangeOp, Configuration, Entry, EntryKind, HardState
 from storage import FileHandles, LogConfig, SegmentedLog
 from storage.simdisk import SimDisk
 
-SWEEP_SEEDS = range(0, 30)
+SWEEP_SEEDS = range(0, 40)
 STEPS = 2000
 
 
@@ -57,6 +58,22 @@ def test_a_sweep_on_the_simulated_disk_has_no_violation() -> None:
     assert summary.failures == []
     assert summary.stats["crashes"] > 100  # the disks were crashed, and recovered, many times
     assert summary.stats["commits"] > 1000
+    assert summary.stats["fail_stops"] > 0  # bit flips were found, and those hosts stayed down
+
+
+def test_a_bit_flipped_at_rest_keeps_the_host_down() -> None:
+    """A flip in a segment's first entry, with a valid entry after it, is refused on reopen
+    (`DiskDamaged`), not cut off as a torn tail; the same crash without a flip reopens."""
+    store = DiskStore("n1", random.Random(5), "sim")
+    log, _ = store.open()
+    log.append([Entry(i, 1, EntryKind.NORMAL, 1, b"batch %d" % i, 0) for i in range(1, 6)])
+    log.sync()
+    store.save(HardState(1, "n1", 5))
+    log, state = store.crash()
+    assert (log.last_index, log.durable_last_index, state) == (5, 5, HardState(1, "n1", 5))
+    with pytest.raises(DiskDamaged):
+        store.crash(flip=True)
+    assert len(store.flipped) == 1
 
 
 def test_a_seed_replays_exactly_on_the_simulated_disk() -> None:
