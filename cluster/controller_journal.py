@@ -124,18 +124,23 @@ def _sync(fd: int, path: str) -> None:
         _fail_stop("fsync", path, error)
 
 
+def _write_synced(path: str, data: bytes) -> None:
+    """Creates (or truncates) `path` with `data`, fsynced; a failure stops the process."""
+    try:
+        fd = OS_DISK.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as error:
+        _fail_stop("create", path, error)
+    try:
+        _write_all(fd, data, 0, path)
+        _sync(fd, path)
+    finally:
+        OS_DISK.close(fd)
+
+
 def _replace_durably(path: str, data: bytes) -> None:
     """Writes `data` to `path` so that a crash leaves either the old content or `data`."""
     temporary = path + ".tmp"
-    try:
-        fd = OS_DISK.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as error:
-        _fail_stop("create", temporary, error)
-    try:
-        _write_all(fd, data, 0, temporary)
-        _sync(fd, temporary)
-    finally:
-        OS_DISK.close(fd)
+    _write_synced(temporary, data)
     try:
         OS_DISK.replace(temporary, path)
     except OSError as error:
@@ -338,15 +343,7 @@ class DurableDumps:
         which fsyncs the dump's directory before it forgets the entries the dump stands for)."""
         assert self._save_state is not None, "DurableDumps.bind was not called"
         body = gzip.compress(syncobj_pickle.dumps((self._save_state(), *internal)))
-        try:
-            fd = OS_DISK.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as error:
-            _fail_stop("create", path, error)
-        try:
-            _write_all(fd, body, 0, path)
-            _sync(fd, path)
-        finally:
-            OS_DISK.close(fd)
+        _write_synced(path, body)
 
     def read(self, path: str) -> tuple[Any, ...]:
         """pysyncobj's deserializer, called on a dump it is about to adopt: at start, or one just
