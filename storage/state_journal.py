@@ -150,7 +150,7 @@ class StateJournal:
                 self._disk.write_all(self._fd, payload)
                 self._disk.fsync(self._fd)
                 if self._name_unsynced:
-                    fsync_directory(os.path.dirname(os.path.abspath(self.path)), self._disk)
+                    _fsync_ancestors(os.path.dirname(os.path.abspath(self.path)), self._disk)
                     self._name_unsynced = False
             except OSError as error:
                 self._failed = StorageFailed(
@@ -191,3 +191,19 @@ class StateJournal:
             if self._fd >= 0:
                 self._disk.close(self._fd)
                 self._fd = -1
+
+
+def _fsync_ancestors(directory: str, disk: Disk) -> None:
+    """Makes the journal's name durable, and its directory's name in every ancestor: the
+    directory may have been made just before (a fresh node's data directory, made without
+    fsyncs), and a vote must not vanish with it. Once per new journal, so the cost is a few
+    fsyncs at a node's first save."""
+    fsync_directory(directory, disk)
+    while (parent := os.path.dirname(directory)) != directory:
+        directory = parent
+        try:
+            fsync_directory(directory, disk)
+        except PermissionError:
+            # an ancestor this process may not open (e.g. a home directory mode 0711) was not
+            # made by it either: its entries are someone else's to make durable
+            continue

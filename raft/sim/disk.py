@@ -118,6 +118,8 @@ class DiskStore:
     def _flip(self) -> None:
         """Flips one bit of the first entry of a segment holding two or more: a bad entry with
         a valid one after it, which recovery must refuse rather than cut as a torn tail."""
+        if self.disk.kind(_LOG_DIR) is None:
+            return  # the crash took a log never made durable (nothing in it was fsynced yet)
         for name in sorted(self.disk.listdir(_LOG_DIR)):
             path = f"{_LOG_DIR}/{name}"
             data = self.disk.read_file(path) if name.endswith(".log") else None

@@ -68,3 +68,29 @@ def test_a_damaged_record_with_valid_records_after_it_is_refused(tmp_path: Path)
         StateJournal(tmp_path / "j")
     assert caught.value.position == 3 * record
     assert (tmp_path / "j").read_bytes() == raw  # left as it was
+
+
+def test_a_new_journal_in_a_new_directory_survives_a_crash_after_its_first_save() -> None:
+    """A vote saved in a journal just created in a directory just made (a fresh node's data
+    directory) survives power loss: the journal's name, its directory's and every ancestor's
+    entries are durable before the first save returns. Before, only the journal's own directory
+    was fsynced, so the whole directory could vanish with the vote (the Raft simulator on a
+    simulated disk found two leaders in one term this way)."""
+    import random
+
+    from storage.simdisk import SimDisk
+
+    lost = []
+    for seed in range(40):
+        disk = SimDisk(random.Random(seed))
+        disk.makedirs("/data/n1")  # as `os.makedirs(data_dir)`: nothing fsynced
+        journal = StateJournal("/data/n1/raft-state.journal", disk=disk)
+        journal.save_many({"t/0": HardState(1, "n3", 0)})
+        disk.crash()
+        if disk.kind("/data/n1/raft-state.journal") is None:
+            lost.append(seed)
+            continue
+        reopened = StateJournal("/data/n1/raft-state.journal", disk=disk)
+        if reopened.load("t/0") != HardState(1, "n3", 0):
+            lost.append(seed)
+    assert lost == [], f"the saved vote was lost after a crash on seeds {lost}"
