@@ -327,10 +327,14 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 # leader would wait for nothing: its keepalives would keep a subscription on it
                 # while the others write on. (Without a wait, the empty answer stands: the SDK
                 # checks an empty follower answer with the leader.)
-                await _refuse_if_leaderless(context, replica, offset, node_id)
+                # (not for --unsafe-read-uncommitted: the tail it serves past the high watermark
+                # is what the chaos checker must see, also after a cut-off leader steps down)
+                unsafe = node.unsafe_read_uncommitted
+                if not unsafe:
+                    await _refuse_if_leaderless(context, replica, offset, node_id)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
-                if offset == replica.high_watermark:  # fell out of touch meanwhile?
+                if offset == replica.high_watermark and not unsafe:  # fell out of touch?
                     await _refuse_if_leaderless(context, replica, offset, node_id)
             max_records = request.max_records or DEFAULT_MAX_RECORDS
             max_bytes = min(

@@ -161,11 +161,19 @@ def test_ack_before_commit_loses_acknowledged_writes(tmp_path: Path) -> None:
 
 
 def test_reading_above_the_commit_index_shows_phantom_reads(tmp_path: Path) -> None:
-    """The isolated leader appends records it can never commit and serves them to its reader."""
-    config = mutation(tmp_path, "--unsafe-read-uncommitted")
-    outcome = run(config)
-    assert outcome.result.counts["phantom"] > 0, report(outcome)
-    assert not outcome.ok
+    """The isolated leader appends records it can never commit and serves them to its reader.
+    The fault does not always land (about one run in four here, seed 1 saw no phantom: the
+    isolated node's writes were committed after all, the nemesis having picked the leader
+    from a stale view), so up to three seeds are tried; a checker blind to phantoms fails all."""
+    reports = []
+    for seed in (1, 2, 3):
+        config = replace(mutation(tmp_path / f"s{seed}", "--unsafe-read-uncommitted"), seed=seed)
+        outcome = run(config)
+        if outcome.result.counts["phantom"] > 0:
+            assert not outcome.ok
+            return
+        reports.append(report(outcome))
+    raise AssertionError("no phantom read seen on seeds 1-3:\n" + "\n".join(reports))
 
 
 def test_a_node_that_goes_on_after_a_storage_error_fails_the_disk_sweep(tmp_path: Path) -> None:
