@@ -311,14 +311,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
                 if self._in_lease() and not m.transfer:
                     return  # heard from a live leader recently: do not let this node disrupt it
                 if not m.pre_vote:
-                    # The election timer restarts on granting the vote (`_on_vote_request`),
-                    # not on the term alone (Raft, Figure 2): else candidates with stale logs,
-                    # without pre-vote, keep the electable members from ever timing out first.
-                    timer = self._election_elapsed, self._randomized_timeout
-                    was_leader = self.role is Role.LEADER
                     self._become_follower(m.term, None)
-                    if not was_leader:
-                        self._election_elapsed, self._randomized_timeout = timer
             elif kind is VoteResponse and m.pre_vote and m.granted:  # type: ignore[union-attr]
                 pass  # a granted pre-vote carries the term of the election it would start
             else:
