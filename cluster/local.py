@@ -31,7 +31,9 @@ __all__ = ["LocalCluster", "NodeSpec"]
 
 
 _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
-_handed_out: set[tuple[str, int]] = set()
+# ports handed out on any host: pysyncobj binds the control plane on 0.0.0.0, so a port given to
+# one host's controller is taken on every 127.0.0.x (a gRPC server there failed to bind it)
+_handed_out: set[int] = set()
 
 
 def free_port(host: str) -> int:
@@ -41,14 +43,14 @@ def free_port(host: str) -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(*_PORTS_BELOW_EPHEMERAL)
-        if (host, port) in _handed_out:
+        if port in _handed_out:
             continue
         with socket.socket() as sock:
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
-        _handed_out.add((host, port))
+        _handed_out.add(port)
         return port
     with socket.socket() as sock:  # a crowded range: let the kernel pick
         sock.bind((host, 0))
