@@ -11,7 +11,7 @@ from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client
-from flotilla.cli import _event_loop
+from flotilla.cli_node import _event_loop
 
 CONFIG = 'tick_ms = 20\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
 

@@ -1,0 +1,235 @@
+"""`flotilla node`, `flotilla dev` and `flotilla demo`: the commands that run servers.
+
+`flotilla.cli` parses the command line and hands these commands here; the client commands
+(topic, produce, consume, status) stay in `flotilla.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["DEV_BASE_PORT", "EVENT_LOOPS", "add_server_parsers", "run_server_command"]
+
+UNSAFE_ENV = "FLOTILLA_ALLOW_UNSAFE"
+DEV_BASE_PORT = 7001
+
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # a node's --event-loop choices
+
+
+def _node_parser(sub: Any) -> None:
+    node = sub.add_parser("node", help="run a node", description="Run a Flotilla node.")
+    node.add_argument("--id", dest="node_id", required=True, help="unique member id")
+    node.add_argument("--listen", required=True, metavar="HOST:PORT", help="gRPC listen address")
+    node.add_argument("--data-dir", required=True, metavar="DIR", help="where data lives")
+    node.add_argument(
+        "--advertise", metavar="HOST:PORT", help="address others dial (default: --listen)"
+    )
+    node.add_argument(
+        "--join", nargs="+", default=None, metavar="HOST:PORT", help="seed members to join"
+    )
+    node.add_argument(
+        "--controllers",
+        metavar="ID=HOST:PORT,...",
+        help="control-plane members and their control-plane addresses",
+    )
+    node.add_argument("--weight", type=float, help="placement weight (default 1.0)")
+    node.add_argument("--rack", help="failure domain for rack-aware placement")
+    node.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    node.add_argument(
+        "--dial-map",
+        metavar="FILE",
+        help="JSON {member id: HOST:PORT} overriding where peers are dialled",
+    )
+    node.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    node.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the node's event loop (auto: uvloop where installed; a node on it spends 15-40%% "
+        "less CPU per request than on asyncio's own loop)",
+    )
+    node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
+    # test-only (chaos mutation test): serve reads above the commit index
+    node.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from cluster import allocator  # noqa: PLC0415
+    from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
+    from cluster.node import Node  # noqa: PLC0415
+
+    if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
+        print(
+            f"flotilla: --unsafe-ack-before-commit is for tests only and loses acknowledged writes; "
+            f"it is refused unless {UNSAFE_ENV}=1",
+            file=sys.stderr,
+        )
+        return 2
+    if args.unsafe_read_uncommitted and os.environ.get(UNSAFE_ENV) != "1":
+        print(
+            f"flotilla: --unsafe-read-uncommitted is for tests only and serves uncommitted reads; "
+            f"it is refused unless {UNSAFE_ENV}=1",
+            file=sys.stderr,
+        )
+        return 2
+    overrides = {
+        "node_id": args.node_id,
+        "listen": args.listen,
+        "data_dir": args.data_dir,
+        "advertise": args.advertise,
+        "join": tuple(args.join) if args.join else None,
+        "controllers": args.controllers,
+        "weight": args.weight,
+        "rack": args.rack,
+        "dial_map": args.dial_map,
+        "metrics": args.metrics,
+    }
+    try:
+        config = NodeConfig.load(file=args.config, overrides=overrides)
+    except ConfigError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
+        format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
+    )
+
+    allocator.tune()  # large buffers from the heap, not fresh mappings (see cluster.allocator)
+    try:
+        loop_name = _event_loop(args.event_loop)
+    except ImportError as error:
+        print(f"flotilla: --event-loop {args.event_loop}: {error}", file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        node = Node(config)
+        node.unsafe_ack_before_commit = args.unsafe_ack_before_commit
+        node.unsafe_read_uncommitted = args.unsafe_read_uncommitted  # test-only
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await node.start()
+        print(
+            f"flotilla node {config.node_id} serving on {config.listen} (event loop: {loop_name})",
+            flush=True,
+        )
+        await stop.wait()
+        await node.stop(graceful=True)
+        print(f"flotilla node {config.node_id} stopped", flush=True)
+
+    try:
+        if loop_name == "uvloop":
+            import uvloop  # noqa: PLC0415 (optional: not on every platform)
+
+            uvloop.run(serve())
+        else:
+            asyncio.run(serve())
+    except OSError as error:
+        print(f"flotilla: cannot start node {config.node_id}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _event_loop(choice: str) -> str:
+    """The loop a node runs on: `auto` takes uvloop where it is installed (the default
+    install has it on Linux and macOS), else asyncio's own. Raises ImportError when uvloop
+    was asked for by name and is missing."""
+    if choice == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401, PLC0415
+    except ImportError:
+        if choice == "uvloop":
+            raise ImportError("uvloop is not installed (pip install uvloop)") from None
+        return "asyncio"
+    return "uvloop"
+
+
+def add_server_parsers(sub: Any) -> None:
+    """Register `node`, `dev` and `demo` on the top-level subparsers."""
+    _node_parser(sub)
+    dev = sub.add_parser("dev", help="run a local cluster on loopback until Ctrl-C")
+    dev.add_argument("--nodes", type=int, default=3)
+    dev.add_argument("--data-dir", default=".flotilla-dev", metavar="DIR")
+
+    demo = sub.add_parser("demo", help="the end-to-end demo on a temporary local cluster")
+    demo.add_argument(
+        "--count", type=int, default=100_000, help="records to produce (default 100,000)"
+    )
+    demo.add_argument("--no-spark", action="store_true", help="skip the closing Spark job")
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    from cluster.local import LocalCluster  # noqa: PLC0415
+
+    if not 1 <= args.nodes <= 9:
+        print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
+        return 2
+    with LocalCluster(args.data_dir, args.nodes, base_port=DEV_BASE_PORT) as cluster:
+        try:
+            cluster.start()
+        except (RuntimeError, TimeoutError) as error:
+            print(f"flotilla: the dev cluster did not start: {error}", file=sys.stderr)
+            return 1
+        print(
+            f"flotilla dev cluster of {args.nodes} node(s) is up; bootstrap {cluster.bootstrap}",
+            flush=True,
+        )
+        print(
+            "  try: flotilla topic create orders --partitions 3; echo hello | flotilla produce orders",
+            flush=True,
+        )
+        print("press Ctrl-C to stop every node", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                for node_id in cluster.nodes:
+                    if not cluster.is_running(node_id):
+                        print(
+                            f"flotilla: node {node_id} exited; see {cluster.nodes[node_id].log_path}",
+                            file=sys.stderr,
+                        )
+                        stop.set()
+        except KeyboardInterrupt:
+            pass
+        print("stopping ...", flush=True)
+        for node_id in cluster.nodes:
+            cluster.stop(node_id)
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console  # noqa: PLC0415
+
+    from flotilla.demo import run_demo  # noqa: PLC0415
+
+    console = Console()
+    if args.no_spark:
+        run_demo(args.count, console)
+        return 0
+    from flotilla.spark_demo import run_spark_demo  # noqa: PLC0415 (pyspark is an extra)
+
+    run_demo(
+        args.count,
+        console,
+        after=lambda cluster, client: run_spark_demo(cluster.bootstrap, console=console),
+    )
+    return 0
+
+
+def run_server_command(args: argparse.Namespace) -> int:
+    """Run `node`, `dev` or `demo` (whichever `args.command` names); the exit status."""
+    if args.command == "node":
+        return _run_node(args)
+    if args.command == "dev":
+        return _run_dev(args)
+    return _run_demo(args)
