@@ -158,6 +158,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self._lease_acks: dict[NodeId, int] = {}
         self._lease_void = False
         self._randomized_timeout = config.election_ticks
+        self._deferred_ticks = 0  # `defer_campaign`: added to this election timeout only
         self._configuration = base
         self._deleted_log_end = LogPosition()
         self._voters: tuple[NodeId, ...] = ()
@@ -256,8 +257,9 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             self._tick_leader()
             return
         self._election_elapsed += 1
-        if self._promotable() and self._election_elapsed >= self._randomized_timeout:
-            self._election_elapsed = 0
+        timeout = self._randomized_timeout + self._deferred_ticks
+        if self._promotable() and self._election_elapsed >= timeout:
+            self._election_elapsed = self._deferred_ticks = 0
             self._campaign(Campaign.PRE_VOTE if self.config.pre_vote else Campaign.ELECTION)
 
     def propose(self, data: bytes, record_count: int, timestamp_ms: int = 0) -> int:
@@ -311,7 +313,16 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
                 if self._in_lease() and not m.transfer:
                     return  # heard from a live leader recently: do not let this node disrupt it
                 if not m.pre_vote:
+                    # The election timer restarts on granting the vote (`_on_vote_request`),
+                    # not on the term alone (Raft, Figure 2): else candidates with stale logs,
+                    # without pre-vote, keep the electable members from ever timing out first.
+                    timer = self._election_elapsed, self._randomized_timeout, self._deferred_ticks
+                    was_leader = self.role is Role.LEADER
                     self._become_follower(m.term, None)
+                    if not was_leader:
+                        elapsed, timeout, deferred = timer
+                        self._election_elapsed, self._randomized_timeout = elapsed, timeout
+                        self._deferred_ticks = deferred
             elif kind is VoteResponse and m.pre_vote and m.granted:  # type: ignore[union-attr]
                 pass  # a granted pre-vote carries the term of the election it would start
             else:
@@ -409,7 +420,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if ticks < 0:
             raise RaftConfigError(f"defer_campaign(ticks={ticks}): ticks must be >= 0")
         if self.role is not Role.LEADER:
-            self._randomized_timeout += ticks
+            self._deferred_ticks += ticks
 
     def probe_membership(self, members: Iterable[NodeId] = ()) -> None:
         """Asks the voters of this follower's configuration whether they still count it in: a
@@ -468,6 +479,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self._heartbeat_elapsed = 0
         timeout = self.config.election_ticks
         self._randomized_timeout = timeout + self._rng.randrange(timeout)
+        self._deferred_ticks = 0
         self._votes = {}
         self._progress = {}
         self._transferee = None
@@ -513,7 +525,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             self._campaign(Campaign.TRANSFER)
 
     def _heard_from_leader(self, leader: NodeId) -> None:
-        self._election_elapsed = 0
+        self._election_elapsed = self._deferred_ticks = 0
         self._leader_contact = self._clock
         self.leader_id = leader
 

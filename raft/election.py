@@ -102,7 +102,7 @@ class ElectionMixin(NodeState):
         if can_vote and (up_to_date or self._faults.vote_ignores_log):
             self._send(VoteResponse(m.term, self.id, m.sender, True, m.pre_vote))
             if not m.pre_vote:
-                self._election_elapsed = 0
+                self._election_elapsed = self._deferred_ticks = 0  # a leader is being elected
                 self.vote = m.sender
         else:
             self._send(VoteResponse(self.term, self.id, m.sender, False, m.pre_vote))

@@ -99,10 +99,11 @@ def test_each_fault_is_caught_with_a_replayable_seed(fault: str) -> None:
 # or the simulator moves the trajectory, find a new one with
 #   python -m raft.sim --seeds 3000 --steps 3000 --nodes 3 --fault commit_previous_term \
 #       --stop-on-failure
-# (last recorded: 773 seeds, after the membership-churn nemesis and the leader's forget_lost;
+# (last recorded: 671 seeds, after a follower that refuses a vote keeps its election timer;
+# 773 after the membership-churn nemesis and the leader's forget_lost;
 # 1,554 after replica GC made removed nodes run on in the simulator; 882 after the lazy commit
 # updates of leader.py, 170 before them) and update it here.
-FIGURE_8_SEED = 772
+FIGURE_8_SEED = 670
 
 
 def test_committing_a_previous_term_entry_is_caught_by_the_random_simulator() -> None:
@@ -117,7 +118,8 @@ def test_committing_a_previous_term_entry_is_caught_by_the_random_simulator() ->
 # the split brain of issue 21 on the code before the vote floor (the same seeds as with the fault
 # that restores the old vote granting). If a change moves the trajectory, find new ones with
 #   python -m raft.sim --seeds 300 --steps 300 --fault rejoined_votes_blind
-REJOIN_SEEDS = (18, 28, 92, 116, 292)
+# (18, 28, 92, 116, 292 before a follower that refuses a vote kept its election timer).
+REJOIN_SEEDS = (18, 28, 240)
 
 
 def test_the_churn_nemesis_finds_a_re_added_replica_voting_blind() -> None:
