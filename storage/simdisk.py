@@ -80,6 +80,7 @@ class _Faults:
     once: dict[str, list[int]] = field(default_factory=dict)
     rate: float = 0.0
     codes: tuple[int, ...] = (errnos.EIO, errnos.ENOSPC)
+    operations: tuple[str, ...] = ("write", "fsync")
 
 
 class SimDisk(Disk):
@@ -97,14 +98,22 @@ class SimDisk(Disk):
         """The next `times` operations `operation` ("write" or "fsync") raise `code`."""
         self.faults.once.setdefault(operation, []).extend([code] * times)
 
-    def set_error_rate(self, rate: float) -> None:
-        """From now on each write and fsync fails (EIO or ENOSPC) with probability `rate`."""
+    def set_error_rate(self, rate: float, operations: tuple[str, ...] = ("write", "fsync")) -> None:
+        """From now on each of `operations` ("write", "fsync") fails (EIO or ENOSPC) with
+        probability `rate`."""
         self.faults.rate = rate
+        self.faults.operations = operations
 
     def _maybe_fail(self, operation: str) -> None:
         queued = self.faults.once.get(operation)
         code = queued.pop(0) if queued else None
-        if code is None and self.faults.rate and self.rng.random() < self.faults.rate:
+        faults = self.faults
+        if (
+            code is None
+            and faults.rate
+            and operation in faults.operations
+            and self.rng.random() < faults.rate
+        ):
             code = self.rng.choice(self.faults.codes)
         if code is not None:
             self.injected.append((operation, code))

@@ -13,6 +13,7 @@ with the one-line command that replays it.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from raft.faults import FAULT_NAMES
@@ -31,6 +32,18 @@ def _node_choices(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # on a simulated disk, each injected write or fsync error is logged by the storage before
+    # the host fail-stops; the sweep counts them (io_fail_stops) instead
+    storage_log = logging.getLogger("flotilla.storage")
+    level = storage_log.level
+    storage_log.setLevel(logging.CRITICAL)
+    try:
+        return _main(argv)
+    finally:
+        storage_log.setLevel(level)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raft.sim", description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed of a sweep")
@@ -50,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=DISK_MODES,
         default="memory",
         help="hosts' storage: memory (the sim's model), sim (the real SegmentedLog and "
-        "StateJournal on a SimDisk); sim-lying-fsync is TEST ONLY (a flush that does not fsync)",
+        "StateJournal on a SimDisk); sim-lying-fsync (a flush that does not fsync) and sim-retries-fsync (a failed fsync retried: fsyncgate) are TEST ONLY",
     )
     parser.add_argument("--stop-on-failure", action="store_true")
     args = parser.parse_args(argv)

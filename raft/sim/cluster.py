@@ -45,7 +45,7 @@ from raft.types import (
     Role,
 )
 
-__all__ = ["STAT_NAMES", "Simulation"]
+__all__ = ["IO_ERROR_RATES", "STAT_NAMES", "Simulation", "io_error_rate_of"]
 
 STAT_NAMES = (
     "elections",
@@ -60,10 +60,19 @@ STAT_NAMES = (
     "collections",
     "churns",
     "fail_stops",
+    "io_fail_stops",
 )
 _DELIVERY_ROUNDS = 64
 _FLIP_RATE = 0.2
+# of each write and fsync in a chaos phase, on a simulated disk: drawn per seed (on a generator
+# of its own, so the rest of the run draws what it did before), a third of the seeds error-free
+IO_ERROR_RATES = (0.0, 1e-3, 1e-2)
 _FROM_LEADER = (AppendRequest, Heartbeat, LogReset)
+
+
+def io_error_rate_of(seed: int) -> float:
+    """The chance each write and fsync of seed `seed`'s chaos phases fails, on a simulated disk."""
+    return random.Random(f"io-{seed}").choice(IO_ERROR_RATES)
 
 
 class Simulation:
@@ -73,8 +82,9 @@ class Simulation:
         self.seed = seed
         self.rng = rng = random.Random(seed)
         flip_rate = 0.0 if disk == "memory" else _FLIP_RATE
+        io_error_rate = 0.0 if disk == "memory" else io_error_rate_of(seed)
         self.profile = profile = dataclasses.replace(
-            SimProfile.draw(rng, nodes), disk=disk, flip_rate=flip_rate
+            SimProfile.draw(rng, nodes), disk=disk, flip_rate=flip_rate, io_error_rate=io_error_rate
         )
         self.faults = faults
         self.checker = Checker()
@@ -88,12 +98,12 @@ class Simulation:
         self._flip_host = "n1" if profile.flip_rate and nodes == 5 else None
         self._next_id = nodes + 1
         bootstrap = Configuration(frozenset(ids))
+        self.calm = False
         for node_id in ids:
             self._add_host(node_id, bootstrap)
         self.down_until: dict[NodeId, int] = {}
         self.retired: set[NodeId] = set()
         self.collected: set[NodeId] = set()  # removed, told so, log deleted (`SimHost.collect`)
-        self.calm = False
         self.phase_end = self._chaos_length()
         self.heal_tick = 0
         self.leader_seen = False
@@ -184,6 +194,7 @@ class Simulation:
             self.network.calm = False
             for host in self.hosts.values():
                 host.pivot_crash_rate = self.profile.pivot_crash_rate
+                host.set_io_errors(True)
             self.phase_end = self._chaos_length()
             self.pending.clear()
             return
@@ -192,6 +203,7 @@ class Simulation:
         self.network.calm = True
         for host in self.hosts.values():
             host.pivot_crash_rate = 0.0
+            host.set_io_errors(False)
         self.network.heal()
         for node_id in sorted(self.down_until):
             self._restart(node_id)
@@ -459,6 +471,8 @@ class Simulation:
             faults=self.faults,
             disk=self.profile.disk,
             flip_rate=self.profile.flip_rate if node_id == self._flip_host else 0.0,
+            io_error_rate=self.profile.io_error_rate,
+            io_errors=not self.calm,
         )
 
     def _retire(self, node_id: NodeId) -> None:
@@ -489,8 +503,7 @@ class Simulation:
         log = host.log
         high = min(node.applied_index, log.last_index) + 1
         if high > log.first_index:
-            log.compact(self.rng.randint(log.first_index, high))
-            self.stats["compactions"] += 1
+            host.compact(self.rng.randint(log.first_index, high))
 
     # -- queries ---------------------------------------------------------------------------------------
     def _live_hosts(self) -> list[SimHost]:

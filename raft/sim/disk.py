@@ -11,8 +11,15 @@ What the simulator counts as durable comes from the log: `SegmentedLog.durable_i
 fsync step, not from the simulator's own bookkeeping; so a storage that claims durability it does
 not have loses acknowledged entries on a crash, and the checker sees committed entries vanish.
 
-`sim-lying-fsync` is TEST ONLY: a log whose `flush` advances `durable_index` without fsyncing,
-the mutation the sweep must catch.
+Disk errors: during chaos phases each write and fsync fails (EIO or ENOSPC) with a small
+probability (`DiskStore.set_errors`). The real storage then refuses every later write
+(`StorageFailed`), and the host fail-stops: it crashes and restarts later through recovery, as a
+node exits and is restarted by its supervisor. Recovery itself runs without injected errors.
+
+TEST ONLY mutations the sweep must catch: `sim-lying-fsync`, a log whose `flush` advances
+`durable_index` without fsyncing; `sim-retries-fsync`, a log that retries a failed fsync (which
+then succeeds, having nothing left pending: the kernel dropped the failed writes — fsyncgate) and
+goes on as if it had never failed. Only fsyncs fail in that mode.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from storage.state_journal import StateJournal
 
 __all__ = ["DISK_MODES", "DiskDamaged", "DiskLog", "DiskStore"]
 
-DISK_MODES = ("memory", "sim", "sim-lying-fsync")
+DISK_MODES = ("memory", "sim", "sim-lying-fsync", "sim-retries-fsync")
 # the smallest segments allowed (a roll every ~70 entries); every checksum verified on open,
 # so a bit flipped at rest in a sealed segment is found before the host serves anything
 _CONFIG = LogConfig(segment_bytes=4096, verify_on_open=True)
@@ -71,6 +78,20 @@ class _LyingLog(SegmentedLog):
             self._durable_index = self._last_index
 
 
+class _RetryingLog(SegmentedLog):
+    """TEST ONLY: retries a failed fsync instead of stopping (the fsyncgate bug)."""
+
+    def flush(self) -> None:
+        for _ in range(3):
+            try:
+                super().flush()
+                return
+            except StorageError:
+                self._failed = None  # both layers of the fail-stop forgotten
+                self._handles._failed.clear()
+        super().flush()
+
+
 class DiskStore:
     """One host's disk: its log and hard-state journal, reopened after each crash."""
 
@@ -80,6 +101,9 @@ class DiskStore:
         self.host = host
         self.rng = rng
         self.lying = mode == "sim-lying-fsync"
+        self.retrying = mode == "sim-retries-fsync"
+        self.error_rate = 0.0  # of each write and fsync, while errors are on (`set_errors`)
+        self.errors_on = False
         self.disk = SimDisk(random.Random(rng.getrandbits(64)))
         self.journal: StateJournal | None = None
         self.flipped: list[tuple[str, int]] = []  # (file, byte) of each bit flipped at rest
@@ -87,7 +111,8 @@ class DiskStore:
     def open(self) -> tuple[DiskLog, HardState]:
         """The log and hard state the disk holds, through the real recovery; `DiskDamaged` if
         a flipped bit made it refuse, a `Violation` if a crash alone did."""
-        kind = _LyingLog if self.lying else SegmentedLog
+        kind = _LyingLog if self.lying else _RetryingLog if self.retrying else SegmentedLog
+        self.disk.set_error_rate(0.0)  # recovery runs on a quiet disk (see the module docstring)
         try:
             segments = kind(_LOG_DIR, _CONFIG, handles=FileHandles(disk=self.disk))
             log = DiskLog(segments)
@@ -100,20 +125,45 @@ class DiskStore:
                 f"{self.host}'s disk cannot be reopened after a crash: "
                 f"{type(error).__name__}: {error}",
             ) from None
-        return log, self.journal.load(_GROUP)
+        state = self.journal.load(_GROUP)
+        self._arm()
+        return log, state
+
+    def set_errors(self, on: bool) -> None:
+        """Injected write and fsync errors on (chaos) or off (calm, when liveness is checked)."""
+        self.errors_on = on
+        self._arm()
+
+    def _arm(self) -> None:
+        rate = self.error_rate if self.errors_on else 0.0
+        operations = ("fsync",) if self.retrying else ("write", "fsync")
+        self.disk.set_error_rate(rate, operations)
 
     def save(self, state: HardState) -> None:
         """Durable on return (`StateJournal.save_many`)."""
         assert self.journal is not None
         self.journal.save_many({_GROUP: state})
 
-    def crash(self, flip: bool = False) -> tuple[DiskLog, HardState]:
+    def crash(self, log: DiskLog, flip: bool = False) -> tuple[DiskLog, HardState]:
         """Power loss, then (given `flip`) one bit flipped at rest (`_flip`), then a restart's
-        recovery."""
+        recovery. What `log` claimed durable must be there after it (`durability-claim`):
+        the storage's own promise, checked on every host, so a lie on one host is caught even
+        while the others hold every committed entry."""
+        claimed = log.durable_last_index
+        claimed_term = log.term(claimed) if claimed >= log.first_index else None
         self.disk.crash()
         if flip:
             self._flip()
-        return self.open()
+        reopened, state = self.open()
+        if claimed_term is not None and reopened.durable_boundary.index < claimed:
+            held = reopened.term(claimed) if claimed <= reopened.last_index else None
+            if held != claimed_term:
+                raise Violation(
+                    "durability-claim",
+                    f"{self.host}'s log claimed entry {claimed} (term {claimed_term}) durable; "
+                    f"after a crash it holds {'nothing' if held is None else f'term {held}'} there",
+                )
+        return reopened, state
 
     def _flip(self) -> None:
         """Flips one bit of the first entry of a segment holding two or more: a bad entry with
@@ -135,5 +185,7 @@ class DiskStore:
         """A retired replica's log deleted: a fresh disk holding only `kept`."""
         self.disk = SimDisk(random.Random(self.rng.getrandbits(64)))
         log, _ = self.open()
+        self.disk.set_error_rate(0.0)
         self.save(kept)
+        self._arm()
         return log, kept

@@ -5,6 +5,10 @@ This is the simulator's model of `cluster/`'s MultiRaft host, and follows the pe
 contract of `raft.core` to the letter — except where a test-only fault says otherwise. A leader's
 Ready marked `send_before_persist` is, at random, sent before its fsync, which then completes a
 few ticks later (`report_durable`); a crash before that loses the unsynced writes.
+
+On a simulated disk, a write or fsync that fails (`StorageError`, `OSError`) makes the host
+fail-stop, as a node does (`cluster.failstop`): it crashes then and there — nothing of the Ready
+is sent — and restarts later from what recovery finds.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from raft.ready import Ready
 from raft.sim.checker import Checker
 from raft.sim.disk import DiskDamaged, DiskLog, DiskStore
 from raft.types import Configuration, EntryKind, HardState, LogPosition, Message, NodeId, Role
+from storage import StorageError
 
 __all__ = ["SimHost"]
 
@@ -77,6 +82,8 @@ class SimHost:
         faults: RaftFaults = NO_FAULTS,
         disk: str = "memory",
         flip_rate: float = 0.0,
+        io_error_rate: float = 0.0,
+        io_errors: bool = False,
     ) -> None:
         self.id = node_id
         self.bootstrap = bootstrap
@@ -100,7 +107,9 @@ class SimHost:
         self.dead = False  # fail-stop: its disk was found damaged
         if disk != "memory":
             self.store = DiskStore(node_id, random.Random(rng.getrandbits(64)), disk)
+            self.store.error_rate = io_error_rate
             self.log, self.hard_state = self.store.open()
+            self.store.set_errors(io_errors)
         self.vote_floor = LogPosition()  # kept when the log is deleted (`RaftNode.vote_floor`)
         self.sync_due: int | None = None
         self.was_leader_term = -1
@@ -131,7 +140,8 @@ class SimHost:
         if self.store is not None:
             flip = bool(self.flip_rate) and self.rng.random() < self.flip_rate
             try:
-                self.log, self.hard_state = self.store.crash(flip)
+                assert isinstance(self.log, DiskLog)
+                self.log, self.hard_state = self.store.crash(self.log, flip)
             except DiskDamaged:
                 # It never serves what it cannot verify: it stays down. Its old log stays
                 # for the checker only (its durable part: what it acknowledged before).
@@ -204,28 +214,39 @@ class SimHost:
             entries = node.log.entries(low, node.commit + 1, _BIG)
             self.checker.on_commit(self.id, entries, decided_in_term=node.term)
 
+    def set_io_errors(self, on: bool) -> None:
+        """A simulated disk's injected write and fsync errors on or off (`DiskStore`)."""
+        if self.store is not None:
+            self.store.set_errors(on)
+
+    def compact(self, index: int) -> None:
+        """Compacts the log through `index` (a disk error fail-stops the host)."""
+        try:
+            self.log.compact(index)
+        except (StorageError, OSError):
+            self._fail_stop()
+            return
+        self.stats["compactions"] += 1
+
+    def _fail_stop(self) -> None:
+        """A write or fsync failed: the process stops at once (`cluster.failstop`)."""
+        if self.store is None:
+            raise AssertionError(f"{self.id}: a disk error without a simulated disk")
+        self.stats["io_fail_stops"] += 1
+        self.crash()
+        if self.on_crash is not None:
+            self.on_crash(self)
+
     def _handle(self, node: RaftNode, ready: Ready, now: int) -> bool:
         """Carries out one Ready; False if the process crashed doing it."""
-        log = self.log
-        if ready.boundary is not None:
-            log.reset(ready.boundary)
-        if ready.truncate_from is not None:
-            if node.role is Role.LEADER and ready.truncate_from <= node.commit:
-                raise AssertionError("a leader truncated its own committed log")
-            log.truncate_from(ready.truncate_from)
-        if ready.entries:
-            log.append(ready.entries)
-            self.checker.on_append(self.id, log, ready.entries)
         early = ready.send_before_persist and (
             self.faults.ack_before_persist or self.rng.random() < self.parallel_rate
         )
-        if not early:
-            log.sync()
-            self.sync_due = None
-        if ready.hard_state is not None:
-            self.hard_state = ready.hard_state
-            if self.store is not None:
-                self.store.save(ready.hard_state)
+        try:
+            self._persist(node, ready, early)
+        except (StorageError, OSError):
+            self._fail_stop()
+            return False
         if self._pivot(node, ready):
             # A crash between persisting and sending, at a pivotal moment: just elected, or
             # just committed. The Ready's messages never leave the process.
@@ -233,6 +254,7 @@ class SimHost:
             if self.on_crash is not None:
                 self.on_crash(self)
             return False
+        log = self.log
         for message in ready.messages:
             self.send(message)
         if ready.committed is not None:
@@ -248,6 +270,26 @@ class SimHost:
             node.advance(ready)
         return True
 
+    def _persist(self, node: RaftNode, ready: Ready, early: bool) -> None:
+        """The Ready's writes: its log changes (synced unless sent early) and its hard state."""
+        log = self.log
+        if ready.boundary is not None:
+            log.reset(ready.boundary)
+        if ready.truncate_from is not None:
+            if node.role is Role.LEADER and ready.truncate_from <= node.commit:
+                raise AssertionError("a leader truncated its own committed log")
+            log.truncate_from(ready.truncate_from)
+        if ready.entries:
+            log.append(ready.entries)
+            self.checker.on_append(self.id, log, ready.entries)
+        if not early:
+            log.sync()
+            self.sync_due = None
+        if ready.hard_state is not None:
+            self.hard_state = ready.hard_state
+            if self.store is not None:
+                self.store.save(ready.hard_state)
+
     def _pivot(self, node: RaftNode, ready: Ready) -> bool:
         if not self.pivot_crash_rate or node.role is not Role.LEADER:
             return False
@@ -262,7 +304,11 @@ class SimHost:
         """The background fsync of an early-sent Ready finishes."""
         self.sync_due = None
         log = self.log
-        log.sync()
+        try:
+            log.sync()
+        except (StorageError, OSError):
+            self._fail_stop()
+            return
         # on a simulated disk, durable is what the log says its fsyncs covered
         durable = log.durable_last_index if isinstance(log, DiskLog) else log.last_index
         node = self.node

@@ -36,6 +36,8 @@ class SimProfile:
     flip_rate:      on a simulated disk, the chance a crash of the one host chosen for it
                     also flips a bit in one of its sealed segments (found on reopen: the host
                     then stays down). Chosen by the caller.
+    io_error_rate:  on a simulated disk, the chance each write and fsync of a chaos phase
+                    fails (EIO or ENOSPC): the host fail-stops. Chosen by the caller.
     churn_rate:     chance per tick that a membership-churn episode starts (`raft.sim.churn`).
     """
 
@@ -63,6 +65,7 @@ class SimProfile:
     commit_bound_ticks: int
     disk: str = "memory"
     flip_rate: float = 0.0
+    io_error_rate: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random, nodes: int) -> SimProfile:

@@ -117,7 +117,7 @@ class Summary:
             f"crashes={stats['crashes']} partitions={stats['partitions']} "
             f"compactions={stats['compactions']} lease_reads={stats['lease_reads']} "
             f"collections={stats['collections']} churns={stats['churns']} "
-            f"fail_stops={stats['fail_stops']} "
+            f"fail_stops={stats['fail_stops']} io_fail_stops={stats['io_fail_stops']} "
             f"max_leader_wait_ticks={self.max_leader_wait} "
             f"max_commit_wait_ticks={self.max_commit_wait}",
             f"elapsed={self.elapsed_s:.1f}s ({rate:.0f} seeds/min)",
