@@ -23,8 +23,10 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import enum
+import errno
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -226,10 +228,14 @@ class MetadataStore:
             dnsCacheTime=5.0,
             dnsFailCacheTime=1.0,
             dynamicMembershipChange=False,
+            # its own address, not pysyncobj's default 0.0.0.0:<port>: controllers on 127.0.0.1,
+            # .2 and .3 (or on one host's several addresses) may share a port
+            bindAddress=controllers[self_id],
             # one attempt: a control-plane port another process holds is a refusal to start,
             # not a retry every second behind a node that seems to serve (cluster.ownership)
             maxBindRetries=1,
         )
+        _check_bindable(controllers[self_id])
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
         # pysyncobj's own journal fsyncs nothing: ours makes each append, term/vote and dump
         # durable before pysyncobj acts on it (cluster/controller_journal.py)
@@ -333,6 +339,33 @@ class MetadataStore:
         its journal no longer written (a store opened next on the same address and directory,
         or the data-dir lock's release, must not race it)."""
         self._sync.destroy_synchronous()
+
+
+def _check_bindable(address: str) -> None:
+    """Raises `AddressInUse` (or `ControlPlaneError` for an address that is not this machine's
+    or does not resolve) unless `address` can be bound now: pysyncobj's own bind swallows the
+    error, which would leave only "failed" to say."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ControlPlaneError(
+            f"the control-plane address {address}: host {host!r} does not resolve "
+            f"({error.strerror})"
+        ) from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as pysyncobj binds it
+        try:
+            sock.bind(sockaddr)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise AddressInUse("control-plane", address) from None
+            raise ControlPlaneError(
+                f"the control-plane address {address} cannot be bound here ({error.strerror}): "
+                "a controller binds the address --controllers gives for its own id, which must "
+                "be one of this machine's"
+            ) from None
 
 
 def _reason(error: Any) -> str:

@@ -31,8 +31,9 @@ __all__ = ["LocalCluster", "NodeSpec"]
 
 
 _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
-# ports handed out on any host: pysyncobj binds the control plane on 0.0.0.0, so a port given to
-# one host's controller is taken on every 127.0.0.x (a gRPC server there failed to bind it)
+# ports handed out on any host: a port is handed out once per process, whatever the host. Each
+# server binds its own host:port (controllers too, since pysyncobj is given its bind address), so
+# once per host would do; once overall is as cheap and leaves no port to two servers of one host
 _handed_out: set[int] = set()
 
 
