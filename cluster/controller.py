@@ -43,7 +43,14 @@ from cluster.controller_journal import (
 )
 from cluster.ownership import AddressInUse
 
-__all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
+__all__ = [
+    "ControlPlaneError",
+    "ControlPlaneView",
+    "CreateOutcome",
+    "MetadataStore",
+    "TopicSpec",
+    "UpdateOutcome",
+]
 
 T = TypeVar("T")
 _TRANSIENT = {
@@ -118,6 +125,14 @@ class TopicSpec:
             ),
             uid=str(data.get("uid", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneView:
+    """The control plane as one controller sees it (pysyncobj's view: it may lag a heartbeat)."""
+
+    leader: str  # the leader's controller id; "": no leader known
+    connected: tuple[str, ...]  # controllers with a live link to this one, itself included
 
 
 def _quiet_bind_failure(record: logging.LogRecord) -> bool:
@@ -211,6 +226,8 @@ class MetadataStore:
         if not os.path.isdir(data_dir):
             os.makedirs(data_dir, exist_ok=True)
             fsync_directory(os.path.dirname(os.path.abspath(data_dir)))
+        self._self_id = self_id
+        self._controllers = dict(controllers)
         dump_path = os.path.join(data_dir, "controller.dump")
         dumps = DurableDumps()
         conf = SyncObjConf(
@@ -333,6 +350,19 @@ class MetadataStore:
     @property
     def has_leader(self) -> bool:
         return self._sync._getLeader() is not None
+
+    def view(self) -> ControlPlaneView:
+        ids = {address: node_id for node_id, address in self._controllers.items()}
+        leader = self._sync._getLeader()
+        connected = [self._self_id] + [
+            ids.get(node.address, node.address)
+            for node in self._sync.otherNodes
+            if self._sync.isNodeConnected(node)
+        ]
+        return ControlPlaneView(
+            ids.get(leader.address, leader.address) if leader is not None else "",
+            tuple(sorted(connected)),
+        )
 
     def close(self) -> None:
         """Stops the control plane and waits for its thread: on return its port is closed and

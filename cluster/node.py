@@ -457,7 +457,22 @@ class Node(TopicAdmin):
                 pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
                 for entry in self.multiraft.quarantine.entries()
             ],
+            control_plane=self._control_plane_status(),
         )
+
+    def _control_plane_status(self) -> pb.ControlPlaneStatus:
+        status = pb.ControlPlaneStatus(
+            controllers=[
+                pb.ControllerAddress(id=node_id, address=address)
+                for node_id, address in sorted(self.config.controllers.items())
+            ],
+            controller=self.controller is not None,
+        )
+        if self.controller is not None:
+            view = self.controller.view()
+            status.leader = view.leader
+            status.connected.extend(view.connected)
+        return status
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(
