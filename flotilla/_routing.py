@@ -87,6 +87,7 @@ class TopicInfo:
     retention_bytes: int = 0  # 0: unlimited
     retention_ms: int = 0  # 0: unlimited
     uid: str = ""  # this incarnation: a topic deleted and created again gets another
+    note: str = ""  # create_topic's answer only: e.g. a default replication factor lowered
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
         message.retention_bytes,
         message.retention_ms,
         message.uid,
+        message.note,
     )
 
 

@@ -63,7 +63,9 @@ def _node_parser(sub: Any) -> None:
 def _run_node(args: argparse.Namespace) -> int:
     from cluster import allocator  # noqa: PLC0415
     from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
+    from cluster.controller import ControlPlaneError  # noqa: PLC0415
     from cluster.node import Node  # noqa: PLC0415
+    from cluster.startup import check_addresses, standalone  # noqa: PLC0415
 
     if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
         print(
@@ -92,10 +94,16 @@ def _run_node(args: argparse.Namespace) -> int:
         "metrics": args.metrics,
     }
     try:
-        config = NodeConfig.load(file=args.config, overrides=overrides)
+        config, decided = standalone(NodeConfig.load(file=args.config, overrides=overrides))
+        check_addresses(config)
     except ConfigError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # an address in use (cluster.ownership.StartRefused), a data dir
+        print(f"flotilla: cannot start node {args.node_id}: {error}", file=sys.stderr)
+        return 1
+    if decided:
+        print(f"flotilla: {decided}", flush=True)
     logging.basicConfig(
         level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
         format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
@@ -132,7 +140,7 @@ def _run_node(args: argparse.Namespace) -> int:
             uvloop.run(serve())
         else:
             asyncio.run(serve())
-    except OSError as error:
+    except (OSError, ControlPlaneError) as error:
         print(f"flotilla: cannot start node {config.node_id}: {error}", file=sys.stderr)
         return 1
     return 0
