@@ -25,35 +25,51 @@ EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # a node's --event-loop choices
 
 def _node_parser(sub: Any) -> None:
     node = sub.add_parser("node", help="run a node", description="Run a Flotilla node.")
-    node.add_argument("--id", dest="node_id", required=True, help="unique member id")
-    node.add_argument("--listen", required=True, metavar="HOST:PORT", help="gRPC listen address")
-    node.add_argument("--data-dir", required=True, metavar="DIR", help="where data lives")
+    node.add_argument("--id", dest="node_id", required=True, help="unique member id (required)")
+    node.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="gRPC listen address (required)"
+    )
+    node.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="where data lives (required)"
+    )
     node.add_argument(
         "--advertise", metavar="HOST:PORT", help="address others dial (default: --listen)"
     )
     node.add_argument(
-        "--join", nargs="+", default=None, metavar="HOST:PORT", help="seed members to join"
+        "--join",
+        nargs="+",
+        default=None,
+        metavar="HOST:PORT",
+        help="seed members to join (default: none; this node starts the cluster)",
     )
     node.add_argument(
         "--controllers",
         metavar="ID=HOST:PORT,...",
-        help="control-plane members and their control-plane addresses",
+        help="control-plane members and their control-plane addresses, the same list on every "
+        "node (default: with no --join either, a control plane of this node alone on the "
+        "--listen port + 100)",
     )
-    node.add_argument("--weight", type=float, help="placement weight (default 1.0)")
-    node.add_argument("--rack", help="failure domain for rack-aware placement")
-    node.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    node.add_argument("--weight", type=float, metavar="W", help="placement weight (default: 1.0)")
+    node.add_argument("--rack", help="failure domain for rack-aware placement (default: none)")
+    node.add_argument(
+        "--config", metavar="FILE", help="TOML file of settings (default: none, built-ins)"
+    )
     node.add_argument(
         "--dial-map",
         metavar="FILE",
-        help="JSON {member id: HOST:PORT} overriding where peers are dialled",
+        help="JSON {member id: HOST:PORT} overriding where peers are dialled (default: none)",
     )
-    node.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    node.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics here (default: none, not served)",
+    )
     node.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default="auto",
-        help="the node's event loop (auto: uvloop where installed; a node on it spends 15-40%% "
-        "less CPU per request than on asyncio's own loop)",
+        help="the node's event loop (default: auto, uvloop where installed; a node on it spends "
+        "15-40%% less CPU per request than on asyncio's own loop)",
     )
     node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
     # test-only (chaos mutation test): serve reads above the commit index
@@ -165,14 +181,23 @@ def add_server_parsers(sub: Any) -> None:
     """Register `node`, `dev` and `demo` on the top-level subparsers."""
     _node_parser(sub)
     dev = sub.add_parser("dev", help="run a local cluster on loopback until Ctrl-C")
-    dev.add_argument("--nodes", type=int, default=3)
-    dev.add_argument("--data-dir", default=".flotilla-dev", metavar="DIR")
+    dev.add_argument(
+        "--nodes", type=int, default=3, help="nodes on 127.0.0.1..N, 1..9 (default: %(default)s)"
+    )
+    dev.add_argument(
+        "--data-dir",
+        default=".flotilla-dev",
+        metavar="DIR",
+        help="where the nodes keep their data (default: %(default)s)",
+    )
 
     demo = sub.add_parser("demo", help="the end-to-end demo on a temporary local cluster")
     demo.add_argument(
         "--count", type=int, default=100_000, help="records to produce (default 100,000)"
     )
-    demo.add_argument("--no-spark", action="store_true", help="skip the closing Spark job")
+    demo.add_argument(
+        "--no-spark", action="store_true", help="skip the closing Spark job (default: run it)"
+    )
 
 
 def _run_dev(args: argparse.Namespace) -> int:
