@@ -193,8 +193,11 @@ class LocalCluster:
             stub = flotilla_pb2_grpc.FlotillaStub(channel)
             while True:
                 if spec.process is not None and spec.process.poll() is not None:
+                    said = _last_line(spec.log_path)
                     raise RuntimeError(
-                        f"node {node_id} exited with {spec.process.returncode}; see {spec.log_path}"
+                        f"node {node_id} exited with {spec.process.returncode}"
+                        + (f" ({said})" if said else "")
+                        + f"; see {spec.log_path}"
                     )
                 try:
                     if stub.Health(pb.HealthRequest(), timeout=1).serving:
@@ -262,6 +265,17 @@ class LocalCluster:
         finally:
             if self._previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+
+def _last_line(path: Path | None) -> str:
+    """The last line a node wrote (its reason for exiting), or ""."""
+    if path is None:
+        return ""
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].removeprefix("flotilla: ") if lines else ""
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -185,6 +185,13 @@ def add_server_parsers(sub: Any) -> None:
         "--nodes", type=int, default=3, help="nodes on 127.0.0.1..N, 1..9 (default: %(default)s)"
     )
     dev.add_argument(
+        "--base-port",
+        type=int,
+        default=DEV_BASE_PORT,
+        metavar="PORT",
+        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100 (default: %(default)s)",
+    )
+    dev.add_argument(
         "--data-dir",
         default=".flotilla-dev",
         metavar="DIR",
@@ -206,7 +213,10 @@ def _run_dev(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
         return 2
-    with LocalCluster(args.data_dir, args.nodes, base_port=DEV_BASE_PORT) as cluster:
+    if not 1 <= args.base_port <= 65535 - 100:
+        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 100}", file=sys.stderr)
+        return 2
+    with LocalCluster(args.data_dir, args.nodes, base_port=args.base_port) as cluster:
         try:
             cluster.start()
         except (RuntimeError, TimeoutError) as error:
@@ -216,13 +226,16 @@ def _run_dev(args: argparse.Namespace) -> int:
             f"flotilla dev cluster of {args.nodes} node(s) is up; bootstrap {cluster.bootstrap}",
             flush=True,
         )
+        bootstrap = "" if args.base_port == DEV_BASE_PORT else f" --bootstrap {cluster.bootstrap}"
         print(
-            "  try: flotilla topic create orders --partitions 3; echo hello | flotilla produce orders",
+            f"  try: flotilla topic create orders --partitions 3{bootstrap}; "
+            f"echo hello | flotilla produce orders{bootstrap}",
             flush=True,
         )
         print("press Ctrl-C to stop every node", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        status = 0
         try:
             while not stop.wait(0.5):
                 for node_id in cluster.nodes:
@@ -231,13 +244,14 @@ def _run_dev(args: argparse.Namespace) -> int:
                             f"flotilla: node {node_id} exited; see {cluster.nodes[node_id].log_path}",
                             file=sys.stderr,
                         )
+                        status = 1
                         stop.set()
         except KeyboardInterrupt:
             pass
         print("stopping ...", flush=True)
         for node_id in cluster.nodes:
             cluster.stop(node_id)
-    return 0
+    return status
 
 
 def _run_demo(args: argparse.Namespace) -> int:
