@@ -81,7 +81,7 @@ def _run_node(args: argparse.Namespace) -> int:
     from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
     from cluster.controller import ControlPlaneError  # noqa: PLC0415
     from cluster.node import Node  # noqa: PLC0415
-    from cluster.startup import check_addresses, standalone  # noqa: PLC0415
+    from cluster.startup import standalone  # noqa: PLC0415
 
     if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
         print(
@@ -111,7 +111,6 @@ def _run_node(args: argparse.Namespace) -> int:
     }
     try:
         config, decided = standalone(NodeConfig.load(file=args.config, overrides=overrides))
-        check_addresses(config)
     except ConfigError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return 2
@@ -156,6 +155,9 @@ def _run_node(args: argparse.Namespace) -> int:
             uvloop.run(serve())
         else:
             asyncio.run(serve())
+    except ConfigError as error:  # an address that does not resolve or clashes (Node.start)
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 2
     except (OSError, ControlPlaneError) as error:
         print(f"flotilla: cannot start node {config.node_id}: {error}", file=sys.stderr)
         return 1
