@@ -5,6 +5,7 @@ module; the test that stops a node runs last."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -56,6 +57,19 @@ def test_status_shows_the_control_plane_leader_and_every_controller(
         assert c.address == f"{spec.host}:{spec.control_port}", text
     assert all(n >= 0 for p in found.partitions for n in p.lag.values()), text
     assert ":-1" not in text, text
+
+
+def test_status_json_carries_the_control_plane(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(cluster.addresses(), timeout_s=20) as client:
+        tools.status(client, Console(file=io.StringIO()), as_json=True)
+    shown = json.loads(capsys.readouterr().out)
+    plane = shown["control_plane"]
+    assert plane["leader"] in cluster.controller_ids, plane
+    assert [c["id"] for c in plane["controllers"]] == cluster.controller_ids, plane
+    assert all(c["reachable"] for c in plane["controllers"]), plane
+    assert all(n >= 0 for p in shown["partitions"] for n in p["lag"].values()), shown
 
 
 def test_a_follower_seen_ahead_of_its_leader_is_caught_up_not_negative() -> None:
