@@ -23,8 +23,10 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import enum
+import errno
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,7 +43,14 @@ from cluster.controller_journal import (
 )
 from cluster.ownership import AddressInUse
 
-__all__ = ["ControlPlaneError", "CreateOutcome", "MetadataStore", "TopicSpec", "UpdateOutcome"]
+__all__ = [
+    "ControlPlaneError",
+    "ControlPlaneView",
+    "CreateOutcome",
+    "MetadataStore",
+    "TopicSpec",
+    "UpdateOutcome",
+]
 
 T = TypeVar("T")
 _TRANSIENT = {
@@ -116,6 +125,14 @@ class TopicSpec:
             ),
             uid=str(data.get("uid", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneView:
+    """The control plane as one controller sees it (pysyncobj's view: it may lag a heartbeat)."""
+
+    leader: str  # the leader's controller id; "": no leader known
+    connected: tuple[str, ...]  # controllers with a live link to this one, itself included
 
 
 def _quiet_bind_failure(record: logging.LogRecord) -> bool:
@@ -209,6 +226,8 @@ class MetadataStore:
         if not os.path.isdir(data_dir):
             os.makedirs(data_dir, exist_ok=True)
             fsync_directory(os.path.dirname(os.path.abspath(data_dir)))
+        self._self_id = self_id
+        self._controllers = dict(controllers)
         dump_path = os.path.join(data_dir, "controller.dump")
         dumps = DurableDumps()
         conf = SyncObjConf(
@@ -226,10 +245,14 @@ class MetadataStore:
             dnsCacheTime=5.0,
             dnsFailCacheTime=1.0,
             dynamicMembershipChange=False,
+            # its own address, not pysyncobj's default 0.0.0.0:<port>: controllers on 127.0.0.1,
+            # .2 and .3 (or on one host's several addresses) may share a port
+            bindAddress=controllers[self_id],
             # one attempt: a control-plane port another process holds is a refusal to start,
             # not a retry every second behind a node that seems to serve (cluster.ownership)
             maxBindRetries=1,
         )
+        _check_bindable(controllers[self_id])
         peers = [address for node, address in sorted(controllers.items()) if node != self_id]
         # pysyncobj's own journal fsyncs nothing: ours makes each append, term/vote and dump
         # durable before pysyncobj acts on it (cluster/controller_journal.py)
@@ -328,11 +351,51 @@ class MetadataStore:
     def has_leader(self) -> bool:
         return self._sync._getLeader() is not None
 
+    def view(self) -> ControlPlaneView:
+        ids = {address: node_id for node_id, address in self._controllers.items()}
+        leader = self._sync._getLeader()
+        connected = [self._self_id] + [
+            ids.get(node.address, node.address)
+            for node in self._sync.otherNodes
+            if self._sync.isNodeConnected(node)
+        ]
+        return ControlPlaneView(
+            ids.get(leader.address, leader.address) if leader is not None else "",
+            tuple(sorted(connected)),
+        )
+
     def close(self) -> None:
         """Stops the control plane and waits for its thread: on return its port is closed and
         its journal no longer written (a store opened next on the same address and directory,
         or the data-dir lock's release, must not race it)."""
         self._sync.destroy_synchronous()
+
+
+def _check_bindable(address: str) -> None:
+    """Raises `AddressInUse` (or `ControlPlaneError` for an address that is not this machine's
+    or does not resolve) unless `address` can be bound now: pysyncobj's own bind swallows the
+    error, which would leave only "failed" to say."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ControlPlaneError(
+            f"the control-plane address {address}: host {host!r} does not resolve "
+            f"({error.strerror})"
+        ) from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as pysyncobj binds it
+        try:
+            sock.bind(sockaddr)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise AddressInUse("control-plane", address) from None
+            raise ControlPlaneError(
+                f"the control-plane address {address} cannot be bound here ({error.strerror}): "
+                "a controller binds the address --controllers gives for its own id, which must "
+                "be one of this machine's"
+            ) from None
 
 
 def _reason(error: Any) -> str:

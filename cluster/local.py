@@ -31,8 +31,9 @@ __all__ = ["LocalCluster", "NodeSpec"]
 
 
 _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
-# ports handed out on any host: pysyncobj binds the control plane on 0.0.0.0, so a port given to
-# one host's controller is taken on every 127.0.0.x (a gRPC server there failed to bind it)
+# ports handed out on any host: a port is handed out once per process, whatever the host. Each
+# server binds its own host:port (controllers too, since pysyncobj is given its bind address), so
+# once per host would do; once overall is as cheap and leaves no port to two servers of one host
 _handed_out: set[int] = set()
 
 
@@ -192,8 +193,11 @@ class LocalCluster:
             stub = flotilla_pb2_grpc.FlotillaStub(channel)
             while True:
                 if spec.process is not None and spec.process.poll() is not None:
+                    said = _last_line(spec.log_path)
                     raise RuntimeError(
-                        f"node {node_id} exited with {spec.process.returncode}; see {spec.log_path}"
+                        f"node {node_id} exited with {spec.process.returncode}"
+                        + (f" ({said})" if said else "")
+                        + f"; see {spec.log_path}"
                     )
                 try:
                     if stub.Health(pb.HealthRequest(), timeout=1).serving:
@@ -261,6 +265,17 @@ class LocalCluster:
         finally:
             if self._previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+
+def _last_line(path: Path | None) -> str:
+    """The last line a node wrote (its reason for exiting), or ""."""
+    if path is None:
+        return ""
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].removeprefix("flotilla: ") if lines else ""
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

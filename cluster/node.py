@@ -49,6 +49,7 @@ from cluster.placement import Candidate, partition_id, place
 from cluster.replica import Replica
 from cluster.retention import apply_retention
 from cluster.service import ClientService, PeerService
+from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
@@ -176,7 +177,9 @@ class Node(TopicAdmin):
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        """Raises `StartRefused` (an address in use) after stopping what had started."""
+        """Raises `StartRefused` (an address in use) or `ConfigError` (an address that does not
+        resolve, clashes with another or is not this machine's: `cluster.startup`) after
+        stopping what had started."""
         try:
             await self._start()
         except BaseException:
@@ -185,6 +188,8 @@ class Node(TopicAdmin):
 
     async def _start(self) -> None:
         config = self.config
+        # before anything binds: gRPC's and pysyncobj's own bind failures say less
+        await asyncio.to_thread(check_addresses, config)
         os.makedirs(self.partitions_dir, exist_ok=True)
         if config.is_controller:
             self.controller = await asyncio.to_thread(
@@ -457,7 +462,22 @@ class Node(TopicAdmin):
                 pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
                 for entry in self.multiraft.quarantine.entries()
             ],
+            control_plane=self._control_plane_status(),
         )
+
+    def _control_plane_status(self) -> pb.ControlPlaneStatus:
+        status = pb.ControlPlaneStatus(
+            controllers=[
+                pb.ControllerAddress(id=node_id, address=address)
+                for node_id, address in sorted(self.config.controllers.items())
+            ],
+            controller=self.controller is not None,
+        )
+        if self.controller is not None:
+            view = self.controller.view()
+            status.leader = view.leader
+            status.connected.extend(view.connected)
+        return status
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(

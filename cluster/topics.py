@@ -40,12 +40,32 @@ from cluster.validation import (
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
-__all__ = ["TOPICS_POLL_S", "TopicAdmin"]
+__all__ = ["TOPICS_POLL_S", "TopicAdmin", "default_replication_factor"]
 
 T = TypeVar("T")
 
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
+
+
+def default_replication_factor(
+    requested: int, configured: int, live_members: int, existing: TopicSpec | None
+) -> tuple[int, str]:
+    """(the replication factor to create with, a note for the caller). 0 asks for the default:
+    the node's `default_replication_factor`, lowered to the live members when fewer are up (a
+    one-node dev cluster), with a note saying so; for a topic that exists, its own factor, so
+    that create stays idempotent."""
+    if requested:
+        return requested, ""
+    if existing is not None:
+        return existing.replication_factor, ""
+    if live_members >= configured:
+        return configured, ""
+    factor = max(1, live_members)
+    return factor, (
+        f"replication factor {factor}: the default, {configured}, lowered to the "
+        f"{live_members} live member(s); a topic keeps the factor it was created with"
+    )
 
 
 class TopicAdmin:
@@ -71,7 +91,12 @@ class TopicAdmin:
         check_topic_name(request.name)
         check_partition_count(request.partitions)
         live = self.live_candidates()
-        factor = request.replication_factor or self.config.default_replication_factor
+        factor, note = default_replication_factor(
+            request.replication_factor,
+            self.config.default_replication_factor,
+            len(live),
+            self.topics.get(request.name),
+        )
         check_replication_factor(factor, len(live))
         if self.controller is None:
             return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
@@ -92,7 +117,9 @@ class TopicAdmin:
         deadline = time.monotonic() + 10
         while request.name not in self.topics and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        return (await self.metadata([request.name])).topics[0]
+        info = (await self.metadata([request.name])).topics[0]
+        info.note = note
+        return info
 
     def _assign(self, topic: str, partitions: range, factor: int) -> tuple[tuple[str, ...], ...]:
         """The initial voters of new partitions: placed over the live members, and their

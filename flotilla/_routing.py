@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import grpc
 import xxhash
 
 from flotilla._sequences import ProducerGap, Sequences
@@ -32,6 +33,7 @@ from proto.records import Record, decode_batch, encode_batch, peek_record_count,
 
 __all__ = [
     "Member",
+    "NoNodeAnswers",
     "Once",
     "PartitionInfo",
     "ProduceRoute",
@@ -87,6 +89,7 @@ class TopicInfo:
     retention_bytes: int = 0  # 0: unlimited
     retention_ms: int = 0  # 0: unlimited
     uid: str = ""  # this incarnation: a topic deleted and created again gets another
+    note: str = ""  # create_topic's answer only: e.g. a default replication factor lowered
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,7 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
         message.retention_bytes,
         message.retention_ms,
         message.uid,
+        message.note,
     )
 
 
@@ -196,6 +200,10 @@ class Router:
 
     def topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
+
+    def watch_unreachable(self) -> NoNodeAnswers:
+        """A watch for one call over `candidates()` that gives up when none can be reached."""
+        return NoNodeAnswers()
 
     def candidates(self) -> list[str]:
         """Addresses to ask for metadata: known members first, then the bootstrap list."""
@@ -578,3 +586,53 @@ class ProduceRoute:
         the cached routes failed twice, unless the node refused for overload (it is the leader;
         more calls would only add to its load)."""
         return self.pauses > 1 and not isinstance(self.last, Overloaded)
+
+
+# Every candidate refusing (or not resolving) for this long ends an admin call (`NoNodeAnswers`)
+# instead of retrying for the client's whole timeout: a node restarting refuses for a moment,
+# a cluster that is not there refuses for good.
+UNREACHABLE_GIVE_UP_S = 2.0
+
+
+def unreachable_reason(error: grpc.RpcError) -> str:
+    """Why a call reached no server at all ("connection refused", "does not resolve"), or ""
+    when a server may have seen it (it answered, or the call timed out on the way)."""
+    code = error.code() if hasattr(error, "code") else None
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    details = str((error.details() if hasattr(error, "details") else "") or "").lower()
+    if "connection refused" in details:
+        return "connection refused"
+    if "errors resolving" in details or "dns resolution failed" in details:
+        return "does not resolve"
+    return ""
+
+
+class NoNodeAnswers:
+    """Watches one call's rounds over the candidate addresses (`Client._any_node`): once every
+    address has failed without reaching a server in each round for `UNREACHABLE_GIVE_UP_S`,
+    `round_done` returns the error to raise, naming every address and why."""
+
+    def __init__(self) -> None:
+        self._reasons: dict[str, str] = {}
+        self._since: float | None = None
+        self._tried: dict[str, str] = {}
+
+    def failed(self, address: str, error: grpc.RpcError) -> None:
+        self._reasons[address] = unreachable_reason(error)
+
+    def round_done(self, addresses: Sequence[str], now: float) -> Unavailable | None:
+        reasons, self._reasons = self._reasons, {}
+        if not addresses or not all(reasons.get(a) for a in addresses):
+            self._since = None
+            return None
+        self._tried.update(reasons)
+        if self._since is None:
+            self._since = now
+        if now - self._since < UNREACHABLE_GIVE_UP_S:
+            return None
+        tried = ", ".join(f"{a} ({why})" for a, why in sorted(self._tried.items()))
+        return Unavailable(
+            f"no node answered; tried {tried} for {now - self._since:.1f} s: is the cluster "
+            "running, and are these its addresses?"
+        )

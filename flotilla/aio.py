@@ -87,14 +87,20 @@ class Client:
     async def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.timeout_s
         last: FlotillaError | None = None
+        nobody = self.router.watch_unreachable()
         while time.monotonic() < deadline:
-            for address in self.router.candidates():
+            addresses = self.router.candidates()
+            for address in addresses:
                 try:
                     return await call(self._stub(address))
                 except grpc.aio.AioRpcError as error:
                     last = from_rpc_error(error)
                     if not isinstance(last, Unavailable | Timeout):
                         raise last from None
+                    nobody.failed(address, error)
+            given_up = nobody.round_done(addresses, time.monotonic())
+            if given_up is not None:
+                raise given_up
             await asyncio.sleep(0.1)
         raise last or Unavailable("no node answered")
 

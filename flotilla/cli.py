@@ -47,7 +47,12 @@ def _client_parsers(sub: Any) -> None:
     create = topic.add_parser("create", parents=[bootstrap], help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
-    create.add_argument("--replication-factor", type=int, default=3)
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=0,
+        help="default: 3, or the live members if fewer (0)",
+    )
     create.add_argument("--retention-bytes", type=int, default=0)
     create.add_argument("--retention-ms", type=int, default=0)
     topic.add_parser("list", parents=[bootstrap], help="list topics")

@@ -25,35 +25,51 @@ EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # a node's --event-loop choices
 
 def _node_parser(sub: Any) -> None:
     node = sub.add_parser("node", help="run a node", description="Run a Flotilla node.")
-    node.add_argument("--id", dest="node_id", required=True, help="unique member id")
-    node.add_argument("--listen", required=True, metavar="HOST:PORT", help="gRPC listen address")
-    node.add_argument("--data-dir", required=True, metavar="DIR", help="where data lives")
+    node.add_argument("--id", dest="node_id", required=True, help="unique member id (required)")
+    node.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="gRPC listen address (required)"
+    )
+    node.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="where data lives (required)"
+    )
     node.add_argument(
         "--advertise", metavar="HOST:PORT", help="address others dial (default: --listen)"
     )
     node.add_argument(
-        "--join", nargs="+", default=None, metavar="HOST:PORT", help="seed members to join"
+        "--join",
+        nargs="+",
+        default=None,
+        metavar="HOST:PORT",
+        help="seed members to join (default: none; this node starts the cluster)",
     )
     node.add_argument(
         "--controllers",
         metavar="ID=HOST:PORT,...",
-        help="control-plane members and their control-plane addresses",
+        help="control-plane members and their control-plane addresses, the same list on every "
+        "node (default: with no --join either, a control plane of this node alone on the "
+        "--listen port + 100)",
     )
-    node.add_argument("--weight", type=float, help="placement weight (default 1.0)")
-    node.add_argument("--rack", help="failure domain for rack-aware placement")
-    node.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    node.add_argument("--weight", type=float, metavar="W", help="placement weight (default: 1.0)")
+    node.add_argument("--rack", help="failure domain for rack-aware placement (default: none)")
+    node.add_argument(
+        "--config", metavar="FILE", help="TOML file of settings (default: none, built-ins)"
+    )
     node.add_argument(
         "--dial-map",
         metavar="FILE",
-        help="JSON {member id: HOST:PORT} overriding where peers are dialled",
+        help="JSON {member id: HOST:PORT} overriding where peers are dialled (default: none)",
     )
-    node.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    node.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics here (default: none, not served)",
+    )
     node.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default="auto",
-        help="the node's event loop (auto: uvloop where installed; a node on it spends 15-40%% "
-        "less CPU per request than on asyncio's own loop)",
+        help="the node's event loop (default: auto, uvloop where installed; a node on it spends "
+        "15-40%% less CPU per request than on asyncio's own loop)",
     )
     node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
     # test-only (chaos mutation test): serve reads above the commit index
@@ -63,7 +79,9 @@ def _node_parser(sub: Any) -> None:
 def _run_node(args: argparse.Namespace) -> int:
     from cluster import allocator  # noqa: PLC0415
     from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
+    from cluster.controller import ControlPlaneError  # noqa: PLC0415
     from cluster.node import Node  # noqa: PLC0415
+    from cluster.startup import standalone  # noqa: PLC0415
 
     if args.unsafe_ack_before_commit and os.environ.get(UNSAFE_ENV) != "1":
         print(
@@ -92,10 +110,15 @@ def _run_node(args: argparse.Namespace) -> int:
         "metrics": args.metrics,
     }
     try:
-        config = NodeConfig.load(file=args.config, overrides=overrides)
+        config, decided = standalone(NodeConfig.load(file=args.config, overrides=overrides))
     except ConfigError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # an address in use (cluster.ownership.StartRefused), a data dir
+        print(f"flotilla: cannot start node {args.node_id}: {error}", file=sys.stderr)
+        return 1
+    if decided:
+        print(f"flotilla: {decided}", flush=True)
     logging.basicConfig(
         level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
         format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
@@ -132,7 +155,10 @@ def _run_node(args: argparse.Namespace) -> int:
             uvloop.run(serve())
         else:
             asyncio.run(serve())
-    except OSError as error:
+    except ConfigError as error:  # an address that does not resolve or clashes (Node.start)
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ControlPlaneError) as error:
         print(f"flotilla: cannot start node {config.node_id}: {error}", file=sys.stderr)
         return 1
     return 0
@@ -157,14 +183,30 @@ def add_server_parsers(sub: Any) -> None:
     """Register `node`, `dev` and `demo` on the top-level subparsers."""
     _node_parser(sub)
     dev = sub.add_parser("dev", help="run a local cluster on loopback until Ctrl-C")
-    dev.add_argument("--nodes", type=int, default=3)
-    dev.add_argument("--data-dir", default=".flotilla-dev", metavar="DIR")
+    dev.add_argument(
+        "--nodes", type=int, default=3, help="nodes on 127.0.0.1..N, 1..9 (default: %(default)s)"
+    )
+    dev.add_argument(
+        "--base-port",
+        type=int,
+        default=DEV_BASE_PORT,
+        metavar="PORT",
+        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100 (default: %(default)s)",
+    )
+    dev.add_argument(
+        "--data-dir",
+        default=".flotilla-dev",
+        metavar="DIR",
+        help="where the nodes keep their data (default: %(default)s)",
+    )
 
     demo = sub.add_parser("demo", help="the end-to-end demo on a temporary local cluster")
     demo.add_argument(
         "--count", type=int, default=100_000, help="records to produce (default 100,000)"
     )
-    demo.add_argument("--no-spark", action="store_true", help="skip the closing Spark job")
+    demo.add_argument(
+        "--no-spark", action="store_true", help="skip the closing Spark job (default: run it)"
+    )
 
 
 def _run_dev(args: argparse.Namespace) -> int:
@@ -173,7 +215,10 @@ def _run_dev(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
         return 2
-    with LocalCluster(args.data_dir, args.nodes, base_port=DEV_BASE_PORT) as cluster:
+    if not 1 <= args.base_port <= 65535 - 100:
+        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 100}", file=sys.stderr)
+        return 2
+    with LocalCluster(args.data_dir, args.nodes, base_port=args.base_port) as cluster:
         try:
             cluster.start()
         except (RuntimeError, TimeoutError) as error:
@@ -183,13 +228,16 @@ def _run_dev(args: argparse.Namespace) -> int:
             f"flotilla dev cluster of {args.nodes} node(s) is up; bootstrap {cluster.bootstrap}",
             flush=True,
         )
+        bootstrap = "" if args.base_port == DEV_BASE_PORT else f" --bootstrap {cluster.bootstrap}"
         print(
-            "  try: flotilla topic create orders --partitions 3; echo hello | flotilla produce orders",
+            f"  try: flotilla topic create orders --partitions 3{bootstrap}; "
+            f"echo hello | flotilla produce orders{bootstrap}",
             flush=True,
         )
         print("press Ctrl-C to stop every node", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        status = 0
         try:
             while not stop.wait(0.5):
                 for node_id in cluster.nodes:
@@ -198,13 +246,14 @@ def _run_dev(args: argparse.Namespace) -> int:
                             f"flotilla: node {node_id} exited; see {cluster.nodes[node_id].log_path}",
                             file=sys.stderr,
                         )
+                        status = 1
                         stop.set()
         except KeyboardInterrupt:
             pass
         print("stopping ...", flush=True)
         for node_id in cluster.nodes:
             cluster.stop(node_id)
-    return 0
+    return status
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -111,14 +111,20 @@ class Client:
         """Runs `call` on the first node that answers; errors other than unavailability raise."""
         deadline = time.monotonic() + self.timeout_s
         last: FlotillaError | None = None
+        nobody = self.router.watch_unreachable()
         while time.monotonic() < deadline:
-            for address in self.router.candidates():
+            addresses = self.router.candidates()
+            for address in addresses:
                 try:
                     return call(self._stub(address))
                 except grpc.RpcError as error:
                     last = from_rpc_error(error)
                     if not isinstance(last, Unavailable | Timeout):
                         raise last from None
+                    nobody.failed(address, error)
+            given_up = nobody.round_done(addresses, time.monotonic())
+            if given_up is not None:
+                raise given_up
             time.sleep(0.1)
         raise last or Unavailable("no node answered")
 

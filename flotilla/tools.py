@@ -9,17 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import IO
 
-import grpc
 from rich.console import Console
 from rich.table import Table
 
+from flotilla._status import ClusterStatus, gather
 from flotilla.client import Client
 from flotilla.errors import OffsetOutOfRange
-from proto import flotilla_pb2 as pb
-from proto import flotilla_pb2_grpc
 
 __all__ = ["consume", "describe_topic", "produce_lines", "status"]
 
@@ -137,132 +135,63 @@ def consume(
         offset = batch[-1].offset + 1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionStatus:
-    topic: str
-    partition: int
-    leader: str
-    replicas: tuple[str, ...]
-    high_watermark: int
-    lag: dict[str, int]  # replica -> records behind the leader's high watermark
-
-
-def _local_views(metadata: pb.MetadataResponse) -> dict[str, pb.MetadataResponse]:
-    views: dict[str, pb.MetadataResponse] = {}
-    for member in metadata.members:
-        if member.state not in (pb.ALIVE, pb.SUSPECT):
-            continue
-        try:
-            with grpc.insecure_channel(member.address) as channel:
-                views[member.id] = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
-                    pb.MetadataRequest(), timeout=3, metadata=(("flotilla-local-only", "1"),)
-                )
-        except grpc.RpcError:
-            continue
-    return views
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedStatus:
-    node: str
-    group: str  # "topic/partition"
-    reason: str
-
-
-def _quarantined(metadata: pb.MetadataResponse) -> list[QuarantinedStatus]:
-    """The replicas each live member reports quarantined (its `Health`)."""
-    found: list[QuarantinedStatus] = []
-    for member in metadata.members:
-        if member.state not in (pb.ALIVE, pb.SUSPECT):
-            continue
-        try:
-            with grpc.insecure_channel(member.address) as channel:
-                health = flotilla_pb2_grpc.FlotillaStub(channel).Health(
-                    pb.HealthRequest(), timeout=3
-                )
-        except grpc.RpcError:
-            continue
-        found.extend(QuarantinedStatus(member.id, q.group, q.reason) for q in health.quarantined)
-    return found
-
-
-def status(client: Client, console: Console, as_json: bool = False) -> list[PartitionStatus]:
-    """Members, every partition's leader, replicas and each replica's lag behind the leader,
-    and the replicas members report quarantined (stopped by an error of their own)."""
-    metadata = client.metadata()
-    quarantined = _quarantined(metadata)
-    local_hw = {
-        (node_id, t.name, p.index): p.high_watermark
-        for node_id, view in _local_views(metadata).items()
-        for t in view.topics
-        for p in t.partitions
-        if p.replicas
-    }
-    partitions = [
-        PartitionStatus(
-            topic.name,
-            p.index,
-            p.leader,
-            tuple(p.replicas),
-            p.high_watermark,
-            {
-                r: p.high_watermark - local_hw[(r, topic.name, p.index)]
-                for r in p.replicas
-                if (r, topic.name, p.index) in local_hw
-            },
-        )
-        for topic in metadata.topics
-        for p in topic.partitions
-    ]
-    members = [
-        {
-            "id": m.id,
-            "address": m.address,
-            "state": pb.MemberState.Name(m.state),
-            "weight": m.weight,
-            "rack": m.rack,
-        }
-        for m in metadata.members
-    ]
+def status(client: Client, console: Console, as_json: bool = False) -> ClusterStatus:
+    """Members, the control plane (its leader, which controllers answer), every partition's
+    leader, replicas and each replica's lag behind the leader (or why it has none), and the
+    replicas members report quarantined (stopped by an error of their own)."""
+    found = gather(client.metadata())
     if as_json:
-        json.dump(
-            {
-                "members": members,
-                "partitions": [asdict(p) for p in partitions],
-                "quarantined": [asdict(q) for q in quarantined],
-            },
-            sys.stdout,
-            indent=2,
-        )
+        json.dump(asdict(found), sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return partitions
+        return found
     member_table = Table(title="members")
     for column in ("id", "address", "state", "weight", "rack"):
         member_table.add_column(column)
-    for m in metadata.members:
-        member_table.add_row(
-            m.id, m.address, pb.MemberState.Name(m.state), f"{m.weight:g}", m.rack or "-"
+    for m in found.members:
+        state = (
+            m.state
+            if m.reachable or m.state not in ("ALIVE", "SUSPECT")
+            else f"{m.state} (no answer)"
         )
+        member_table.add_row(m.id, m.address, state, f"{m.weight:g}", m.rack or "-")
     console.print(member_table)
+    plane = found.control_plane
+    console.print(f"control plane: {plane.summary}")
+    if plane.controllers:
+        controllers = Table(title="controllers")
+        for column in ("id", "address", "reachable", "sees leader", "links"):
+            controllers.add_column(column)
+        for c in plane.controllers:
+            controllers.add_row(
+                c.id,
+                c.address,
+                "yes" if c.reachable else "no",
+                (c.leader or "none") if c.reachable else "-",
+                ",".join(c.connected) if c.reachable else "-",
+            )
+        console.print(controllers)
     table = Table(title="partitions")
     for column in ("topic", "partition", "leader", "replicas", "high watermark", "lag"):
         table.add_column(column)
-    for row in partitions:
-        lag_text = ", ".join(f"{r}:{n}" for r, n in sorted(row.lag.items())) or "-"
+    for row in found.partitions:
+        lag_text = ", ".join(
+            [f"{r}:{n}" for r, n in sorted(row.lag.items())]
+            + [f"{r}:- ({why})" for r, why in sorted(row.lag_unknown.items())]
+        )
         table.add_row(
             row.topic,
             str(row.partition),
             row.leader or "-",
             ",".join(row.replicas),
             str(row.high_watermark),
-            lag_text,
+            lag_text or "-",
         )
     console.print(table)
-    if quarantined:
+    if found.quarantined:
         stopped = Table(title="quarantined replicas (stopped until their node restarts)")
         for column in ("node", "partition", "reason"):
             stopped.add_column(column)
-        for q in quarantined:
+        for q in found.quarantined:
             stopped.add_row(q.node, q.group, q.reason)
         console.print(stopped)
-    return partitions
+    return found

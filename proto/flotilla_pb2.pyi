@@ -109,20 +109,22 @@ class PartitionInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid")
+    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid", "note")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     name: str
     replication_factor: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     retention_bytes: int
     retention_ms: int
     uid: str
-    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., uid: _Optional[str] = ...) -> None: ...
+    note: str
+    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., uid: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "state", "weight", "rack")
@@ -227,7 +229,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined")
+    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined", "control_plane")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +237,7 @@ class HealthResponse(_message.Message):
     MEMBERS_ALIVE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PLANE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     serving: bool
     partitions: int
@@ -242,7 +245,28 @@ class HealthResponse(_message.Message):
     members_alive: int
     active_groups: int
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedReplica]
-    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ...) -> None: ...
+    control_plane: ControlPlaneStatus
+    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ..., control_plane: _Optional[_Union[ControlPlaneStatus, _Mapping]] = ...) -> None: ...
+
+class ControlPlaneStatus(_message.Message):
+    __slots__ = ("controllers", "controller", "leader", "connected")
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    controllers: _containers.RepeatedCompositeFieldContainer[ControllerAddress]
+    controller: bool
+    leader: str
+    connected: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, controllers: _Optional[_Iterable[_Union[ControllerAddress, _Mapping]]] = ..., controller: _Optional[bool] = ..., leader: _Optional[str] = ..., connected: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ControllerAddress(_message.Message):
+    __slots__ = ("id", "address")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class QuarantinedReplica(_message.Message):
     __slots__ = ("group", "reason")

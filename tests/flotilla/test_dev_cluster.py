@@ -1,0 +1,228 @@
+"""`flotilla dev` end to end, as the README uses it: the real command in its own process group
+(a 3-node cluster: create a topic of 3 partitions, produce to each, consume each back, status),
+its 1-node form with the hint it prints, and the README's block that starts three nodes by hand.
+Every process started here is stopped by pid or process group, also when a test fails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import wait_until
+
+from cluster.local import free_port
+from cluster.ownership import LOCK_FILE
+from flotilla import Client
+from proto import flotilla_pb2 as pb
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOTILLA = f"{shlex.quote(sys.executable)} -m flotilla"
+UP_WITHIN_S = 90.0
+
+
+def _free_everywhere(port: int, hosts: int) -> bool:
+    for number in range(1, hosts + 1):
+        for candidate in (port, port + 100):
+            with socket.socket() as sock:
+                try:
+                    sock.bind((f"127.0.0.{number}", candidate))
+                except OSError:
+                    return False
+    return True
+
+
+def base_port(hosts: int) -> int:
+    """A port P with P and P+100 free on 127.0.0.1..hosts (the dev cluster's layout)."""
+    for _ in range(100):
+        port = free_port("127.0.0.1")
+        if port + 100 < 65536 and _free_everywhere(port, hosts):
+            return port
+    raise AssertionError("no port free on every loopback host")
+
+
+def flotilla(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flotilla", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def _stop_group(process: subprocess.Popen[str] | subprocess.Popen[bytes], data_dir: Path) -> None:
+    """SIGTERM to the process group, SIGKILL if it lingers; then any node still holding a
+    lock under `data_dir` (a node runs in a session of its own) is killed by its pid."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    for lock in data_dir.rglob(LOCK_FILE):
+        text = lock.read_text().strip()
+        if not text.isdigit():
+            continue
+        pid = int(text)
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if str(data_dir).encode() in cmdline:  # ours, not a pid reused by someone else
+                os.kill(pid, signal.SIGKILL)
+
+
+class Dev:
+    """`flotilla dev` running; its stdout collected line by line."""
+
+    def __init__(self, nodes: int, port: int, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "flotilla", "dev", "--nodes", str(nodes),
+             "--base-port", str(port), "--data-dir", str(data_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, start_new_session=True, cwd=ROOT,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_up(self) -> None:
+        wait_until(
+            lambda: any("is up" in line for line in self.lines) or self.process.poll() is not None,
+            timeout_s=UP_WITHIN_S,
+            what="flotilla dev to say it is up",
+            detail=lambda: self.lines,
+        )
+        assert self.process.poll() is None, self.lines
+
+    def stop(self) -> int | None:
+        _stop_group(self.process, self.data_dir)
+        self._reader.join(timeout=10)
+        return self.process.returncode
+
+
+@pytest.fixture
+def dev3(tmp_path: Path) -> Iterator[tuple[Dev, str]]:
+    port = base_port(3)
+    dev = Dev(3, port, tmp_path / "dev")
+    try:
+        dev.wait_up()
+        yield dev, f"127.0.0.1:{port}"
+    finally:
+        dev.stop()
+
+
+def test_flotilla_dev_three_nodes_end_to_end(dev3: tuple[Dev, str]) -> None:
+    dev, bootstrap = dev3
+    assert any(f"bootstrap {bootstrap}" in line for line in dev.lines), dev.lines
+    made = flotilla("topic", "create", "orders", "--partitions", "3", "--bootstrap", bootstrap)
+    assert made.returncode == 0, made.stderr
+    with Client(bootstrap, timeout_s=20) as client:
+        info = client.describe_topic("orders")
+        assert info.replication_factor == 3 and len(info.partitions) == 3
+    for partition in range(3):
+        lines = "".join(f"p{partition}-{n}\n" for n in range(4))
+        sent = flotilla(
+            "produce", "orders", "--partition", str(partition), "--bootstrap", bootstrap,
+            stdin=lines,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+    for partition in range(3):
+        got = flotilla(
+            "consume", "orders", "--partition", str(partition), "--from-beginning", "--max", "4",
+            "--bootstrap", bootstrap,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.split() == [f"p{partition}-{n}" for n in range(4)], got.stdout
+    shown = flotilla("status", "--bootstrap", bootstrap)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"control plane: leader n[123], 3 of 3 controllers reachable", shown.stdout)
+    assert ":-1" not in shown.stdout, shown.stdout
+    assert shown.stdout.count("orders") == 3, shown.stdout
+    assert dev.stop() == 0, dev.lines
+    assert dev.lines[-1] == "stopping ...", dev.lines
+
+
+def test_flotilla_dev_one_node_hint_works(tmp_path: Path) -> None:
+    dev = Dev(1, base_port(1), tmp_path / "dev")
+    try:
+        dev.wait_up()
+        hint = next(line for line in dev.lines if "try:" in line).split("try:", 1)[1]
+        done = subprocess.run(
+            ["bash", "-c", hint.replace("flotilla ", f"{FLOTILLA} ")],
+            capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
+        )  # fmt: skip
+        assert done.returncode == 0, (hint, done.stderr)
+        assert "Traceback" not in done.stderr
+    finally:
+        dev.stop()
+
+
+def _readme_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("Nodes started one by one")
+    block = text[start:].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert block.count("flotilla node") == 3, block
+    return block
+
+
+def test_the_readme_three_node_block_makes_a_working_cluster(tmp_path: Path) -> None:
+    port = base_port(3)
+    script = (
+        _readme_block()
+        .replace(":7001", f":{port}")
+        .replace(":7101", f":{port + 100}")
+        .replace(" data/", f" {tmp_path}/data/")
+        .replace("flotilla node", f"{FLOTILLA} node")
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FLOTILLA_CLUSTER_SECRET"}
+    log = tmp_path / "nodes.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            ["bash", "-c", script + "\nwait\n"],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        addresses = [f"127.0.0.{n}:{port}" for n in (1, 2, 3)]
+        with Client(addresses, timeout_s=30) as client:
+
+            def all_alive() -> bool:
+                with contextlib.suppress(Exception):
+                    members = client.metadata().members
+                    return sum(1 for m in members if m.state == pb.ALIVE) == 3
+                return False
+
+            wait_until(
+                all_alive, timeout_s=UP_WITHIN_S, what="3 live members", detail=log.read_text
+            )
+            info = client.create_topic("readme", partitions=3, replication_factor=3)
+            assert len(info.partitions) == 3
+            meta = client.produce("readme", b"from the README", partition=1)
+            assert [r.value for r in client.read("readme", 1, meta.offset, 1)] == [
+                b"from the README"
+            ]
+        assert "Traceback" not in log.read_text()
+    finally:
+        _stop_group(process, tmp_path / "data")
