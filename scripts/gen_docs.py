@@ -23,6 +23,7 @@ import difflib
 import importlib
 import inspect
 import io
+import json
 import os
 import re
 import sys
@@ -112,6 +113,44 @@ def _toml_value(name: str, value: object) -> str:
     if isinstance(value, Mapping):
         return "`{}`" if not value else f"`{dict(value)}`"
     return f"`{value!r}`"
+
+
+def toml_literal(value: object) -> str:
+    """`value` written as TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string of printable text is a TOML basic string
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{k} = {toml_literal(v)}" for k, v in value.items())
+        return "{ " + items + " }" if items else "{}"
+    raise DocsError(f"no TOML form for {value!r}")
+
+
+def _default_value(field: dataclasses.Field[Any]) -> object:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    raise DocsError(f"setting {field.name} has no default")
+
+
+def example_toml(cls: type) -> str:
+    """A node.toml naming every setting at its default, each commented out."""
+    lines = [
+        "# node.toml: every setting at its default; uncomment a line to change it.",
+        "# node_id and data_dir have no useful default: set them here or by flag.",
+    ]
+    for field in dataclasses.fields(cls):
+        if field.name == "cluster_secret":
+            lines.append("# cluster_secret: set FLOTILLA_CLUSTER_SECRET rather than write it here")
+            continue
+        lines.append(f"# {field.name} = {toml_literal(_default_value(field))}")
+    return "\n".join(lines)
 
 
 def _unit_hint(name: str, value: int) -> str:
@@ -279,6 +318,7 @@ def configuration_md(
                 f"| `{s.name}` | `{_cell(s.type)}` | {_cell(s.default)} | {where} | "
                 f"{_cell(s.description)} |"
             )
+    out += ["", "## Example", "", "```toml", example_toml(config_cls), "```"]
     return "\n".join(out) + "\n"
 
 

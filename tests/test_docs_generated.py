@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import re
 import subprocess
 import sys
 import types
@@ -140,3 +141,17 @@ def test_the_pages_do_not_depend_on_the_environment(
     monkeypatch.setenv("FLOTILLA_BOOTSTRAP", "10.9.9.9:7001")
     monkeypatch.setenv("COLUMNS", "40")
     assert gen.render(parser=gen.cli_parser()) == gen.render(parser=parser)
+
+
+def test_the_example_node_toml_loads_and_holds_the_defaults(tmp_path: Path) -> None:
+    from cluster.config import NodeConfig
+
+    text = (ROOT / gen.CONFIG_PAGE).read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    settings = [line[2:] for line in example.splitlines() if re.match(r"# \w+ = ", line)]
+    assert len(settings) == len(dataclasses.fields(NodeConfig)) - 1  # all but the secret
+    path = tmp_path / "node.toml"
+    path.write_text("\n".join(settings).replace('node_id = ""', 'node_id = "n1"') + "\n")
+    path.write_text(path.read_text().replace('data_dir = ""', f'data_dir = "{tmp_path}"'))
+    loaded = NodeConfig.load(file=str(path), environ={})
+    assert loaded == NodeConfig(node_id="n1", data_dir=str(tmp_path))
