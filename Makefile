@@ -57,6 +57,11 @@ soak: $(STAMP)
 	$(PY) -m raft.sim --seeds 10000 --steps 2000 --nodes 3,5 --jobs 2
 	$(PY) -m raft.sim --first-seed 10000 --seeds 2000 --steps 2000 --nodes 3,5 --disk sim --jobs 2
 
+## Regenerate docs/configuration.md and docs/cli.md from the code (a test fails when they are stale).
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) -m scripts.gen_docs
+
 ## Regenerate proto/*_pb2*.py from proto/*.proto (a test fails when they are stale).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. proto/*.proto
