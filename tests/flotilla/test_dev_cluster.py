@@ -209,10 +209,15 @@ def test_the_readme_three_node_block_makes_a_working_cluster(tmp_path: Path) -> 
         with Client(addresses, timeout_s=30) as client:
 
             def all_alive() -> bool:
-                with contextlib.suppress(Exception):
-                    members = client.metadata().members
-                    return sum(1 for m in members if m.state == pb.ALIVE) == 3
-                return False
+                """Every node sees three live members (the controller that takes the create
+                counts live members in its own node's view)."""
+                for address in addresses:
+                    with contextlib.suppress(Exception), Client(address, timeout_s=2) as one:
+                        members = one.metadata().members
+                        if sum(1 for m in members if m.state == pb.ALIVE) == 3:
+                            continue
+                    return False
+                return True
 
             wait_until(
                 all_alive, timeout_s=UP_WITHIN_S, what="3 live members", detail=log.read_text
