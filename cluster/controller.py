@@ -328,6 +328,11 @@ class MetadataStore:
     def has_leader(self) -> bool:
         return self._sync._getLeader() is not None
 
+    @property
+    def is_leader(self) -> bool:
+        """Whether this controller leads the control plane (a metric's 0/1 gauge)."""
+        return bool(self._sync._isLeader())
+
     def close(self) -> None:
         """Stops the control plane and waits for its thread: on return its port is closed and
         its journal no longer written (a store opened next on the same address and directory,
