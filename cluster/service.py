@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
 
@@ -36,6 +36,7 @@ from cluster.replica import (
     UnknownProducer,
     Waiter,
 )
+from cluster.topics import FORWARDED_FOR_KEY, requested_by
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
 from proto import flotilla_pb2 as pb
@@ -57,6 +58,17 @@ MAX_WAIT_MS = 60_000
 T = TypeVar("T")
 
 log = logging.getLogger("flotilla.service")
+
+
+def _requested_by(context: grpc.aio.ServicerContext) -> dict[str, Any]:
+    """Who asked for a topic change, for its log line: the client's address (the gRPC peer),
+    and `via` the node that forwarded it here; the client is also set for this task so that
+    a change this node forwards in turn names it (`cluster.topics.requested_by`)."""
+    peer = context.peer()
+    forwarded = dict(context.invocation_metadata() or ()).get(FORWARDED_FOR_KEY)
+    client = str(forwarded) if forwarded else peer
+    requested_by.set(client)
+    return {"client": client, "via": peer} if forwarded else {"client": client}
 
 
 def _status_name(context: grpc.aio.ServicerContext, error: BaseException) -> str:
@@ -122,29 +134,32 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
+        who = _requested_by(context)
         info = await _topic_change(context, self.node.create_topic(request))
         event(
             log, "topic_created", topic=request.name, partitions=len(info.partitions),
             replication_factor=info.replication_factor, retention_bytes=info.retention_bytes,
-            retention_ms=info.retention_ms, client=context.peer(),
+            retention_ms=info.retention_ms, **who,
         )  # fmt: skip
         return info
 
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
+        who = _requested_by(context)
         await _topic_change(context, self.node.delete_topic(request.name))
-        event(log, "topic_deleted", topic=request.name, client=context.peer())
+        event(log, "topic_deleted", topic=request.name, **who)
         return pb.DeleteTopicResponse()
 
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
+        who = _requested_by(context)
         info = await _topic_change(context, self.node.alter_topic(request))
         changed = {
             field.name: value for field, value in request.ListFields() if field.name != "name"
         }
-        event(log, "topic_altered", topic=request.name, **changed, client=context.peer())
+        event(log, "topic_altered", topic=request.name, **changed, **who)
         return info
 
     async def ListTopics(

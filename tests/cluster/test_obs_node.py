@@ -4,7 +4,7 @@ monitoring files under deploy/monitoring (every metric the dashboard queries exi
 the Prometheus targets are the compose nodes' metrics addresses).
 
 One three-node cluster serves the whole module: a topic is created, written, read, cut by
-retention and deleted; then n3 is killed (suspected, declared dead, its replicas replaced) and
+retention (a change forwarded by n3, which is no controller) and deleted; then n3 is killed (suspected, declared dead, its replicas replaced) and
 n2 stops gracefully (it leaves)."""
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ def _events(records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     root = tmp_path_factory.mktemp("obs")
     # FLOTILLA_LOG empty: the default level (INFO) is what is tested
-    with LocalCluster(root, 3, config_text=CONFIG, env={"FLOTILLA_LOG": ""}) as local:
+    # n3 is no controller: a topic change sent to it is forwarded to one
+    with LocalCluster(
+        root, 3, controllers=2, config_text=CONFIG, env={"FLOTILLA_LOG": ""}
+    ) as local:
         ports = {}
         for spec in local.nodes.values():
             ports[spec.node_id] = free_port(spec.host)
@@ -83,7 +86,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
                 assert len(client.read("obs", partition, 0, 100)) == 40
             for spec in local.nodes.values():  # every replica serves a read
                 client.read("obs", 0, 0, 10, replica=spec.node_id)
-            client.alter_topic("obs", retention_bytes=1)
+            with Client(local.nodes["n3"].address, timeout_s=30) as via_n3:
+                via_n3.alter_topic("obs", retention_bytes=1)
             wait_until(
                 lambda: all("event=retention_cut" in log_of(n) for n in ("n1", "n3")),
                 30,
@@ -127,14 +131,18 @@ def test_a_node_logs_the_events_an_operator_needs_at_the_default_level(
     assert not [r for r in n1 if r["level"] == "debug"]  # INFO is the default
     (started,) = _events(n1, "node_started")
     assert started["listen"].startswith("127.0.0.1:") and started["controller"] == "true"
-    assert started["controllers"].count("=") == 3 and started["fsync"] == "always"
+    assert started["controllers"].count("=") == 2 and started["fsync"] == "always"
     joined = {r["member"] for r in _events(n1, "member_joined")}
     assert joined == {"n1", "n2", "n3"}, joined
     (created,) = _events(everyone, "topic_created")
     assert created["topic"] == "obs" and int(created["partitions"]) == PARTITIONS
     assert str(created["client"]).startswith("ipv4:127.0.0.1:"), created  # the gRPC peer
-    (altered,) = _events(everyone, "topic_altered")
-    assert int(altered["retention_bytes"]) == 1 and altered["client"].startswith("ipv4:")
+    # n3 got the change and forwarded it: the controller's line names the client, and n3
+    (altered, forwarded) = sorted(_events(everyone, "topic_altered"), key=lambda r: "via" in r)
+    assert altered["node"] == "n3" and int(altered["retention_bytes"]) == 1
+    assert altered["client"].startswith("ipv4:127.0.0.1:"), altered
+    assert forwarded["node"] in ("n1", "n2") and forwarded["client"] == altered["client"]
+    assert forwarded["via"] != altered["client"], forwarded
     won = _events(everyone, "election_won")
     assert {int(r["partition"]) for r in won if r["topic"] == "obs"} == set(range(PARTITIONS))
     assert all(int(r["term"]) >= 1 for r in won)
