@@ -189,7 +189,7 @@ class Metrics:
             ["node", "code"], registry=registry,
         )  # fmt: skip
         self.produce_bytes = Counter(
-            "flotilla_produce_bytes", "record-batch bytes of the produce requests acknowledged",
+            "flotilla_produce_bytes", "bytes of the record batches acknowledged",
             node, registry=registry,
         )  # fmt: skip
         self.produce_duration = Histogram(
@@ -247,16 +247,17 @@ class Metrics:
         self._fetched: dict[tuple[str, str], Counter] = {}
         self._server: object | None = None
 
-    def observe_produce(self, code: str, seconds: float, size_bytes: int) -> None:
-        """One produce request answered with `code` (a gRPC status name); its batch counts
-        toward the bytes only when acknowledged."""
+    def observe_produce(self, code: str, seconds: float) -> None:
+        """One produce request answered with `code` (a gRPC status name)."""
         counter = self._produced.get(code)
         if counter is None:
             counter = self._produced[code] = self.produce_requests.labels(self.node_id, code)
         counter.inc()
         self._produce_duration.observe(seconds)
-        if code == "OK":
-            self._produce_bytes.inc(size_bytes)
+
+    def produced_bytes(self, size_bytes: int) -> None:
+        """An acknowledged batch of `size_bytes`."""
+        self._produce_bytes.inc(size_bytes)
 
     def observe_fetch(self, method: str, code: str, seconds: float | None) -> None:
         """One fetch answered (or one subscription ended, `seconds` None) with `code`."""
@@ -269,6 +270,7 @@ class Metrics:
             self._fetch_duration.observe(seconds)
 
     def fetched_bytes(self, size_bytes: int) -> None:
+        """Batches of `size_bytes` read for a fetch or a subscription (the reader thread)."""
         if size_bytes:
             self._fetch_bytes.inc(size_bytes)
 

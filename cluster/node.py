@@ -506,7 +506,12 @@ class Node(TopicAdmin):
         self, replica: Replica, offset: int, max_records: int, max_bytes: int
     ) -> list[pb.StoredBatch]:
         return await asyncio.to_thread(
-            replica.read_committed, offset, max_records, max_bytes, self.unsafe_read_uncommitted
+            replica.read_committed,
+            offset,
+            max_records,
+            max_bytes,
+            self.unsafe_read_uncommitted,
+            self.metrics.fetched_bytes,
         )
 
     # -- partition manager ---------------------------------------------------------------------

@@ -206,9 +206,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             code = _status_name(context, error)
             raise
         finally:
-            # ByteSize: the serialized size, computed without copying the batch out
-            size = request.ByteSize() if code == "OK" else 0
-            self.node.metrics.observe_produce(code, time.perf_counter() - started, size)
+            self.node.metrics.observe_produce(code, time.perf_counter() - started)
 
     async def _produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
@@ -302,6 +300,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             )
         finally:
             expiry.cancel()
+        node.metrics.produced_bytes(size)
         return pb.ProduceResponse(base_offset=result.base_offset, record_count=result.record_count)
 
     async def _await_duplicate(
@@ -335,7 +334,6 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             replica = await self._local_replica(request.topic, request.partition, context)
             response = await self._fetch(replica, request, context)
             code = "OK"
-            self.node.metrics.fetched_bytes(response.ByteSize() if response.batches else 0)
             return response
         except BaseException as error:
             code = _status_name(context, error)
@@ -360,7 +358,6 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         replica = await self._local_replica(request.topic, request.partition, context)
-        metrics = self.node.metrics
         poll = pb.FetchRequest()
         poll.CopyFrom(request)
         poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
@@ -370,7 +367,6 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
-                metrics.fetched_bytes(response.ByteSize())
                 last = response.batches[-1]
                 poll.offset = last.base_offset + last.record_count
             # one with no batches is the keepalive: nothing new within max_wait_ms

@@ -68,8 +68,9 @@ def test_every_metric_of_a_node_follows_the_conventions(tmp_path: Path) -> None:
             replication_factor=lambda topic: 3,
             controller_leader=lambda: True,
         )
-        metrics.observe_produce("OK", 0.01, 100)
-        metrics.observe_produce("UNAVAILABLE", 0.02, 100)
+        metrics.observe_produce("OK", 0.01)
+        metrics.observe_produce("UNAVAILABLE", 0.02)
+        metrics.produced_bytes(100)
         metrics.observe_fetch("fetch", "OK", 0.01)
         metrics.observe_fetch("subscribe", "CANCELLED", None)
         metrics.fetched_bytes(10)
