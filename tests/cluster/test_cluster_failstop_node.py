@@ -70,6 +70,9 @@ def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path:
         assert len(critical) == 1 and "logger=flotilla.failstop" in critical[0], log_text[-3000:]
         assert "event=fail_stop" in critical[0], critical
         assert "disk/0" in critical[0] and ".log" in critical[0], critical  # replica, file
+        errors = [line for line in log_text.splitlines() if "event=storage_error" in line]
+        assert len(errors) == 1 and "level=error" in errors[0], log_text[-3000:]
+        assert "partitions/disk/0" in errors[0] and "short write" in errors[0], errors
         # a restart (without the limit) recovers: every acknowledged record, and new writes
         cluster.start("n1")
         with Client(cluster.addresses(), timeout_s=30) as client:
