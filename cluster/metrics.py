@@ -61,8 +61,10 @@ class _NodeCollector(Collector):
         quarantined: Callable[[], int],
         replication_factor: Callable[[str], int | None],
         controller_leader: Callable[[], bool | None],
+        is_live: Callable[[str], bool],
     ) -> None:
         self.node_id = node_id
+        self.is_live = is_live
         self.replicas = replicas
         self.quarantined = quarantined
         self.replication_factor = replication_factor
@@ -95,8 +97,8 @@ class _NodeCollector(Collector):
         )
         under = GaugeMetricFamily(
             "flotilla_under_replicated_partitions",
-            "partitions led here with fewer voters than their replication factor, or a voter "
-            "that is not caught up or not answering (sum over nodes)",
+            "partitions led here with fewer voters than their replication factor, a learner "
+            "catching up, or a voter the membership does not see alive (sum over nodes)",
             labels=node_only,
         )
         offline = GaugeMetricFamily(
@@ -128,18 +130,21 @@ class _NodeCollector(Collector):
                 continue
             counts["leaders"] += 1
             last = node.log.last_index
-            voters = node.configuration.voters
-            behind = False
-            for member in sorted(node.configuration.members - {node.id}):
+            configuration = node.configuration
+            voters = configuration.voters
+            for member in sorted(configuration.members - {node.id}):
                 match = node.match_index(member)
                 if match is not None:
                     lag.add_metric([*key, member], last - match)
-                if member in voters and not (
-                    node.is_caught_up(member) and node.recently_active(member)
-                ):
-                    behind = True
+            # Kafka's "in-sync" is "caught up within a time"; an instant's match index lags
+            # behind every write in flight, so a voter counts as out of sync only while the
+            # membership says it is not alive (the lag gauge shows how far behind each is)
             factor = self.replication_factor(replica.topic) or len(voters)
-            if behind or len(voters) < factor:
+            if (
+                len(voters) < factor
+                or configuration.learners
+                or not all(self.is_live(v) for v in voters if v != node.id)
+            ):
                 counts["under"] += 1
         hosted.add_metric([self.node_id], len(replicas))
         leaders.add_metric([self.node_id], counts["leaders"])
@@ -175,6 +180,7 @@ class Metrics:
         *,
         replication_factor: Callable[[str], int | None] = lambda topic: None,
         controller_leader: Callable[[], bool | None] = lambda: None,
+        is_live: Callable[[str], bool] = lambda member_id: True,
     ) -> None:
         self.registry = registry = CollectorRegistry()
         self.node_id = node_id
@@ -234,7 +240,9 @@ class Metrics:
             registry=registry,
         )  # fmt: skip
         registry.register(
-            _NodeCollector(node_id, replicas, quarantined, replication_factor, controller_leader)
+            _NodeCollector(
+                node_id, replicas, quarantined, replication_factor, controller_leader, is_live
+            )
         )
         # the labelled children, looked up once (every request and disk round observes one)
         self._produce_duration = self.produce_duration.labels(node_id)

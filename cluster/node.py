@@ -134,6 +134,7 @@ class Node(TopicAdmin):
             quarantined=lambda: len(self.multiraft.quarantine),
             replication_factor=self._replication_factor,
             controller_leader=self._controller_leader,
+            is_live=self._is_live,
         )
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")

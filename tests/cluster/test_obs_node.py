@@ -41,6 +41,7 @@ class Observed:
     events: dict[str, list[dict[str, Any]]]  # node id -> its log's records, parsed
     raw: dict[str, str]  # node id -> its log
     scrapes: dict[str, str]  # node id -> /metrics text (all three alive, after traffic)
+    degraded: dict[str, str]  # n1's and n2's /metrics once n3's replicas were removed
 
 
 def _records(node_id: str, text: str, fmt: str) -> list[dict[str, Any]]:
@@ -76,7 +77,6 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             assert path is not None
             return path.read_text(errors="replace")
 
-        scrapes = {}
         with Client(local.addresses(), timeout_s=30) as client:
             client.create_topic("obs", partitions=PARTITIONS, replication_factor=3)
             for partition in range(PARTITIONS):
@@ -93,23 +93,33 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
                 30,
                 "retention cuts logged",
             )
-            for node_id, port in ports.items():
-                url = f"http://{local.nodes[node_id].host}:{port}/metrics"
+
+            def scrape(node_id: str) -> str:
+                url = f"http://{local.nodes[node_id].host}:{ports[node_id]}/metrics"
                 with urllib.request.urlopen(url, timeout=10) as response:
-                    scrapes[node_id] = response.read().decode()
+                    return str(response.read().decode())
+
+            scrapes = {node_id: scrape(node_id) for node_id in ports}
             local.kill("n3")
 
-            def n3_replaced() -> bool:
+            def n3_removed() -> set[int]:
+                """The partitions whose leader removed n3."""
+                removed = set()
                 for node_id, fmt in (("n1", "logfmt"), ("n2", "json")):
                     try:
                         records = _records(node_id, log_of(node_id), fmt)
                     except ValueError:  # a line being written
                         continue
-                    if any(r["replica"] == "n3" for r in _events(records, "replica_removed")):
-                        return True
-                return False
+                    for r in _events(records, "replica_removed"):
+                        if r["replica"] == "n3":
+                            removed.add(int(r["partition"]))
+                return removed
 
-            wait_until(n3_replaced, 60, "a replica of n3 replaced")
+            wait_until(
+                lambda: n3_removed() == set(range(PARTITIONS)), 60, "n3 removed everywhere",
+                detail=n3_removed,
+            )  # fmt: skip
+            degraded = {node_id: scrape(node_id) for node_id in ("n1", "n2")}
             client.delete_topic("obs")
         local.stop("n2")
         wait_until(lambda: "event=member_left member=n2" in log_of("n1"), 30, "n2's leave seen")
@@ -118,7 +128,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         node_id: _records(node_id, text, "json" if node_id == "n2" else "logfmt")
         for node_id, text in raw.items()
     }
-    yield Observed(events, raw, scrapes)
+    yield Observed(events, raw, scrapes, degraded)
 
 
 # -- logs ----------------------------------------------------------------------------------------
@@ -233,6 +243,26 @@ def test_a_node_serves_its_metrics_with_their_types_and_labels(observed: Observe
     assert values["flotilla_controller_is_leader"] == 1  # exactly one control-plane leader
     assert values["flotilla_under_replicated_partitions"] == 0  # all three alive
     assert values["flotilla_log_segments"] >= 3 * PARTITIONS
+
+
+def _total(scrapes: dict[str, str], name: str) -> float:
+    return sum(
+        sample.value
+        for text in scrapes.values()
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
+def test_partitions_short_of_their_replication_factor_count_as_under_replicated(
+    observed: Observed,
+) -> None:
+    """n3 died and its replicas were removed: every partition (RF 3) has two voters left."""
+    assert _total(observed.scrapes, "flotilla_under_replicated_partitions") == 0
+    assert _total(observed.degraded, "flotilla_under_replicated_partitions") == PARTITIONS
+    assert _total(observed.degraded, "flotilla_offline_partitions") == 0  # all have leaders
+    assert _total(observed.degraded, "flotilla_leader_partitions") == PARTITIONS
 
 
 # -- monitoring files ------------------------------------------------------------------------------
