@@ -364,6 +364,11 @@ class MetadataStore:
             tuple(sorted(connected)),
         )
 
+    @property
+    def is_leader(self) -> bool:
+        """Whether this controller leads the control plane (a metric's 0/1 gauge)."""
+        return bool(self._sync._isLeader())
+
     def close(self) -> None:
         """Stops the control plane and waits for its thread: on return its port is closed and
         its journal no longer written (a store opened next on the same address and directory,

@@ -120,6 +120,15 @@ class FailStop:
                 failure.where,
                 failure.error,
                 FAIL_STOP_EXIT_CODE,
+                extra={
+                    "event": "fail_stop",
+                    "fields": {
+                        "where": failure.where,
+                        "error": repr(failure.error),
+                        "exit_code": FAIL_STOP_EXIT_CODE,
+                        "note": "not retried; recovery on restart decides what survived",
+                    },
+                },
             )
             for stream in (sys.stderr, sys.stdout):
                 try:

@@ -4,6 +4,11 @@ A timer calls `tick()` every `SwimConfig.tick_ms`; received packets are decoded 
 core; after each input the core's outbox is sent (one unary `Peer.Swim` call per message, fire
 and forget, as over UDP) and its events are passed to `on_events`. A message to a known member is
 dialled through the dial map, so chaos proxies cut gossip as well as Raft.
+
+Every change of a member's state is logged at INFO, one line each (`member_joined`,
+`member_updated`, `member_suspected`, `member_alive` (a suspicion refuted), `member_dead` (with
+who declared it), `member_left`). The core reports suspicion as a state, not an event: the
+host compares the suspects once per tick (O(members) every `tick_ms`).
 """
 
 from __future__ import annotations
@@ -14,14 +19,30 @@ import logging
 import random
 from collections.abc import Callable
 
+from cluster.logs import event, log_event
 from cluster.transport import PeerTransport
-from membership import CodecError, Member, MembershipEvent, Swim, SwimConfig
+from membership import (
+    CodecError,
+    EventKind,
+    Member,
+    MembershipEvent,
+    MemberState,
+    Swim,
+    SwimConfig,
+)
 from membership.codec import decode, encode
 from proto import peer_pb2
 
 __all__ = ["GossipHost"]
 
 log = logging.getLogger("flotilla.gossip")
+
+_EVENT_NAMES = {
+    EventKind.JOIN: "member_joined",
+    EventKind.UPDATE: "member_updated",
+    EventKind.DEAD: "member_dead",
+    EventKind.LEAVE: "member_left",
+}
 
 
 class GossipHost:
@@ -40,6 +61,7 @@ class GossipHost:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[bool]] = set()
         self.malformed_packets = 0
+        self.suspects: set[str] = set()  # as last logged
 
     def start(self, seeds: list[str]) -> None:
         if seeds:
@@ -76,6 +98,7 @@ class GossipHost:
                 next_at = loop.time()  # we were paused: do not replay the missed ticks in a burst
             self.swim.tick()
             self._flush()
+            self._log_suspicions()
 
     def _flush(self) -> None:
         for outgoing in self.swim.take_outbox():
@@ -92,7 +115,20 @@ class GossipHost:
             task.add_done_callback(self._sends.discard)
         events = self.swim.take_events()
         if events:
+            for each in events:
+                _log_event(each)
             self.on_events(events)
+
+    def _log_suspicions(self) -> None:
+        suspects = {r.member.id for r in self.swim.records() if r.state is MemberState.SUSPECT}
+        if suspects == self.suspects:
+            return
+        for member_id in sorted(suspects - self.suspects):
+            event(log, "member_suspected", member=member_id, address=self.address_of(member_id))
+        for member_id in sorted(self.suspects - suspects):
+            if self.swim.member_state(member_id) is MemberState.ALIVE:
+                event(log, "member_alive", member=member_id, reason="suspicion refuted")
+        self.suspects = suspects
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -101,3 +137,15 @@ class GossipHost:
                 await self._task
         for task in list(self._sends):
             task.cancel()
+
+
+def _log_event(change: MembershipEvent) -> None:
+    member = change.member
+    fields: dict[str, object] = {"member": member.id, "address": member.address}
+    if change.kind is EventKind.JOIN:
+        fields.update(rack=member.rack, weight=member.weight, version=member.version)
+    if change.declared_by:
+        fields["declared_by"] = change.declared_by
+    level = logging.WARNING if change.kind is EventKind.DEAD else logging.INFO
+    fields["incarnation"] = change.incarnation
+    log_event(log, _EVENT_NAMES[change.kind], fields, level)

@@ -1,12 +1,25 @@
-"""Node metrics in the Prometheus text format (prometheus-client).
+"""Node metrics in the Prometheus text format (prometheus-client), named by its conventions:
+base units (`_seconds`, `_bytes`), counters end in `_total`, every series has a `node` label.
 
-Per-partition gauges (commit index, applied offset, lag of each follower seen by a leader) are
-read from the replicas at scrape time by a custom collector, so the hot path pays nothing for
-them. Produce latency and fsync (group commit) latency are histograms observed as they happen;
-leader changes are counted by the MultiRaft driver. `flotilla_replicas_quarantined` counts the
-local replicas stopped by an error of their own (`cluster.quarantine`);
-`flotilla_replicas_rebuilt_total` those found damaged on open and rebuilt from their peers
-(`cluster.opener`).
+Cost: the hot path pays per request or per storage round, never per record. Requests: each
+produce and fetch observes its duration once and counts its bytes (the batch sizes, already
+known) and its gRPC status code. Storage: each round's duration and each group commit's fsync
+time (`flotilla_fsync_duration_seconds`, one observation per `sync_logs` call, however many
+logs it synced). Everything that is a state rather than an event (per-partition indexes and
+lag, leaders, under-replicated and offline partitions, segments, the control-plane leader) is
+read from the replicas at scrape time by `_NodeCollector`, so it costs nothing between scrapes.
+
+Renamed (the old names broke the conventions or said the wrong thing):
+- `flotilla_produce_latency_seconds` -> `flotilla_produce_request_duration_seconds` (now every
+  produce request, whatever its outcome, from arrival to answer)
+- `flotilla_group_commit_seconds` -> `flotilla_storage_round_duration_seconds` (a round is the
+  writes of all groups plus their group commit; the fsync alone is
+  `flotilla_fsync_duration_seconds`)
+- the per-partition series' label `partition="t/3"` -> `topic="t", partition="3"`
+
+Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
+over nodes (only a partition's leader counts it), take the max of
+`flotilla_offline_partitions` (every replica of a leaderless partition counts it).
 """
 
 from __future__ import annotations
@@ -14,7 +27,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -26,33 +47,31 @@ if TYPE_CHECKING:
 __all__ = ["Metrics"]
 
 _LATENCY_BUCKETS = (
-    0.0002,
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-)
+    0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+)  # fmt: skip
 
 
-class _PartitionCollector(Collector):
+class _NodeCollector(Collector):
+    """Scrape-time gauges, read from the replicas (on the HTTP server's thread: reads only)."""
+
     def __init__(
-        self, node_id: str, replicas: Callable[[], list[Replica]], quarantined: Callable[[], int]
+        self,
+        node_id: str,
+        replicas: Callable[[], list[Replica]],
+        quarantined: Callable[[], int],
+        replication_factor: Callable[[str], int | None],
+        controller_leader: Callable[[], bool | None],
+        is_live: Callable[[str], bool],
     ) -> None:
         self.node_id = node_id
+        self.is_live = is_live
         self.replicas = replicas
         self.quarantined = quarantined
+        self.replication_factor = replication_factor
+        self.controller_leader = controller_leader
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        labels = ["node", "partition"]
+        labels = ["node", "topic", "partition"]
         commit = GaugeMetricFamily(
             "flotilla_partition_commit_index", "Raft commit index", labels=labels
         )
@@ -61,33 +80,95 @@ class _PartitionCollector(Collector):
             "next offset past the last committed record",
             labels=labels,
         )
-        leader = GaugeMetricFamily(
+        is_leader = GaugeMetricFamily(
             "flotilla_partition_is_leader", "1 if this replica leads", labels=labels
         )
         lag = GaugeMetricFamily(
             "flotilla_partition_follower_lag_entries",
-            "entries a follower is behind (leader's view)",
+            "entries a follower is behind its leader (the leader's view)",
             labels=[*labels, "follower"],
         )
-        for replica in self.replicas():
+        node_only = ["node"]
+        hosted = GaugeMetricFamily(
+            "flotilla_replicas", "partition replicas hosted on this node", labels=node_only
+        )
+        leaders = GaugeMetricFamily(
+            "flotilla_leader_partitions", "partitions this node leads", labels=node_only
+        )
+        under = GaugeMetricFamily(
+            "flotilla_under_replicated_partitions",
+            "partitions led here with fewer voters than their replication factor, a learner "
+            "catching up, or a voter the membership does not see alive (sum over nodes)",
+            labels=node_only,
+        )
+        offline = GaugeMetricFamily(
+            "flotilla_offline_partitions",
+            "replicas here that know of no leader (max over nodes: every replica counts it)",
+            labels=node_only,
+        )
+        segments = GaugeMetricFamily(
+            "flotilla_log_segments", "log segment files of the replicas here", labels=node_only
+        )
+        size = GaugeMetricFamily(
+            "flotilla_log_size_bytes", "bytes in the log segments here", labels=node_only
+        )
+        counts = {"leaders": 0, "under": 0, "offline": 0, "segments": 0, "bytes": 0}
+        replicas = self.replicas()
+        for replica in replicas:
             node = replica.node
-            key = [self.node_id, replica.group]
+            key = [self.node_id, replica.topic, str(replica.partition)]
             commit.add_metric(key, node.commit)
             high_watermark.add_metric(key, replica.high_watermark)
-            leader.add_metric(key, 1 if node.role is Role.LEADER else 0)
-            if node.role is Role.LEADER:
-                last = node.log.last_index
-                for member in sorted(node.configuration.members - {node.id}):
-                    match = node.match_index(member)
-                    if match is not None:
-                        lag.add_metric([*key, member], last - match)
+            leads = node.role is Role.LEADER
+            is_leader.add_metric(key, 1 if leads else 0)
+            segmented = replica.segmented
+            counts["segments"] += segmented.segment_count
+            counts["bytes"] += segmented.size_bytes
+            if node.leader_id is None:
+                counts["offline"] += 1
+            if not leads:
+                continue
+            counts["leaders"] += 1
+            last = node.log.last_index
+            configuration = node.configuration
+            voters = configuration.voters
+            for member in sorted(configuration.members - {node.id}):
+                match = node.match_index(member)
+                if match is not None:
+                    lag.add_metric([*key, member], last - match)
+            # Kafka's "in-sync" is "caught up within a time"; an instant's match index lags
+            # behind every write in flight, so a voter counts as out of sync only while the
+            # membership says it is not alive (the lag gauge shows how far behind each is)
+            factor = self.replication_factor(replica.topic) or len(voters)
+            if (
+                len(voters) < factor
+                or configuration.learners
+                or not all(self.is_live(v) for v in voters if v != node.id)
+            ):
+                counts["under"] += 1
+        hosted.add_metric([self.node_id], len(replicas))
+        leaders.add_metric([self.node_id], counts["leaders"])
+        under.add_metric([self.node_id], counts["under"])
+        offline.add_metric([self.node_id], counts["offline"])
+        segments.add_metric([self.node_id], counts["segments"])
+        size.add_metric([self.node_id], counts["bytes"])
         quarantined = GaugeMetricFamily(
             "flotilla_replicas_quarantined",
             "local replicas stopped by an error of their own (see Health, `flotilla status`)",
-            labels=["node"],
+            labels=node_only,
         )
         quarantined.add_metric([self.node_id], self.quarantined())
-        yield from (commit, high_watermark, leader, lag, quarantined)
+        controller = GaugeMetricFamily(
+            "flotilla_controller_is_leader",
+            "1 if this node leads the control plane, 0 if it is a controller that does not "
+            "(absent on nodes that are not controllers)",
+            labels=node_only,
+        )
+        leading = self.controller_leader()
+        if leading is not None:
+            controller.add_metric([self.node_id], 1 if leading else 0)
+        yield from (commit, high_watermark, is_leader, lag, hosted, leaders, under, offline)
+        yield from (segments, size, quarantined, controller)
 
 
 class Metrics:
@@ -96,40 +177,117 @@ class Metrics:
         node_id: str,
         replicas: Callable[[], list[Replica]],
         quarantined: Callable[[], int] = lambda: 0,
+        *,
+        replication_factor: Callable[[str], int | None] = lambda topic: None,
+        controller_leader: Callable[[], bool | None] = lambda: None,
+        is_live: Callable[[str], bool] = lambda member_id: True,
     ) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = registry = CollectorRegistry()
         self.node_id = node_id
-        self.produce_latency = Histogram(
-            "flotilla_produce_latency_seconds", "produce request to acknowledgement", ["node"],
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        # the client library's process, platform and GC collectors (it registers them on its
+        # global registry; a node serves its own)
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+        node = ["node"]
+        self.produce_requests = Counter(
+            "flotilla_produce_requests", "produce requests answered, by gRPC status code",
+            ["node", "code"], registry=registry,
         )  # fmt: skip
-        self.fsync_latency = Histogram(
-            "flotilla_group_commit_seconds", "one storage round: writes of all groups + group fsync", ["node"],
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        self.produce_bytes = Counter(
+            "flotilla_produce_bytes", "bytes of the record batches acknowledged",
+            node, registry=registry,
+        )  # fmt: skip
+        self.produce_duration = Histogram(
+            "flotilla_produce_request_duration_seconds", "produce request arrival to answer",
+            node, buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.fetch_requests = Counter(
+            "flotilla_fetch_requests",
+            "fetch requests answered (and subscriptions ended), by method and gRPC status code",
+            ["node", "method", "code"], registry=registry,
+        )  # fmt: skip
+        self.fetch_bytes = Counter(
+            "flotilla_fetch_bytes", "record-batch bytes served by fetches and subscriptions",
+            node, registry=registry,
+        )  # fmt: skip
+        self.fetch_duration = Histogram(
+            "flotilla_fetch_request_duration_seconds",
+            "fetch request arrival to answer (long polls included)",
+            node, buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.storage_round = Histogram(
+            "flotilla_storage_round_duration_seconds",
+            "one storage round: the writes of all groups and their group commit",
+            node, buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.fsync_duration = Histogram(
+            "flotilla_fsync_duration_seconds",
+            "one group commit: the fsyncs of every log a round wrote (in parallel)",
+            node, buckets=_LATENCY_BUCKETS, registry=registry,
         )  # fmt: skip
         self.leader_changes = Counter(
-            "flotilla_leader_changes_total", "leadership gained or lost by local replicas", ["node"],
-            registry=self.registry,
+            "flotilla_leader_changes", "leadership gained or lost by local replicas", node,
+            registry=registry,
         )  # fmt: skip
         self.replicas_retired = Counter(
-            "flotilla_replicas_retired_total", "local replicas deleted after their group removed them", ["node"],
-            registry=self.registry,
+            "flotilla_replicas_retired", "local replicas deleted after their group removed them",
+            node, registry=registry,
         )  # fmt: skip
         self.replicas_rebuilt = Counter(
-            "flotilla_replicas_rebuilt_total", "local replicas found damaged on open and rebuilt from their peers", ["node"],
-            registry=self.registry,
+            "flotilla_replicas_rebuilt",
+            "local replicas found damaged on open and rebuilt from their peers", node,
+            registry=registry,
         )  # fmt: skip
-        self.registry.register(_PartitionCollector(node_id, replicas, quarantined))
-        # the labelled children, looked up once (every produce and disk round observes one)
-        self._produce_latency = self.produce_latency.labels(node_id)
-        self._fsync_latency = self.fsync_latency.labels(node_id)
+        registry.register(
+            _NodeCollector(
+                node_id, replicas, quarantined, replication_factor, controller_leader, is_live
+            )
+        )
+        # the labelled children, looked up once (every request and disk round observes one)
+        self._produce_duration = self.produce_duration.labels(node_id)
+        self._produce_bytes = self.produce_bytes.labels(node_id)
+        self._fetch_duration = self.fetch_duration.labels(node_id)
+        self._fetch_bytes = self.fetch_bytes.labels(node_id)
+        self._storage_round = self.storage_round.labels(node_id)
+        self._fsync_duration = self.fsync_duration.labels(node_id)
+        self._produced: dict[str, Counter] = {}
+        self._fetched: dict[tuple[str, str], Counter] = {}
         self._server: object | None = None
 
-    def observe_produce(self, group: str, seconds: float) -> None:
-        self._produce_latency.observe(seconds)
+    def observe_produce(self, code: str, seconds: float) -> None:
+        """One produce request answered with `code` (a gRPC status name)."""
+        counter = self._produced.get(code)
+        if counter is None:
+            counter = self._produced[code] = self.produce_requests.labels(self.node_id, code)
+        counter.inc()
+        self._produce_duration.observe(seconds)
+
+    def produced_bytes(self, size_bytes: int) -> None:
+        """An acknowledged batch of `size_bytes`."""
+        self._produce_bytes.inc(size_bytes)
+
+    def observe_fetch(self, method: str, code: str, seconds: float | None) -> None:
+        """One fetch answered (or one subscription ended, `seconds` None) with `code`."""
+        counter = self._fetched.get((method, code))
+        if counter is None:
+            counter = self.fetch_requests.labels(self.node_id, method, code)
+            self._fetched[(method, code)] = counter
+        counter.inc()
+        if seconds is not None:
+            self._fetch_duration.observe(seconds)
+
+    def fetched_bytes(self, size_bytes: int) -> None:
+        """Batches of `size_bytes` read for a fetch or a subscription (the reader thread)."""
+        if size_bytes:
+            self._fetch_bytes.inc(size_bytes)
+
+    def observe_round(self, seconds: float) -> None:
+        self._storage_round.observe(seconds)
 
     def observe_fsync(self, seconds: float) -> None:
-        self._fsync_latency.observe(seconds)
+        """Thread-safe: the storage thread calls it after each group commit."""
+        self._fsync_duration.observe(seconds)
 
     def leader_changed(self) -> None:
         self.leader_changes.labels(self.node_id).inc()

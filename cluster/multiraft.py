@@ -115,6 +115,8 @@ class MultiRaft:
         self.on_quarantine: Callable[[Replica], None] = lambda replica: None
         # after each round that did disk work, with how long it took (writes and group commit)
         self.on_disk: Callable[[float], None] = lambda seconds: None
+        # each group commit's fsync time; called on the storage thread
+        self.on_fsync: Callable[[float], object] = lambda seconds: None
         # when a round has taken every input delivered so far (the transport's inbox budget)
         self.on_inputs_taken: Callable[[], None] = lambda: None
         self._inbox: deque[tuple[str, list[tuple[str, bytes | memoryview]]] | Proposal | _Call] = (
@@ -450,6 +452,7 @@ class MultiRaft:
                     self.journal,
                     [work for work, _ in maintenance],
                     self.fail_stop,
+                    self.on_fsync,
                 )
             except BaseException:
                 self._maintenance[:0] = maintenance  # settled by `_halt` (or the next round)

@@ -41,6 +41,7 @@ from cluster.dialmap import DialMap
 from cluster.failstop import FailStop, NodeFailStopped
 from cluster.gossip import GossipHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
+from cluster.logs import EventBudget, event
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
@@ -132,7 +133,12 @@ class Node(TopicAdmin):
             config.node_id,
             lambda: list(self.multiraft.replicas.values()),
             quarantined=lambda: len(self.multiraft.quarantine),
+            replication_factor=self._replication_factor,
+            controller_leader=self._controller_leader,
+            is_live=self._is_live,
         )
+        # leadership won and lost, one line each up to a budget a second, then a summary
+        self.elections = EventBudget(log, "elections_summary")
         self.controller: MetadataStore | None = None
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -158,7 +164,7 @@ class Node(TopicAdmin):
             election_timeout_s=config.election_timeout_ms / 1000,
             is_live=self._is_live,
             alive_since=self._alive_since.get,
-            on_leader_changed=self.metrics.leader_changed,
+            on_leader_changed=self._leader_changed,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self._topics_version: object = None  # what the topic table was built from
@@ -228,7 +234,8 @@ class Node(TopicAdmin):
             raise AddressInUse("gRPC", config.listen, str(error).split(";")[0]) from None
         await self.server.start()
         self.multiraft.on_round = self._after_round
-        self.multiraft.on_disk = self.metrics.observe_fsync
+        self.multiraft.on_disk = self.metrics.observe_round
+        self.multiraft.on_fsync = self.metrics.observe_fsync
         self.multiraft.start()
         self.gossip.start([seed for seed in config.join if seed != config.advertised])
         if config.metrics:
@@ -241,9 +248,21 @@ class Node(TopicAdmin):
                 raise AddressInUse("metrics", config.metrics) from None
         self._tasks.append(asyncio.get_running_loop().create_task(self._manage_loop()))
         self.started.set()
-        log.info("node %s serving on %s", config.node_id, config.listen)
+        event(
+            log, "node_started", listen=config.listen, advertise=config.advertised,
+            data_dir=config.data_dir, controller=config.is_controller,
+            controllers=",".join(f"{k}={v}" for k, v in sorted(config.controllers.items())),
+            join=",".join(config.join), metrics=config.metrics or "off", rack=config.rack,
+            weight=config.weight, fsync=config.fsync, segment_bytes=config.segment_bytes,
+            replicas=len(self.multiraft.replicas), version=VERSION, pid=os.getpid(),
+        )  # fmt: skip
 
     async def stop(self, graceful: bool = True) -> None:
+        if self.started.is_set():
+            event(
+                log, "node_stopping", graceful=graceful,
+                leaders=sum(1 for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER),
+            )  # fmt: skip
         if graceful:
             await self._hand_off_leadership()
             self.gossip.leave()
@@ -267,6 +286,8 @@ class Node(TopicAdmin):
             self.controller.close()
         self.metrics.close()
         self.data_dir_lock.release()  # last: nothing of this node touches data_dir any more
+        if self.started.is_set():
+            event(log, "node_stopped", graceful=graceful)
 
     async def _hand_off_leadership(self) -> None:
         deadline = time.monotonic() + 4 * self.config.election_timeout_ms / 1000
@@ -294,19 +315,41 @@ class Node(TopicAdmin):
 
     def _on_members(self, events: list[MembershipEvent]) -> None:
         now = time.monotonic()
-        for event in events:
-            if event.kind in (EventKind.DEAD, EventKind.LEAVE):
-                self._gone_since.setdefault(event.member.id, now)
-                self._alive_since.pop(event.member.id, None)
+        for change in events:
+            if change.kind in (EventKind.DEAD, EventKind.LEAVE):
+                self._gone_since.setdefault(change.member.id, now)
+                self._alive_since.pop(change.member.id, None)
             else:
-                self._gone_since.pop(event.member.id, None)
-                self._alive_since.setdefault(event.member.id, now)
+                self._gone_since.pop(change.member.id, None)
+                self._alive_since.setdefault(change.member.id, now)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
             return
         for replica in self.multiraft.replicas.values():
             if replica.node.leader_id in gone:
                 self.multiraft.wake(replica.group)
+
+    def _leader_changed(self, replica: Replica, leads: bool) -> None:
+        self.metrics.leader_changed()
+        node = replica.node
+        if leads:
+            self.elections(
+                "election_won", topic=replica.topic, partition=replica.partition, term=node.term,
+                voters=sorted(node.configuration.voters),
+            )  # fmt: skip
+        else:
+            self.elections(
+                "election_lost", topic=replica.topic, partition=replica.partition, term=node.term,
+                leader=node.leader_id or "none",
+            )  # fmt: skip
+
+    def _replication_factor(self, topic: str) -> int | None:
+        spec = self.topics.get(topic)
+        return spec.replication_factor if spec is not None else None
+
+    def _controller_leader(self) -> bool | None:
+        controller = self.controller
+        return None if controller is None else controller.is_leader
 
     def _is_live(self, member_id: str) -> bool:
         state = self.gossip.swim.member_state(member_id)
@@ -484,7 +527,12 @@ class Node(TopicAdmin):
         self, replica: Replica, offset: int, max_records: int, max_bytes: int
     ) -> list[pb.StoredBatch]:
         return await asyncio.to_thread(
-            replica.read_committed, offset, max_records, max_bytes, self.unsafe_read_uncommitted
+            replica.read_committed,
+            offset,
+            max_records,
+            max_bytes,
+            self.unsafe_read_uncommitted,
+            self.metrics.fetched_bytes,
         )
 
     # -- partition manager ---------------------------------------------------------------------
@@ -503,6 +551,8 @@ class Node(TopicAdmin):
                     self._probed_at = time.monotonic()
                     await self._probe_unplaced()
                 await self.opener.open_pending()
+                self.elections.tick()
+                self.steward.change_log.tick()
                 self.steward.reconcile(
                     self.placement_candidates(), self.topics, self._topics_version
                 )
@@ -615,11 +665,11 @@ class Node(TopicAdmin):
             self.opener.retired[group] = replica.topic_uid
             await self.multiraft.run_storage(partial(self.opener.retire, replica))
             self.metrics.replica_retired()
-            log.info(
-                "retired replica %s: the configuration at index %d left this node out",
-                group,
-                replica.node.removed_at,
-            )
+            event(
+                log, "replica_retired", topic=replica.topic, partition=replica.partition,
+                configuration_index=replica.node.removed_at,
+                reason="a committed configuration left this node out",
+            )  # fmt: skip
         except NodeFailStopped:
             raise
         except Exception:

@@ -10,6 +10,7 @@ write raises anything else (a bug) is returned, to quarantine, while the others'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -54,6 +55,7 @@ def write_all(
     journal: StateJournal,
     maintenance: Sequence[Callable[[], object]] = (),
     fail_stop: FailStop | None = None,
+    on_fsync: Callable[[float], object] = lambda seconds: None,
 ) -> tuple[list[object], list[tuple[Replica, Exception]]]:
     """Storage thread: every Ready's writes, group-committed (one fsync per dirty log, in
     parallel, `WRITE_CHUNK_GROUPS` logs at a time), then one fsync of the state journal; then
@@ -83,7 +85,9 @@ def write_all(
                 states[replica.group] = state
         # every log that wrote is dirty; the others cost nothing (sync_logs skips clean logs)
         try:
-            sync_logs(replica.segmented for replica in written)
+            started = time.perf_counter()
+            if sync_logs(replica.segmented for replica in written):
+                on_fsync(time.perf_counter() - started)  # the fsync latency metric
         except Exception as error:  # never retried: the kernel may have dropped the pages
             groups = ", ".join(replica.group for replica, _ in chunk[:8])
             more = f" and {len(chunk) - 8} more" if len(chunk) > 8 else ""

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cluster.logs import event
+
 __all__ = ["Quarantine", "Quarantined"]
 
 log = logging.getLogger("flotilla.quarantine")
@@ -44,12 +46,12 @@ class Quarantine:
         reason = f"{doing} {group} failed: {type(error).__name__}: {error}"
         entry = Quarantined(group, reason, topic_uid, time.time())
         self._entries[group] = entry
-        log.error(
-            "quarantined replica %s (stopped; its neighbours go on): %s",
-            group,
-            reason,
-            exc_info=error,
-        )
+        topic, _, partition = group.rpartition("/")
+        event(
+            log, "quarantine", level=logging.ERROR, topic=topic, partition=partition,
+            doing=doing, error=f"{type(error).__name__}: {error}",
+            note="this replica stopped; its neighbours go on", exc_info=error,
+        )  # fmt: skip
         return entry
 
     def __contains__(self, group: object) -> bool:

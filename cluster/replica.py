@@ -408,10 +408,16 @@ class Replica:
         self.waiters.clear()
 
     def read_committed(
-        self, offset: int, max_records: int, max_bytes: int, unsafe: bool = False
+        self,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        unsafe: bool = False,
+        on_bytes: Callable[[int], object] | None = None,
     ) -> list[pb.StoredBatch]:
         """Reader thread: committed batches from `offset`, never past the applied index.
-        `unsafe` (test-only, --unsafe-read-uncommitted): up to the log's last index instead."""
+        `unsafe` (test-only, --unsafe-read-uncommitted): up to the log's last index instead.
+        `on_bytes` is told the size of the batches read (the fetch bytes metric)."""
         log = self.segmented
         applied = self.node.applied_index
         if unsafe:  # test-only: a deliberately broken reader for the chaos checker's mutation test
@@ -421,12 +427,13 @@ class Replica:
         elif offset >= self.high_watermark:
             return []
         batches: list[pb.StoredBatch] = []
-        records = 0
+        records = size = 0
         index = log.find_offset(offset)
         for entry in log.read_from(index, max_bytes):
             if entry.index > applied or records >= max_records:
                 break
             if entry.record_count:
+                size += len(entry.data)
                 batches.append(
                     pb.StoredBatch(
                         base_offset=entry.base_offset,
@@ -435,6 +442,8 @@ class Replica:
                     )
                 )
                 records += entry.record_count
+        if on_bytes is not None and size:
+            on_bytes(size)
         return batches
 
     def close(self) -> None:

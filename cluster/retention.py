@@ -18,6 +18,7 @@ from typing import cast
 
 from cluster.controller import TopicSpec
 from cluster.failstop import storage_failure
+from cluster.logs import EventBudget
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 
@@ -28,6 +29,8 @@ log = logging.getLogger("flotilla.retention")
 # Replicas one round checks: a round's writes wait for it, so thousands of partitions are
 # checked over several rounds.
 RETENTION_CHUNK = 256
+# retention cuts logged one line each per pass; the rest are counted in one summary line
+RETENTION_LOG_BUDGET = 20
 
 Work = list[tuple[Replica, int | None, int | None]]
 
@@ -44,15 +47,21 @@ async def apply_retention(
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     removed = 0
+    # one line per cut up to a budget, then one summary line for the pass
+    cuts = EventBudget(log, "retention_summary", per_window=RETENTION_LOG_BUDGET, window_s=1e9)
     for start in range(0, len(work), RETENTION_CHUNK):  # a few per round: short rounds
         chunk = work[start : start + RETENTION_CHUNK]
         removed += cast(
-            int, await multiraft.maintain(partial(_retain, multiraft.replicas, chunk, now_ms))
+            int,
+            await multiraft.maintain(partial(_retain, multiraft.replicas, chunk, now_ms, cuts)),
         )
+    cuts.flush()
     return removed
 
 
-def _retain(hosted: Mapping[str, Replica], work: Work, now_ms: int) -> int:
+def _retain(
+    hosted: Mapping[str, Replica], work: Work, now_ms: int, cuts: EventBudget | None = None
+) -> int:
     """Storage thread, within a round: compacts each replica's log to what its retention keeps,
     never past its applied index. Returns the entries removed."""
     removed = 0
@@ -64,8 +73,16 @@ def _retain(hosted: Mapping[str, Replica], work: Work, now_ms: int) -> int:
             cut = min(cut, replica.node.applied_index + 1)
             first = replica.log.first_index
             if cut > first:
+                offset_before = replica.segmented.first_offset
                 replica.log.compact(cut)
                 removed += cut - first
+                if cuts is not None:
+                    cuts(
+                        "retention_cut", topic=replica.topic, partition=replica.partition,
+                        entries_removed=cut - first, log_start_before=offset_before,
+                        log_start=replica.segmented.first_offset,
+                        retention_bytes=retention_bytes or 0, retention_ms=retention_ms or 0,
+                    )  # fmt: skip
         except Exception as error:
             if storage_failure(error) is not None:
                 raise  # a failed write or fsync stops the node (`MultiRaft.maintain`)

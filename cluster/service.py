@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
 
+from cluster.logs import event
 from cluster.multiraft import Proposal
 from cluster.reads import (
     KEEPALIVE_MS,
@@ -34,6 +36,7 @@ from cluster.replica import (
     UnknownProducer,
     Waiter,
 )
+from cluster.topics import FORWARDED_FOR_KEY, requested_by
 from cluster.transport import serve_raft_stream
 from cluster.validation import Invalid, check_topic_name
 from proto import flotilla_pb2 as pb
@@ -53,6 +56,30 @@ DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
 T = TypeVar("T")
+
+log = logging.getLogger("flotilla.service")
+
+
+def _requested_by(context: grpc.aio.ServicerContext) -> dict[str, Any]:
+    """Who asked for a topic change, for its log line: the client's address (the gRPC peer),
+    and `via` the node that forwarded it here; the client is also set for this task so that
+    a change this node forwards in turn names it (`cluster.topics.requested_by`)."""
+    peer = context.peer()
+    forwarded = dict(context.invocation_metadata() or ()).get(FORWARDED_FOR_KEY)
+    client = str(forwarded) if forwarded else peer
+    requested_by.set(client)
+    return {"client": client, "via": peer} if forwarded else {"client": client}
+
+
+def _status_name(context: grpc.aio.ServicerContext, error: BaseException) -> str:
+    """The gRPC status a call ended with, for metrics: what `context.abort` set, else
+    CANCELLED for a call the client gave up, else UNKNOWN (an unexpected error)."""
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        return "CANCELLED"
+    return "UNKNOWN"
 
 
 async def _refuse(context: grpc.aio.ServicerContext, refusal: Refusal) -> NoReturn:
@@ -107,18 +134,33 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        return await _topic_change(context, self.node.create_topic(request))
+        who = _requested_by(context)
+        info = await _topic_change(context, self.node.create_topic(request))
+        event(
+            log, "topic_created", topic=request.name, partitions=len(info.partitions),
+            replication_factor=info.replication_factor, retention_bytes=info.retention_bytes,
+            retention_ms=info.retention_ms, **who,
+        )  # fmt: skip
+        return info
 
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
+        who = _requested_by(context)
         await _topic_change(context, self.node.delete_topic(request.name))
+        event(log, "topic_deleted", topic=request.name, **who)
         return pb.DeleteTopicResponse()
 
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        return await _topic_change(context, self.node.alter_topic(request))
+        who = _requested_by(context)
+        info = await _topic_change(context, self.node.alter_topic(request))
+        changed = {
+            field.name: value for field, value in request.ListFields() if field.name != "name"
+        }
+        event(log, "topic_altered", topic=request.name, **changed, **who)
+        return info
 
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
@@ -152,6 +194,21 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
 
     # -- data -------------------------------------------------------------------------------------
     async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        started = time.perf_counter()
+        code = "UNKNOWN"
+        try:
+            response = await self._produce(request, context)
+            code = "OK"
+            return response
+        except BaseException as error:
+            code = _status_name(context, error)
+            raise
+        finally:
+            self.node.metrics.observe_produce(code, time.perf_counter() - started)
+
+    async def _produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
         node = self.node
@@ -198,7 +255,6 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             on_append=request.acks == pb.ACKS_LEADER or node.unsafe_ack_before_commit,
         )
         waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
-        started = time.perf_counter()
         node.multiraft.propose(
             Proposal(
                 replica,
@@ -244,7 +300,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             )
         finally:
             expiry.cancel()
-        node.metrics.observe_produce(replica.group, time.perf_counter() - started)
+        node.metrics.produced_bytes(size)
         return pb.ProduceResponse(base_offset=result.base_offset, record_count=result.record_count)
 
     async def _await_duplicate(
@@ -272,10 +328,33 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
-        replica = await self._local_replica(request.topic, request.partition, context)
-        return await self._fetch(replica, request, context)
+        started = time.perf_counter()
+        code = "UNKNOWN"
+        try:
+            replica = await self._local_replica(request.topic, request.partition, context)
+            response = await self._fetch(replica, request, context)
+            code = "OK"
+            return response
+        except BaseException as error:
+            code = _status_name(context, error)
+            raise
+        finally:
+            self.node.metrics.observe_fetch("fetch", code, time.perf_counter() - started)
 
     async def Subscribe(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FetchResponse]:
+        code = "OK"
+        try:
+            async for response in self._subscribe(request, context):
+                yield response
+        except BaseException as error:
+            code = _status_name(context, error)
+            raise
+        finally:
+            self.node.metrics.observe_fetch("subscribe", code, None)
+
+    async def _subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         replica = await self._local_replica(request.topic, request.partition, context)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from cluster.controller import TopicSpec
+from cluster.logs import EventBudget
 from cluster.multiraft import MultiRaft
 from cluster.placement import Candidate, partition_id, place
 from cluster.reconcile import StepKind, next_step
@@ -59,14 +60,17 @@ class GroupSteward:
         election_timeout_s: float,
         is_live: Callable[[str], bool],
         alive_since: Callable[[str], float | None],
-        on_leader_changed: Callable[[], None] = lambda: None,
+        on_leader_changed: Callable[[Replica, bool], None] = lambda replica, leads: None,
     ) -> None:
         self.multiraft = multiraft
         self.balance_after_s = balance_after_s  # 0: no leader balancing
         self.election_timeout_s = election_timeout_s
         self.is_live = is_live
         self.alive_since = alive_since  # member id -> when this node last saw it come alive
-        self.on_leader_changed = on_leader_changed
+        self.on_leader_changed = on_leader_changed  # (replica, leads now)
+        # one line per replica change, up to a budget a second (a dead node's partitions all
+        # add a learner at once), then a summary
+        self.change_log = EventBudget(log, "replica_changes_summary")
         self.leaders: set[str] = set()  # groups this node leads
         self.unsettled: set[str] = set()  # led groups that may still need a step
         self._placement_key: object = None  # the candidates and topics `unsettled` assumes
@@ -82,7 +86,7 @@ class GroupSteward:
             group = replica.group
             leads = replica.node.role is Role.LEADER and replicas.get(group) is replica
             if leads != (group in leaders):
-                self.on_leader_changed()
+                self.on_leader_changed(replica, leads)
                 if leads:
                     leaders.add(group)
                     self.unsettled.add(group)
@@ -128,14 +132,17 @@ class GroupSteward:
             config = node.configuration
             step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
             if step is not None:
-                self.multiraft.call(partial(_apply_step, replica, step.kind, step.node_id), replica)
+                apply = partial(_apply_step, replica, step.kind, step.node_id, self.change_log)
+                self.multiraft.call(apply, replica)
             elif not config.learners and config.voters == frozenset(desired):
                 preferred = self._preferred_leader(replica, spec.assignment, now)
                 if preferred is None:
                     self.unsettled.discard(group)
                 elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
                     transfers += 1
-                    transfer = partial(_apply_step, replica, StepKind.TRANSFER, preferred)
+                    transfer = partial(
+                        _apply_step, replica, StepKind.TRANSFER, preferred, self.change_log
+                    )
                     self.multiraft.call(transfer, replica)
 
     def _preferred_leader(
@@ -171,12 +178,27 @@ class GroupSteward:
         return preferred
 
 
-def _apply_step(replica: Replica, kind: StepKind, node_id: str) -> None:
+_EVENTS = {
+    StepKind.ADD_LEARNER: "replica_added",
+    StepKind.PROMOTE: "replica_promoted",
+    StepKind.REMOVE: "replica_removed",
+    StepKind.TRANSFER: "leader_transfer",
+}
+
+
+def _apply_step(
+    replica: Replica, kind: StepKind, node_id: str, change_log: EventBudget | None = None
+) -> None:
     """In the driver: one reconciliation step (refused quietly if the core says not now)."""
     node = replica.node
     try:
         if kind is StepKind.TRANSFER:
             node.transfer_leader(node_id)
+            if change_log is not None:
+                change_log(
+                    _EVENTS[kind], topic=replica.topic, partition=replica.partition,
+                    to=node_id, term=node.term,
+                )  # fmt: skip
             return
         op = {
             StepKind.ADD_LEARNER: ConfigChangeOp.ADD_LEARNER,
@@ -184,6 +206,11 @@ def _apply_step(replica: Replica, kind: StepKind, node_id: str) -> None:
             StepKind.REMOVE: ConfigChangeOp.REMOVE,
         }[kind]
         node.change_config(ConfigChange(op, node_id))
-        log.info("%s: %s %s", replica.group, kind.value, node_id)
+        if change_log is not None:
+            change_log(
+                _EVENTS[kind], topic=replica.topic, partition=replica.partition, replica=node_id,
+                term=node.term, voters=sorted(node.configuration.voters),
+                learners=sorted(node.configuration.learners),
+            )  # fmt: skip
     except RaftError as error:
         log.debug("%s: %s %s deferred: %s", replica.group, kind.value, node_id, error)

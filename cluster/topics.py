@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -40,7 +41,18 @@ from cluster.validation import (
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
-__all__ = ["TOPICS_POLL_S", "TopicAdmin", "default_replication_factor"]
+__all__ = [
+    "FORWARDED_FOR_KEY",
+    "TOPICS_POLL_S",
+    "TopicAdmin",
+    "default_replication_factor",
+    "requested_by",
+]
+
+# The client a topic change came from (its gRPC peer), set by the service for the change's
+# task; a change forwarded to a controller carries it in this metadata key.
+requested_by: contextvars.ContextVar[str] = contextvars.ContextVar("requested_by", default="")
+FORWARDED_FOR_KEY = "flotilla-forwarded-for"
 
 T = TypeVar("T")
 
@@ -99,7 +111,9 @@ class TopicAdmin:
         )
         check_replication_factor(factor, len(live))
         if self.controller is None:
-            return await self._forward(lambda stub: stub.CreateTopic(request, timeout=15))
+            return await self._forward(
+                lambda stub, metadata: stub.CreateTopic(request, timeout=15, metadata=metadata)
+            )
         assignment = self._assign(request.name, range(request.partitions), factor)
         spec = TopicSpec(
             request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
@@ -138,7 +152,9 @@ class TopicAdmin:
         check_topic_name(name)
         if self.controller is None:
             await self._forward(
-                lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=15)
+                lambda stub, metadata: stub.DeleteTopic(
+                    pb.DeleteTopicRequest(name=name), timeout=15, metadata=metadata
+                )
             )
             return
         deleted = await _decided("delete", name, self.controller.delete_topic(name))
@@ -153,7 +169,9 @@ class TopicAdmin:
         if partitions is not None:
             check_partition_count(partitions)
         if self.controller is None:
-            return await self._forward(lambda stub: stub.AlterTopic(request, timeout=15))
+            return await self._forward(
+                lambda stub, metadata: stub.AlterTopic(request, timeout=15, metadata=metadata)
+            )
         change: dict[str, Any] = {
             "retention_bytes": (
                 request.retention_bytes if request.HasField("retention_bytes") else None
@@ -186,15 +204,19 @@ class TopicAdmin:
             await asyncio.sleep(0.02)
         return (await self.metadata([request.name])).topics[0]
 
-    async def _forward(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _forward(self, call: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+        """Makes the change on a controller; the client's address goes along (`requested_by`)
+        so the controller's log names who asked, not this node."""
         errors = []
+        client = requested_by.get()
+        metadata = ((FORWARDED_FOR_KEY, client),) if client else ()
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
             if not address:
                 continue
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
-                answer = await call(stub)
+                answer = await call(stub, metadata)
             except grpc.aio.AioRpcError as error:
                 if error.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -65,6 +64,17 @@ def _node_parser(sub: Any) -> None:
         help="serve Prometheus metrics here (default: none, not served)",
     )
     node.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error", "critical"),
+        help="log level (default: $FLOTILLA_LOG, else info; the flag wins)",
+    )
+    node.add_argument(
+        "--log-format",
+        choices=("logfmt", "json"),
+        default="logfmt",
+        help="one line per event: key=value (logfmt) or one JSON object (default: logfmt)",
+    )
+    node.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default="auto",
@@ -77,7 +87,7 @@ def _node_parser(sub: Any) -> None:
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    from cluster import allocator  # noqa: PLC0415
+    from cluster import allocator, logs  # noqa: PLC0415
     from cluster.config import ConfigError, NodeConfig  # noqa: PLC0415 (the SDK never loads cluster)
     from cluster.controller import ControlPlaneError  # noqa: PLC0415
     from cluster.node import Node  # noqa: PLC0415
@@ -119,10 +129,11 @@ def _run_node(args: argparse.Namespace) -> int:
         return 1
     if decided:
         print(f"flotilla: {decided}", flush=True)
-    logging.basicConfig(
-        level=os.environ.get("FLOTILLA_LOG", "WARNING").upper(),
-        format=f"%(asctime)s {config.node_id} %(name)s %(levelname)s %(message)s",
-    )
+    try:
+        logs.configure(config.node_id, args.log_level, args.log_format)
+    except logs.LogConfigError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return 2
 
     allocator.tune()  # large buffers from the heap, not fresh mappings (see cluster.allocator)
     try:

@@ -505,7 +505,22 @@ class SegmentedLog:
                 f"and nothing past entry {self._durable_index} is known to be durable",
                 error.errno,
             )
-            log.error("%s", self._failed)  # the node's fail-stop logs the CRITICAL line
+            # an event line (cluster.logs renders `event` and `fields`); the node's fail-stop
+            # logs the CRITICAL line
+            log.error(
+                "%s",
+                self._failed,
+                extra={
+                    "event": "storage_error",
+                    "fields": {
+                        "log": self.directory,
+                        "doing": what,
+                        "error": str(error),
+                        "errno": error.errno,
+                        "durable_index": self._durable_index,
+                    },
+                },
+            )
         return self._failed
 
     def _drop_last_segment(self) -> None:

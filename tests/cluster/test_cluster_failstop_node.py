@@ -66,10 +66,13 @@ def test_a_node_whose_disk_refuses_a_write_exits_75_and_restarts_clean(tmp_path:
         log_text = spec.log_path.read_text(errors="replace")
         assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
         # one CRITICAL line for one failure (storage reports it at ERROR)
-        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
-        assert len(critical) == 1 and "flotilla.failstop CRITICAL" in critical[0], log_text[-3000:]
-        assert "fail-stop" in critical[0], critical
+        critical = [line for line in log_text.splitlines() if "level=critical" in line]
+        assert len(critical) == 1 and "logger=flotilla.failstop" in critical[0], log_text[-3000:]
+        assert "event=fail_stop" in critical[0], critical
         assert "disk/0" in critical[0] and ".log" in critical[0], critical  # replica, file
+        errors = [line for line in log_text.splitlines() if "event=storage_error" in line]
+        assert len(errors) == 1 and "level=error" in errors[0], log_text[-3000:]
+        assert "partitions/disk/0" in errors[0] and "short write" in errors[0], errors
         # a restart (without the limit) recovers: every acknowledged record, and new writes
         cluster.start("n1")
         with Client(cluster.addresses(), timeout_s=30) as client:
@@ -131,9 +134,9 @@ def test_disk_faults_from_the_hook_stop_the_node_with_75_and_a_restart_recovers(
                 assert values[: len(expected)] == expected, (fault, values)
                 assert values[len(expected) :] in ([], [b"refused"]), (fault, values)
                 expected = values
-        stops = log_text.count("flotilla.failstop CRITICAL")
+        stops = log_text.count("event=fail_stop")
         assert stops == 2, log_text[-3000:]  # one line per fail-stop, in the appended log
-        assert log_text.count("CRITICAL") == 2, log_text[-3000:]  # and no other
+        assert log_text.count("level=critical") == 2, log_text[-3000:]  # and no other
 
 
 def test_a_state_journal_that_cannot_be_replayed_stops_the_node_with_75(tmp_path: Path) -> None:
@@ -162,7 +165,7 @@ def test_a_state_journal_that_cannot_be_replayed_stops_the_node_with_75(tmp_path
             pytest.fail("the node started on a journal it could not repair")
         log_text = spec.log_path.read_text(errors="replace")
         assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
-        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        critical = [line for line in log_text.splitlines() if "level=critical" in line]
         assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
         control.write_text("{}")
         cluster.start("n1")
@@ -199,6 +202,6 @@ def test_a_damaged_state_journal_stops_the_node_with_75_naming_it(tmp_path: Path
             pytest.fail("the node started on a damaged journal")
         log_text = spec.log_path.read_text(errors="replace")
         assert returncode == FAIL_STOP_EXIT_CODE, log_text[-3000:]
-        critical = [line for line in log_text.splitlines() if "CRITICAL" in line]
+        critical = [line for line in log_text.splitlines() if "level=critical" in line]
         assert len(critical) == 1 and "raft-state.journal" in critical[0], log_text[-3000:]
         assert "DamagedLog" in critical[0] and "Traceback" not in log_text, log_text[-3000:]

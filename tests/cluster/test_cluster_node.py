@@ -474,8 +474,10 @@ def test_the_metrics_endpoint_reports_partitions_and_latencies(tmp_path: Path) -
                 client.produce("metered", b"m", partition=n % 2)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             text = response.read().decode()
-    assert 'flotilla_partition_high_watermark{node="n1",partition="metered/0"} 3.0' in text
-    assert 'flotilla_partition_is_leader{node="n1",partition="metered/1"} 1.0' in text
-    assert 'flotilla_produce_latency_seconds_count{node="n1"} 5.0' in text
-    assert "flotilla_group_commit_seconds_bucket" in text
+    assert 'flotilla_partition_high_watermark{node="n1",partition="0",topic="metered"} 3.0' in text
+    assert 'flotilla_partition_is_leader{node="n1",partition="1",topic="metered"} 1.0' in text
+    assert 'flotilla_produce_requests_total{code="OK",node="n1"} 5.0' in text
+    assert "flotilla_produce_request_duration_seconds_bucket" in text
+    assert "flotilla_storage_round_duration_seconds_bucket" in text
+    assert "flotilla_fsync_duration_seconds_bucket" in text
     assert "flotilla_leader_changes_total" in text

@@ -88,7 +88,7 @@ def test_a_damaged_replica_is_rebuilt_from_its_peers_and_holds_every_record(
         assert spec.log_path is not None
         log_text = spec.log_path.read_text(errors="replace")
         warnings = [line for line in log_text.splitlines() if "rebuilding replica r/0" in line]
-        assert len(warnings) == 1 and "WARNING" in warnings[0], log_text[-3000:]
+        assert len(warnings) == 1 and "level=warning" in warnings[0], log_text[-3000:]
         assert str(damaged_file) in warnings[0] and "damaged at byte" in warnings[0], warnings
         assert position > 0
 
