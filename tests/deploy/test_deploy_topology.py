@@ -124,7 +124,8 @@ def compose_shape() -> tuple[Shape, list[str], dict[str, list[str]]]:
     commands = {
         name: service["command"]
         for name, service in document["services"].items()
-        if service.get("command", [None])[0] == "node"
+        # the `spare` node (added on demand) is outside the routed topology: no proxies, no map
+        if service.get("command", [None])[0] == "node" and not service.get("profiles")
     }
     dial_maps = {}
     for name, command in commands.items():
