@@ -80,11 +80,17 @@ cleanup() {
         done
         kill -KILL "$DOCKERD_PID" 2>/dev/null
     fi
-    rm -rf "$WORK"
+    # debootstrap mounts proc (and sys) inside its target: unmount, and never delete across a mount
+    awk -v work="$WORK/" 'index($2, work) == 1 {print $2}' /proc/mounts | sort -r |
+        while read -r mount_point; do umount -l "$mount_point"; done
+    rm -rf --one-file-system "$WORK"
     exit "$status"
 }
 trap cleanup EXIT
 trap 'fail "interrupted"' INT TERM
+# one check at a time on a machine: a second one would tear down the first one's stack
+exec 9>"${TMPDIR:-/tmp}/flotilla-compose-check.lock"
+flock -n 9 || fail "another compose-check is running here (lock ${TMPDIR:-/tmp}/flotilla-compose-check.lock)"
 
 # -- the engine ---------------------------------------------------------------------------------
 install_missing() {
@@ -175,7 +181,8 @@ base_image() {
         }
         if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
             cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
-            chroot "$rootfs" update-ca-certificates >/dev/null
+            chroot "$rootfs" update-ca-certificates >/dev/null 2>&1 ||
+                fail "update-ca-certificates in the base image failed"
         fi
         rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
         mkdir -p "$CACHE_DIR"
