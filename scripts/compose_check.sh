@@ -2,7 +2,7 @@
 # `make compose-check`: docker-compose.yml on a real Docker engine, the README's path end to end.
 #
 #   config (every profile) -> build -> up -> health -> produce/consume -> kill a node ->
-#   chaos runner -> spark demo -> add a node (profile spare) -> down -v (nothing left behind)
+#   chaos runner -> spark demo -> add a node (deploy/add-node.yml) -> down -v (nothing left behind)
 #
 # The engine: the running one when `docker info` answers; else, as root, Debian's `dockerd` started
 # here and stopped at the end (by its pid; only that one). COMPOSE_CHECK_INSTALL=1 first installs
@@ -37,6 +37,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/flotilla-compose-check.XXXXXX")"
 DOCKERD_PID=""
 STACK_STARTED=0
 COMPOSE_FILE="$ROOT/docker-compose.yml"
+ADD_NODE_FILE="$ROOT/deploy/add-node.yml"
 
 say() { printf '%s\n' "compose-check: $*"; }
 skip() {
@@ -67,7 +68,7 @@ cleanup() {
     set +e
     if ((STACK_STARTED)); then
         say "cleanup: removing the stack ${PROJECT} (containers, network, volumes)"
-        timeout --kill-after=10 120 "${COMPOSE[@]}" --profile spare --profile tools \
+        timeout --kill-after=10 120 "${COMPOSE[@]}" --profile tools \
             --profile chaos --profile spark --profile monitoring down -v --remove-orphans >"$WORK/cleanup.log" 2>&1 ||
             cat "$WORK/cleanup.log"
     fi
@@ -216,11 +217,14 @@ choose_file() {
     done
     if ((${#taken[@]})); then
         COMPOSE_FILE="$WORK/docker-compose.unpublished.yml"
-        # the generated file's `ports:` blocks: "    ports:" and the "      - ..." lines under it
-        awk '/^    ports:$/ {skip=1; next} skip && /^      - / {next} {skip=0; print}' \
-            "$ROOT/docker-compose.yml" >"$COMPOSE_FILE"
-        say "host ports ${taken[*]} are taken here: running docker-compose.yml without its" \
-            "'ports:' (nothing published on the host; every other line as committed)"
+        ADD_NODE_FILE="$WORK/add-node.unpublished.yml"
+        # the generated files' `ports:` blocks: "    ports:" and the "      - ..." lines under it
+        local unpublish='/^    ports:$/ {skip=1; next} skip && /^      - / {next} {skip=0; print}'
+        awk "$unpublish" "$ROOT/docker-compose.yml" >"$COMPOSE_FILE"
+        awk "$unpublish" "$ROOT/deploy/add-node.yml" >"$ADD_NODE_FILE"
+        say "host ports ${taken[*]} are taken here: running docker-compose.yml and" \
+            "deploy/add-node.yml without their 'ports:' (nothing published on the host; every" \
+            "other line as committed)"
     fi
     COMPOSE=("${COMPOSE_CMD[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --project-directory "$ROOT")
 }
@@ -273,7 +277,7 @@ export FLOTILLA_CLUSTER_SECRET="compose-check-$(date +%s)-$RANDOM$RANDOM"
 choose_file
 
 step "config: every profile"
-for profiles in "" "chaos" "spark" "tools" "spare" "monitoring"; do
+for profiles in "" "chaos" "spark" "tools" "monitoring"; do
     args=()
     [[ -n "$profiles" ]] && args=(--profile "$profiles")
     bounded 60 "${COMPOSE[@]}" "${args[@]}" config -q || fail "config${profiles:+ --profile $profiles}"
@@ -281,7 +285,10 @@ done
 services=$("${COMPOSE[@]}" --profile monitoring config --services | sort | tr '\n' ' ')
 [[ "$services" == *grafana* && "$services" == *prometheus* ]] ||
     fail "the monitoring profile lacks prometheus or grafana: $services"
-say "config valid with no profile and with each of chaos spark tools spare monitoring"
+bounded 60 "${COMPOSE[@]}" -f "$ADD_NODE_FILE" config -q ||
+    fail "config merged with deploy/add-node.yml"
+say "config valid with no profile, with each of chaos spark tools monitoring, and with" \
+    "deploy/add-node.yml merged"
 
 step "base image"
 base_image
@@ -289,7 +296,7 @@ base_image
 step "build: flotilla:local, flotilla-spark:local"
 # a stack left by an interrupted run goes first
 STACK_STARTED=1
-bounded 120 "${COMPOSE[@]}" --profile spare --profile tools --profile chaos --profile spark \
+bounded 120 "${COMPOSE[@]}" --profile tools --profile chaos --profile spark \
     down -v --remove-orphans >/dev/null 2>&1 || true
 bounded 1800 "${COMPOSE[@]}" build n1 spark-demo >"$WORK/build.log" 2>&1 || {
     tail -30 "$WORK/build.log"
@@ -350,7 +357,10 @@ else
         "its configuration was validated above"
 fi
 
-step "add a node: n4 (profile spare), as deploy/README-deploy.md says"
+step "add a node: n4 (deploy/add-node.yml merged as the override), as deploy/README-deploy.md says"
+# the README copies it to docker-compose.override.yml, which Compose merges in every later
+# command; naming it with -f from here on is the same merge
+COMPOSE+=(-f "$ADD_NODE_FILE")
 bounded 120 "${COMPOSE[@]}" up -d n4 >"$WORK/up.log" 2>&1 || {
     cat "$WORK/up.log"
     fail "up -d n4"

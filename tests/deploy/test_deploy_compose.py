@@ -29,14 +29,15 @@ import pytest
 from ruamel.yaml import YAML
 
 import cluster.node
-from chaos.topology import DEPLOY_DIR, Topology, compose_document
+from chaos.topology import DEPLOY_DIR, Topology, add_node_document, compose_document
 from cluster import healthcheck
 from flotilla import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+ADD_NODE_FILE = ROOT / "deploy" / "add-node.yml"
 TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets"}  # no `name`: v1 refuses it
-PROFILES = ["chaos", "spark", "tools", "spare", "monitoring"]
+PROFILES = ["chaos", "spark", "tools", "monitoring"]
 MONITORING_FILES = {
     "prometheus": "./deploy/monitoring/prometheus.yml",
     "grafana": "./deploy/monitoring/grafana-dashboard.json",
@@ -48,11 +49,21 @@ SCHEMA = json.loads(
 )
 
 
-def load_compose(version: tuple[int, int] = (1, 2)) -> dict[str, Any]:
+def load_compose(version: tuple[int, int] = (1, 2), path: Path = COMPOSE_FILE) -> dict[str, Any]:
     yaml = YAML(typ="safe", pure=True)
     yaml.version = version
-    document: dict[str, Any] = yaml.load(COMPOSE_FILE.read_text())
+    document: dict[str, Any] = yaml.load(path.read_text())
     return document
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge where the override only adds services and volumes (deploy/add-node.yml)."""
+    assert not set(base["services"]) & set(override["services"])
+    return {
+        **base,
+        "services": {**base["services"], **override["services"]},
+        "volumes": {**base["volumes"], **override["volumes"]},
+    }
 
 
 def dockerfile_stages(dockerfile: str = "Dockerfile") -> set[str]:
@@ -93,10 +104,9 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     problems = []
     if flags.get("--id") != [name]:
         problems.append(f"{where} runs --id {flags.get('--id')}")
-    if service.get("profiles") not in (None, ["spare"]):
+    if service.get("profiles"):
         problems.append(
             f"{where} is in profiles {service['profiles']}: nodes belong to every profile"
-            " (or only to `spare`, the node added on demand)"
         )
     controllers = [item.split("=")[0] for item in flags["--controllers"][0].split(",")]
     secret = service.get("environment", {}).get("FLOTILLA_CLUSTER_SECRET", "")
@@ -296,16 +306,19 @@ def _compose_v1() -> bool:
 
 
 def compose_config_errors(command: list[str], compose_file: Path) -> list[str]:
-    """`config -q` with no profile and with each profile; the outputs of the failed ones."""
+    """`config -q` with no profile, with each profile, and merged with deploy/add-node.yml; the
+    outputs of the failed ones."""
     env = {**os.environ, "FLOTILLA_CLUSTER_SECRET": "test-secret"}
     errors = []
-    for profile in ([], *(["--profile", p] for p in PROFILES)):
+    files = ["-f", str(compose_file)]
+    variants = [files, *([*files, "--profile", p] for p in PROFILES)]
+    for arguments in [*variants, [*files, "-f", str(ADD_NODE_FILE)]]:
         config = subprocess.run(
-            [*command, "-f", str(compose_file), *profile, "config", "-q"],
+            [*command, *arguments, "config", "-q"],
             check=False, capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
         if config.returncode != 0:
-            errors.append(f"{profile}: {config.stderr.strip()}")
+            errors.append(f"{arguments[2:]}: {config.stderr.strip()}")
     env.pop("FLOTILLA_CLUSTER_SECRET")
     unset = subprocess.run(
         [*command, "-f", str(compose_file), "config", "-q"],
@@ -344,6 +357,10 @@ def test_compose_file_keeps_our_structural_rules() -> None:
     assert dockerfile_stages() >= {"runtime"}
     assert dockerfile_stages("deploy/spark.Dockerfile") >= {"spark"}
     assert compose_problems(load_compose()) == []
+    with_added_node = merged(load_compose(), load_compose(path=ADD_NODE_FILE))
+    assert with_added_node == merged(compose_document(Topology()), add_node_document(Topology()))
+    assert schema_errors(with_added_node) == []
+    assert compose_problems(with_added_node) == []
 
 
 @pytest.mark.parametrize(("nodes", "controllers"), [(1, 3), (4, 3), (5, 1)])
@@ -354,8 +371,9 @@ def test_other_topologies_render_valid_compose_documents(nodes: int, controllers
     assert [n for n, s in document["services"].items() if not s.get("profiles")] == [
         f"n{i}" for i in range(1, nodes + 1)
     ]
-    spare = [n for n, s in document["services"].items() if s.get("profiles") == ["spare"]]
-    assert spare == [f"n{nodes + 1}"]
+    added = add_node_document(Topology(nodes, controllers))
+    assert list(added["services"]) == [f"n{nodes + 1}"]
+    assert compose_problems(merged(document, added)) == []
 
 
 def test_chaos_setup_reads_deploy_files_the_image_carries() -> None:
@@ -491,10 +509,6 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         ),
         "does not mount ./deploy/monitoring/prometheus.yml",
     ),
-    "spare node in the chaos profile": (
-        lambda d: d["services"]["n4"].__setitem__("profiles", ["chaos"]),
-        "nodes belong to every profile",
-    ),
 }
 
 
@@ -542,7 +556,7 @@ def test_every_node_service_command_is_accepted_by_the_node_cli(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
-    services = load_compose()["services"]
+    services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
     nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
     assert list(nodes) == ["n1", "n2", "n3", "n4"]
     for name, service in nodes.items():
@@ -574,17 +588,20 @@ def _readme_add_node_block() -> str:
     return block.group(1)
 
 
-def test_the_readmes_fourth_node_is_the_spare_compose_service(
+def test_the_readmes_fourth_node_is_a_service_of_the_project(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`docker run ... --network flotilla_default` made `docker compose down -v` fail ("network
-    ... has active endpoints"): the added node must be a service compose owns."""
+    ... has active endpoints"): the added node must be a service of the project in every later
+    command, so an override file Compose merges by itself, not a profile (v2's `down` leaves a
+    profiled service running unless the profile is named again)."""
     block = _readme_add_node_block()
+    assert "cp deploy/add-node.yml docker-compose.override.yml" in block
     assert "docker compose up -d n4" in block
     assert "docker run" not in block
     monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)  # not a controller: not needed
-    service = load_compose()["services"]["n4"]
-    assert service["profiles"] == ["spare"]
+    service = load_compose(path=ADD_NODE_FILE)["services"]["n4"]
+    assert "profiles" not in service
     config = _config_from_cli(service["command"], monkeypatch)
     n1 = flags_of(load_compose()["services"]["n1"]["command"])
     assert config.node_id == "n4"

@@ -124,8 +124,7 @@ def compose_shape() -> tuple[Shape, list[str], dict[str, list[str]]]:
     commands = {
         name: service["command"]
         for name, service in document["services"].items()
-        # the `spare` node (added on demand) is outside the routed topology: no proxies, no map
-        if service.get("command", [None])[0] == "node" and not service.get("profiles")
+        if service.get("command", [None])[0] == "node"
     }
     dial_maps = {}
     for name, command in commands.items():
