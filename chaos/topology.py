@@ -438,6 +438,7 @@ _HEADER = """\
 #   docker compose --profile chaos up -d        + Toxiproxy on every node-to-node link, chaos runner
 #   docker compose --profile spark up           + the demo Spark job reading the cluster
 #   docker compose --profile monitoring up -d   + Prometheus (127.0.0.1:9090), Grafana (:3000)
+#   add a node: cp deploy/add-node.yml docker-compose.override.yml; docker compose up -d n{added}
 #
 # FLOTILLA_CLUSTER_SECRET must be set: it authenticates and encrypts the control plane.
 # FLOTILLA_BASE_IMAGE replaces python:3.11-slim as the base of the images built here.
@@ -454,7 +455,11 @@ _HEADER = """\
 def compose_yaml(topology: Topology) -> str:
     controllers = ",".join(topology.controller_ids)
     header = _HEADER.format(
-        nodes=topology.nodes, controllers=controllers, port=GRPC_PORT_BASE + 1, project=PROJECT
+        nodes=topology.nodes,
+        controllers=controllers,
+        port=GRPC_PORT_BASE + 1,
+        project=PROJECT,
+        added=topology.nodes + 1,
     )
     return header + "\n".join(to_yaml(compose_document(topology))) + "\n"
 
