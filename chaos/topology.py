@@ -40,7 +40,7 @@ from typing import Any
 
 __all__ = ["Link", "LocalPorts", "NodeEndpoints", "ProxyEndpoints", "Rendering", "Topology"]
 __all__ += ["TopologyError", "compose_document", "compose_yaml", "deploy_files", "to_yaml"]
-__all__ += ["render_compose", "render_local"]
+__all__ += ["add_node_document", "add_node_yaml", "render_compose", "render_local"]
 
 GRPC_PORT_BASE = 7000  # compose: node i serves gRPC on 7000+i
 CONTROL_PORT_BASE = 7100  # compose: node i runs the control plane on 7100+i
@@ -49,10 +49,16 @@ PROXY_PORT_BASE = 20000  # compose: the proxy of link i->j listens on 20000 + 10
 TOXIPROXY_API_PORT = 8474
 MAX_NODES = 99  # two decimal digits per node number in a proxy port
 
-PROJECT = "flotilla"
+PROJECT = "flotilla"  # the compose project name the docs use (COMPOSE_PROJECT_NAME=flotilla)
 IMAGE = "flotilla:local"
 SPARK_IMAGE = "flotilla-spark:local"
 TOXIPROXY_IMAGE = "ghcr.io/shopify/toxiproxy:2.4.0"
+PROMETHEUS_IMAGE = "prom/prometheus:v3.1.0"
+GRAFANA_IMAGE = "grafana/grafana:11.4.0"
+# the base of every image built here; `make compose-check` points it at a debootstrap-made image
+BASE_IMAGE_ARG = "${FLOTILLA_BASE_IMAGE:-python:3.11-slim}"
+MONITORING_DIR = "./deploy/monitoring"  # prometheus.yml and grafana-dashboard.json
+GRAFANA_PROVISIONING_DIR = "./deploy/grafana-provisioning"
 RUNTIME_UID = 10001  # the image's unprivileged user (Dockerfile), owner of the routes tmpfs
 DATA_DIR = "/data"
 ROUTES_DIR = "/routes"  # dial maps appear here (tmpfs volume) only while the chaos profile runs
@@ -263,7 +269,7 @@ def render_compose(topology: Topology) -> Rendering:
 
 
 # -- the compose document ----------------------------------------------------------------------
-_BUILD = {"context": ".", "target": "runtime"}
+_BUILD = {"context": ".", "target": "runtime", "args": {"BASE_IMAGE": BASE_IMAGE_ARG}}
 _ONE_SHOT = {"healthcheck": {"disable": True}, "restart": "no"}
 _HEALTH_TIMING = {"interval": "5s", "timeout": "3s", "start_period": "30s", "retries": 3}
 
@@ -288,6 +294,8 @@ def _node_service(rendering: Rendering, node: NodeEndpoints) -> dict[str, Any]:
         "environment": {
             "FLOTILLA_CLUSTER_SECRET": SECRET,
             "FLOTILLA_LOG": "${FLOTILLA_LOG:-WARNING}",
+            # `docker compose exec n<i> flotilla topic list` asks the node it runs in
+            "FLOTILLA_BOOTSTRAP": node.advertise,
         },
         "volumes": [f"{node.node_id}-data:{DATA_DIR}", f"routes:{ROUTES_DIR}:ro"],
         "ports": ports,
@@ -332,51 +340,145 @@ def compose_document(topology: Topology) -> dict[str, Any]:
         # a self-contained run: its own node processes and Toxiproxy API inside this container
         "command": ["run", "--nodes", str(topology.nodes), *CHAOS_ARGS],
         "volumes": ["chaos-runs:/home/flotilla/chaos-runs"],
-        "depends_on": {
-            "toxiproxy-setup": {"condition": "service_completed_successfully"},
-            **nodes_healthy,
-        },
         **_ONE_SHOT,
     }
     services["spark-demo"] = {
         "image": SPARK_IMAGE,
-        "build": {"context": ".", "target": "spark"},
+        "build": {
+            "context": ".",
+            "dockerfile": "deploy/spark.Dockerfile",
+            "target": "spark",
+            "args": {"BASE_IMAGE": BASE_IMAGE_ARG},
+        },
         "profiles": ["spark"],
         "entrypoint": ["python", "-m", "flotilla.spark_demo"],
         "environment": {"FLOTILLA_BOOTSTRAP": bootstrap},
         "depends_on": nodes_healthy,
         **_ONE_SHOT,
     }
+    services["client"] = {
+        "image": IMAGE,
+        "build": dict(_BUILD),
+        "profiles": ["tools"],
+        # `docker compose run --rm client topic create orders`: the CLI inside the compose network
+        "entrypoint": ["flotilla"],
+        "command": ["--help"],
+        "environment": {"FLOTILLA_BOOTSTRAP": bootstrap},
+        **_ONE_SHOT,
+    }
+    services.update(_monitoring_services(rendering))
     tmpfs = f"size=1m,uid={RUNTIME_UID},gid={RUNTIME_UID},mode=0755"
     volumes: dict[str, Any] = {f"{node_id}-data": {} for node_id in topology.node_ids}
     # the routes volume is a tmpfs: dial maps vanish when the stack stops, so nodes dial directly
     volumes["routes"] = {"driver_opts": {"type": "tmpfs", "device": "tmpfs", "o": tmpfs}}
     volumes["chaos-runs"] = {}
-    return {"name": PROJECT, "services": services, "volumes": volumes}
+    # no top-level `name:`: docker-compose v1 refuses it; the project name comes from
+    # COMPOSE_PROJECT_NAME (the docs export it) or the directory's name
+    return {"services": services, "volumes": volumes}
+
+
+def add_node_document(topology: Topology) -> dict[str, Any]:
+    """deploy/add-node.yml as data: node n<N+1>, to merge over docker-compose.yml.
+
+    Copied to docker-compose.override.yml (which Compose v1 and v2 merge by themselves), it makes
+    the added node a service of the project, so that every later `up`, `ps` and `down -v` sees it:
+    `down -v` removes it, its volume and the network. A node started with `docker run` on the
+    compose network made `down` fail ("network ... has active endpoints"), and a service in a
+    profile is left running by Compose v2's `down` unless that profile is named again. It joins
+    through every node with the same controllers; it has no Toxiproxy links (the chaos profile
+    routes n1..nN only).
+    """
+    rendering = render_compose(Topology(topology.nodes + 1, topology.controllers))
+    added = rendering.nodes[-1]
+    return {
+        "services": {added.node_id: _node_service(rendering, added)},
+        "volumes": {f"{added.node_id}-data": {}},
+    }
+
+
+def _monitoring_services(rendering: Rendering) -> dict[str, Any]:
+    """The `monitoring` profile: Prometheus scraping every node, Grafana showing the dashboard."""
+    provisioning = GRAFANA_PROVISIONING_DIR
+    return {
+        "prometheus": {
+            "image": PROMETHEUS_IMAGE,
+            "profiles": ["monitoring"],
+            "volumes": [f"{MONITORING_DIR}/prometheus.yml:/etc/prometheus/prometheus.yml:ro"],
+            "ports": ["127.0.0.1:9090:9090"],
+            "depends_on": [node.node_id for node in rendering.nodes],
+            "restart": "unless-stopped",
+        },
+        "grafana": {
+            "image": GRAFANA_IMAGE,
+            "profiles": ["monitoring"],
+            "environment": {
+                "GF_AUTH_ANONYMOUS_ENABLED": "true",
+                "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+            },
+            "volumes": [
+                f"{provisioning}:/etc/grafana/provisioning:ro",
+                f"{MONITORING_DIR}/grafana-dashboard.json:"
+                "/var/lib/grafana/dashboards/flotilla.json:ro",
+            ],
+            "ports": ["127.0.0.1:3000:3000"],
+            "depends_on": ["prometheus"],
+            "restart": "unless-stopped",
+        },
+    }
 
 
 _HEADER = """\
 # GENERATED by `python -m chaos.topology write-deploy` from chaos/topology.py: do not edit by hand
 # (tests/deploy checks that this file, deploy/toxiproxy.json and deploy/dial-maps/ match it).
+# Works with `docker compose` (v2) and `docker-compose` (v1.29); deploy/README-deploy.md explains.
 #
-#   docker compose up -d                   nodes n1..n{nodes} (controllers {controllers}); bootstrap 127.0.0.1:{port}
-#   docker compose --profile chaos up -d   + Toxiproxy on every node-to-node link and the chaos runner
-#   docker compose --profile spark up      + the demo Spark job reading the cluster
+#   export FLOTILLA_CLUSTER_SECRET=$(openssl rand -hex 24) COMPOSE_PROJECT_NAME={project}
+#   docker compose up -d                        nodes n1..n{nodes} (controllers {controllers}); bootstrap 127.0.0.1:{port}
+#   docker compose run --rm client topic list   the CLI inside the compose network (profile tools)
+#   docker compose --profile chaos up -d        + Toxiproxy on every node-to-node link, chaos runner
+#   docker compose --profile spark up           + the demo Spark job reading the cluster
+#   docker compose --profile monitoring up -d   + Prometheus (127.0.0.1:9090), Grafana (:3000)
+#   add a node: cp deploy/add-node.yml docker-compose.override.yml; docker compose up -d n{added}
 #
 # FLOTILLA_CLUSTER_SECRET must be set: it authenticates and encrypts the control plane.
+# FLOTILLA_BASE_IMAGE replaces python:3.11-slim as the base of the images built here.
 # Metrics: curl http://127.0.0.1:9101/metrics (n1; 9102 for n2, ...).
 # `toxiproxy-setup` creates one proxy per directed link and then copies the dial maps into the
 # `routes` tmpfs volume; the nodes re-read them and dial each other through the proxies.
 # `chaos-runner` runs `python -m chaos run` self-contained: it starts its own node processes and
 # Toxiproxy API inside its container (driving the compose nodes' containers is not built yet).
-# `spark-demo` runs `python -m flotilla.spark_demo`: a Spark job reading the compose cluster.
+# `spark-demo` runs `python -m flotilla.spark_demo` (deploy/spark.Dockerfile): a Spark job
+# reading the compose cluster.
 """
 
 
 def compose_yaml(topology: Topology) -> str:
     controllers = ",".join(topology.controller_ids)
-    header = _HEADER.format(nodes=topology.nodes, controllers=controllers, port=GRPC_PORT_BASE + 1)
+    header = _HEADER.format(
+        nodes=topology.nodes,
+        controllers=controllers,
+        port=GRPC_PORT_BASE + 1,
+        project=PROJECT,
+        added=topology.nodes + 1,
+    )
     return header + "\n".join(to_yaml(compose_document(topology))) + "\n"
+
+
+_ADD_NODE_HEADER = """\
+# GENERATED by `python -m chaos.topology write-deploy` from chaos/topology.py: do not edit by hand.
+# Node {node} for docker-compose.yml (deploy/README-deploy.md, "Add a node"):
+#
+#   cp deploy/add-node.yml docker-compose.override.yml   # Compose merges the override by itself
+#   docker compose up -d {node}
+#
+# As a service of the project, {node} is stopped and removed (with -v, its volume too) by
+# `docker compose down` like n1..n{nodes}.
+"""
+
+
+def add_node_yaml(topology: Topology) -> str:
+    header = _ADD_NODE_HEADER.format(node=f"n{topology.nodes + 1}", nodes=topology.nodes)
+    return header + "\n".join(to_yaml(add_node_document(topology))) + "\n"
 
 
 def deploy_files(topology: Topology) -> dict[str, str]:
@@ -384,6 +486,7 @@ def deploy_files(topology: Topology) -> dict[str, str]:
     rendering = render_compose(topology)
     files = {
         "docker-compose.yml": compose_yaml(topology),
+        "deploy/add-node.yml": add_node_yaml(topology),
         "deploy/toxiproxy.json": json.dumps(rendering.populate(), indent=2) + "\n",
     }
     for node_id in topology.node_ids:

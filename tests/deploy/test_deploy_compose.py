@@ -2,10 +2,13 @@
 
 Schema: the Compose Specification's JSON schema as shipped inside the `check-jsonschema` wheel
 (PyPI), checked in-process with `jsonschema` and once through the `check-jsonschema` command.
-When the `docker compose` plugin is present, `docker compose config -q` runs as well (it is not on
-the build machines). The schema says nothing about references between services, volumes and
-profiles, nor about our own rules (one published bootstrap port, the secret required, health and
-stop settings), so `compose_problems` checks those; each rule has a broken document it catches.
+Where `docker compose` (v2) or `docker-compose` (v1) is installed, its `config -q` runs as well
+with every profile (neither is on CI's machines; v1 refuses a top-level `name:`, which the schema
+allows, so `compose_problems` refuses it too). The schema says nothing about references between
+services, volumes, profiles and Dockerfiles, nor about our own rules (one published bootstrap
+port, the secret required, health and stop settings, a client service, the monitoring profile
+on obs's files), so `compose_problems` checks those; each rule has a broken document it catches.
+`make compose-check` (scripts/compose_check.sh) runs the file on a real engine.
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ import pytest
 from ruamel.yaml import YAML
 
 import cluster.node
-from chaos.topology import DEPLOY_DIR, Topology, compose_document
+from chaos.topology import DEPLOY_DIR, Topology, add_node_document, compose_document
+from cluster import healthcheck
 from flotilla import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-TOP_LEVEL = {"name", "services", "volumes", "networks", "configs", "secrets"}
+ADD_NODE_FILE = ROOT / "deploy" / "add-node.yml"
+TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets"}  # no `name`: v1 refuses it
+PROFILES = ["chaos", "spark", "tools", "monitoring"]
+MONITORING_FILES = {
+    "prometheus": "./deploy/monitoring/prometheus.yml",
+    "grafana": "./deploy/monitoring/grafana-dashboard.json",
+}
 PORT = re.compile(r"(?:(?:\$\{[A-Z_]+:-[0-9.]+\}|[0-9.]+):)?(\d{1,5}):(\d{1,5})")
 REQUIRED_SECRET = re.compile(r"\$\{FLOTILLA_CLUSTER_SECRET:\?[^}]+\}")
 SCHEMA = json.loads(
@@ -39,17 +49,31 @@ SCHEMA = json.loads(
 )
 
 
-def load_compose(version: tuple[int, int] = (1, 2)) -> dict[str, Any]:
+def load_compose(version: tuple[int, int] = (1, 2), path: Path = COMPOSE_FILE) -> dict[str, Any]:
     yaml = YAML(typ="safe", pure=True)
     yaml.version = version
-    document: dict[str, Any] = yaml.load(COMPOSE_FILE.read_text())
+    document: dict[str, Any] = yaml.load(path.read_text())
     return document
 
 
-def dockerfile_stages() -> set[str]:
-    text = (ROOT / "Dockerfile").read_text()
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge where the override only adds services and volumes (deploy/add-node.yml)."""
+    assert not set(base["services"]) & set(override["services"])
+    return {
+        **base,
+        "services": {**base["services"], **override["services"]},
+        "volumes": {**base["volumes"], **override["volumes"]},
+    }
+
+
+def dockerfile_stages(dockerfile: str = "Dockerfile") -> set[str]:
+    path = ROOT / dockerfile
+    if not path.is_file():
+        return set()
     return set(
-        re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.MULTILINE | re.IGNORECASE)
+        re.findall(
+            r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", path.read_text(), flags=re.MULTILINE | re.IGNORECASE
+        )
     )
 
 
@@ -96,6 +120,11 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     test = service.get("healthcheck", {}).get("test", [])
     if "cluster.healthcheck" not in test or not str(test[-1]).endswith(f":{listen_port}"):
         problems.append(f"{where} healthcheck {test} does not call Health on port {listen_port}")
+    timeout = re.fullmatch(r"(\d+)s", str(service.get("healthcheck", {}).get("timeout", "")))
+    if not timeout or int(timeout.group(1)) <= healthcheck.TIMEOUT_S:
+        problems.append(
+            f"{where} healthcheck timeout must exceed the RPC's {healthcheck.TIMEOUT_S} s"
+        )
     mounts = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
     data_dir = flags["--data-dir"][0]
     if mounts.get(data_dir) != f"{name}-data":
@@ -108,9 +137,9 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     return problems
 
 
-def compose_problems(document: dict[str, Any], stages: set[str]) -> list[str]:
+def compose_problems(document: dict[str, Any], stages: set[str] | None = None) -> list[str]:
     problems = [
-        f"unknown top-level key {k!r}"
+        f"unknown top-level key {k!r}" + (" (docker-compose v1 refuses it)" if k == "name" else "")
         for k in document
         if k not in TOP_LEVEL and not k.startswith("x-")
     ]
@@ -124,10 +153,21 @@ def compose_problems(document: dict[str, Any], stages: set[str]) -> list[str]:
         if "image" not in service and "build" not in service:
             problems.append(f"{where} has neither image nor build")
         build = service.get("build")
-        if isinstance(build, dict) and build.get("target") not in stages:
-            problems.append(
-                f"{where} builds target {build.get('target')!r}, not a Dockerfile stage {sorted(stages)}"
+        if isinstance(build, dict):
+            dockerfile = build.get("dockerfile", "Dockerfile")
+            known = (
+                dockerfile_stages(dockerfile)
+                if stages is None or dockerfile != "Dockerfile"
+                else stages
             )
+            if not (ROOT / dockerfile).is_file():
+                problems.append(f"{where} builds {dockerfile}, which does not exist")
+            elif "target" in build and build["target"] not in known:
+                problems.append(
+                    f"{where} builds target {build['target']!r}, not a stage of {dockerfile} {sorted(known)}"
+                )
+            if "BASE_IMAGE" not in build.get("args", {}):
+                problems.append(f"{where} builds without the BASE_IMAGE argument")
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             if not source.startswith(("/", ".", "~")):
@@ -176,6 +216,42 @@ def compose_problems(document: dict[str, Any], stages: set[str]) -> list[str]:
         problems.append("the chaos profile has no Toxiproxy service")
     if not any("spark" in s.get("profiles", []) for s in services.values()):
         problems.append("no service in the spark profile")
+    problems += _client_problems(services)
+    problems += _monitoring_problems(services)
+    return problems
+
+
+def _client_problems(services: dict[str, Any]) -> list[str]:
+    """`docker compose run --rm client ...`: the CLI, bootstrapped on a node, no health check."""
+    client = services.get("client")
+    if client is None:
+        return ["no `client` service (the CLI inside the compose network)"]
+    problems = []
+    advertised = {
+        flags_of(s["command"])["--advertise"][0]
+        for s in services.values()
+        if s.get("command", [None])[0] == "node"
+    }
+    bootstrap = client.get("environment", {}).get("FLOTILLA_BOOTSTRAP")
+    if bootstrap not in advertised:
+        problems.append(
+            f"client FLOTILLA_BOOTSTRAP={bootstrap!r} is not a node's {sorted(advertised)}"
+        )
+    if client.get("entrypoint") != ["flotilla"] or not client.get("profiles"):
+        problems.append("client must run `flotilla` in a profile of its own")
+    if not client.get("healthcheck", {}).get("disable"):
+        problems.append("client has a health check: a client serves nothing")
+    return problems
+
+
+def _monitoring_problems(services: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, path in MONITORING_FILES.items():
+        service = services.get(name, {})
+        if "monitoring" not in service.get("profiles", []):
+            problems.append(f"no {name} service in the monitoring profile")
+        elif not any(v.split(":")[0] == path for v in service.get("volumes", [])):
+            problems.append(f"{name} does not mount {path}")
     return problems
 
 
@@ -217,40 +293,87 @@ def _compose_plugin() -> bool:
         return False
 
 
-def test_docker_compose_config_when_the_plugin_is_present() -> None:
-    """Runs `docker compose config` where it exists; the schema and rules above run everywhere."""
-    if not _compose_plugin():
-        assert schema_errors(load_compose()) == []  # what stands in for it on this machine
-        return
+def _compose_v1() -> bool:
+    try:
+        return (
+            subprocess.run(
+                ["docker-compose", "version"], check=False, capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def compose_config_errors(command: list[str], compose_file: Path) -> list[str]:
+    """`config -q` with no profile, with each profile, and merged with deploy/add-node.yml; the
+    outputs of the failed ones."""
     env = {**os.environ, "FLOTILLA_CLUSTER_SECRET": "test-secret"}
-    for profile in ([], ["--profile", "chaos"], ["--profile", "spark"]):
+    errors = []
+    files = ["-f", str(compose_file)]
+    variants = [files, *([*files, "--profile", p] for p in PROFILES)]
+    for arguments in [*variants, [*files, "-f", str(ADD_NODE_FILE)]]:
         config = subprocess.run(
-            ["docker", "compose", "-f", str(COMPOSE_FILE), *profile, "config", "-q"],
+            [*command, *arguments, "config", "-q"],
             check=False, capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
-        assert config.returncode == 0, config.stderr
+        if config.returncode != 0:
+            errors.append(f"{arguments[2:]}: {config.stderr.strip()}")
     env.pop("FLOTILLA_CLUSTER_SECRET")
     unset = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
+        [*command, "-f", str(compose_file), "config", "-q"],
         check=False, capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
-    assert unset.returncode != 0
-    assert "set FLOTILLA_CLUSTER_SECRET" in unset.stderr
+    if unset.returncode == 0 or "set FLOTILLA_CLUSTER_SECRET" not in unset.stderr:
+        errors.append(f"config accepted an unset FLOTILLA_CLUSTER_SECRET: {unset.stderr!r}")
+    return errors
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_docker_compose_config_where_installed(version: str) -> None:
+    """`docker compose config` (v2) / `docker-compose config` (v1) where they exist; the schema
+    and rules above run everywhere (CI has neither)."""
+    command = ["docker", "compose"] if version == "v2" else ["docker-compose"]
+    if not (_compose_plugin() if version == "v2" else _compose_v1()):
+        assert schema_errors(load_compose()) == []  # what stands in for it on this machine
+        return
+    assert compose_config_errors(command, COMPOSE_FILE) == []
+
+
+def test_compose_v1_check_catches_a_top_level_name(tmp_path: Path) -> None:
+    """The file once had `name: flotilla`; docker-compose v1 refused it."""
+    named = tmp_path / "docker-compose.yml"
+    named.write_text("name: flotilla\n" + COMPOSE_FILE.read_text())
+    document = load_compose()
+    assert "unknown top-level key 'name' (docker-compose v1 refuses it)" in compose_problems(
+        {"name": "flotilla", **document}
+    )
+    if _compose_v1():
+        errors = compose_config_errors(["docker-compose"], named)
+        assert errors and "'name' does not match any of the regexes" in errors[0]
 
 
 def test_compose_file_keeps_our_structural_rules() -> None:
-    assert dockerfile_stages() >= {"runtime", "spark"}
-    assert compose_problems(load_compose(), dockerfile_stages()) == []
+    assert dockerfile_stages() >= {"runtime"}
+    assert dockerfile_stages("deploy/spark.Dockerfile") >= {"spark"}
+    assert compose_problems(load_compose()) == []
+    with_added_node = merged(load_compose(), load_compose(path=ADD_NODE_FILE))
+    assert with_added_node == merged(compose_document(Topology()), add_node_document(Topology()))
+    assert schema_errors(with_added_node) == []
+    assert compose_problems(with_added_node) == []
 
 
 @pytest.mark.parametrize(("nodes", "controllers"), [(1, 3), (4, 3), (5, 1)])
 def test_other_topologies_render_valid_compose_documents(nodes: int, controllers: int) -> None:
     document = compose_document(Topology(nodes, controllers))
     assert schema_errors(document) == []
-    assert compose_problems(document, dockerfile_stages()) == []
+    assert compose_problems(document) == []
     assert [n for n, s in document["services"].items() if not s.get("profiles")] == [
         f"n{i}" for i in range(1, nodes + 1)
     ]
+    added = add_node_document(Topology(nodes, controllers))
+    assert list(added["services"]) == [f"n{nodes + 1}"]
+    assert compose_problems(merged(document, added)) == []
 
 
 def test_chaos_setup_reads_deploy_files_the_image_carries() -> None:
@@ -276,7 +399,7 @@ def _set_env_secret(value: str) -> Mutation:
 
 BROKEN: dict[str, tuple[Mutation, str]] = {
     "depends on a missing service": (
-        lambda d: d["services"]["chaos-runner"]["depends_on"].__setitem__(
+        lambda d: d["services"]["spark-demo"]["depends_on"].__setitem__(
             "n9", {"condition": "service_healthy"}
         ),
         "depends on missing service 'n9'",
@@ -331,8 +454,8 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         "stop_grace_period",
     ),
     "waits on a service without health": (
-        lambda d: d["services"]["chaos-runner"]["depends_on"]["toxiproxy-setup"].__setitem__(
-            "condition", "service_healthy"
+        lambda d: d["services"]["spark-demo"]["depends_on"].__setitem__(
+            "toxiproxy-setup", {"condition": "service_healthy"}
         ),
         "has no healthcheck",
     ),
@@ -351,6 +474,41 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         "which is not mounted",
     ),
     "no toxiproxy": (lambda d: d["services"].pop("toxiproxy"), "no Toxiproxy service"),
+    "top-level name": (lambda d: d.__setitem__("name", "flotilla"), "v1 refuses it"),
+    "spark target in the node Dockerfile": (
+        lambda d: d["services"]["spark-demo"]["build"].pop("dockerfile"),
+        "not a stage of Dockerfile",
+    ),
+    "missing Dockerfile": (
+        lambda d: d["services"]["spark-demo"]["build"].__setitem__("dockerfile", "Spark.df"),
+        "Spark.df, which does not exist",
+    ),
+    "no base image argument": (
+        lambda d: d["services"]["n2"]["build"].pop("args"),
+        "without the BASE_IMAGE argument",
+    ),
+    "tight health timeout": (
+        lambda d: d["services"]["n2"]["healthcheck"].__setitem__("timeout", "2s"),
+        "timeout must exceed",
+    ),
+    "no client": (lambda d: d["services"].pop("client"), "no `client` service"),
+    "client bootstrap on localhost": (
+        lambda d: d["services"]["client"]["environment"].__setitem__(
+            "FLOTILLA_BOOTSTRAP", "127.0.0.1:7001"
+        ),
+        "is not a node's",
+    ),
+    "client with a health check": (
+        lambda d: d["services"]["client"].pop("healthcheck"),
+        "a client serves nothing",
+    ),
+    "no grafana": (lambda d: d["services"].pop("grafana"), "no grafana service"),
+    "prometheus config elsewhere": (
+        lambda d: d["services"]["prometheus"]["volumes"].__setitem__(
+            0, "./prometheus.yml:/etc/prometheus/prometheus.yml:ro"
+        ),
+        "does not mount ./deploy/monitoring/prometheus.yml",
+    ),
 }
 
 
@@ -359,7 +517,7 @@ def test_structural_rules_catch_a_broken_document(case: str) -> None:
     mutate, expected = BROKEN[case]
     document = copy.deepcopy(compose_document(Topology()))
     mutate(document)
-    problems = compose_problems(document, dockerfile_stages())
+    problems = compose_problems(document)
     assert any(expected in problem for problem in problems), problems
 
 
@@ -398,16 +556,16 @@ def test_every_node_service_command_is_accepted_by_the_node_cli(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
-    services = load_compose()["services"]
+    services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
     nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
-    assert list(nodes) == ["n1", "n2", "n3"]
+    assert list(nodes) == ["n1", "n2", "n3", "n4"]
     for name, service in nodes.items():
         config = _config_from_cli(service["command"], monkeypatch)
         number = int(name[1:])
         assert config.node_id == name
         assert config.advertised == f"{name}:{7000 + number}"
         assert dict(config.controllers) == {"n1": "n1:7101", "n2": "n2:7102", "n3": "n3:7103"}
-        assert config.is_controller
+        assert config.is_controller == (name != "n4")
         assert config.dial_map == f"/routes/{name}.json"
         assert config.metrics == f"0.0.0.0:{9100 + number}"
 
@@ -421,22 +579,33 @@ def test_a_controller_without_the_secret_fails_clearly(
     assert "FLOTILLA_CLUSTER_SECRET" in capsys.readouterr().err
 
 
-def _readme_add_node_command() -> list[str]:
+def _readme_add_node_block() -> str:
     text = (ROOT / "deploy" / "README-deploy.md").read_text()
-    block = re.search(r"```sh\n(docker run -d --name flotilla-n4.*?)```", text, re.DOTALL)
-    assert block is not None, "the README's add-a-node command"
-    words = block.group(1).replace("\\\n", " ").split()
-    return words[words.index("flotilla:local") + 1 :]
+    section = re.search(r"^### Add a node\n(.*?)^### ", text, re.DOTALL | re.MULTILINE)
+    assert section is not None, "the README's add-a-node section"
+    block = re.search(r"```sh\n(.*?)```", section.group(1), re.DOTALL)
+    assert block is not None, "the README's add-a-node commands"
+    return block.group(1)
 
 
-def test_the_readmes_fourth_node_joins_n1_with_the_same_controllers(
+def test_the_readmes_fourth_node_is_a_service_of_the_project(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """`docker run ... --network flotilla_default` made `docker compose down -v` fail ("network
+    ... has active endpoints"): the added node must be a service of the project in every later
+    command, so an override file Compose merges by itself, not a profile (v2's `down` leaves a
+    profiled service running unless the profile is named again)."""
+    block = _readme_add_node_block()
+    assert "cp deploy/add-node.yml docker-compose.override.yml" in block
+    assert "docker compose up -d n4" in block
+    assert "docker run" not in block
     monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)  # not a controller: not needed
-    config = _config_from_cli(_readme_add_node_command(), monkeypatch)
+    service = load_compose(path=ADD_NODE_FILE)["services"]["n4"]
+    assert "profiles" not in service
+    config = _config_from_cli(service["command"], monkeypatch)
     n1 = flags_of(load_compose()["services"]["n1"]["command"])
     assert config.node_id == "n4"
-    assert config.join == ("n1:7001",)
+    assert config.join == ("n1:7001", "n2:7002", "n3:7003")
     assert not config.is_controller
     assert ",".join(f"{k}={v}" for k, v in config.controllers.items()) == n1["--controllers"][0]
 
