@@ -293,7 +293,7 @@ def _node_service(rendering: Rendering, node: NodeEndpoints) -> dict[str, Any]:
         "command": rendering.node_args(node.node_id, DATA_DIR, dial_map_path=dial_map),
         "environment": {
             "FLOTILLA_CLUSTER_SECRET": SECRET,
-            "FLOTILLA_LOG": "${FLOTILLA_LOG:-WARNING}",
+            "FLOTILLA_LOG": "${FLOTILLA_LOG:-info}",
             # `docker compose exec n<i> flotilla topic list` asks the node it runs in
             "FLOTILLA_BOOTSTRAP": node.advertise,
         },
