@@ -24,8 +24,39 @@ from proto import flotilla_pb2_grpc
 __all__ = ["consume", "describe_topic", "produce_lines", "status"]
 
 
-def describe_topic(client: Client, name: str, console: Console) -> None:
-    info = client.describe_topic(name)
+def list_topics(client: Client, out: IO[str]) -> list[pb.TopicInfo]:
+    """Every topic with its partition count and replication factor, as aligned columns (as
+    rpk's `topic list`), sorted by name."""
+    topics = sorted(client.metadata().topics, key=lambda t: t.name)
+    rows = [("NAME", "PARTITIONS", "REPLICATION-FACTOR")] + [
+        (t.name, str(len(t.partitions)), str(t.replication_factor)) for t in topics
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(2)]
+    for name, partitions, factor in rows:
+        out.write(f"{name:<{widths[0]}}  {partitions:<{widths[1]}}  {factor}\n")
+    out.flush()
+    return topics
+
+
+def partition_health(partition: pb.PartitionInfo, replication_factor: int, alive: set[str]) -> str:
+    """ "offline" (no leader), "under-replicated" (fewer live voters than the topic's
+    replication factor, or a replica still catching up as a learner) or "ok"."""
+    if not partition.leader:
+        return "offline"
+    live_voters = [r for r in partition.replicas if r in alive]
+    if len(live_voters) < replication_factor or partition.learners:
+        return "under-replicated"
+    return "ok"
+
+
+def describe_topic(client: Client, name: str, console: Console) -> list[str]:
+    """The topic's partitions: leader, voters, learners, offsets, and a status per partition
+    (`partition_health`); under-replicated and offline ones are marked. Returns the statuses."""
+    info = client.describe_topic(name)  # TopicNotFound, after the metadata grace, if none
+    metadata = client.metadata()
+    alive = {m.id for m in metadata.members if m.state == pb.ALIVE}
+    found = [t for t in metadata.topics if t.name == name]
+    partitions = found[0].partitions if found else []
     retention = ", ".join(
         f"{what} {value}"
         for what, value in (
@@ -38,17 +69,29 @@ def describe_topic(client: Client, name: str, console: Console) -> None:
         title=f"topic {info.name} (replication factor {info.replication_factor}"
         f"{', ' + retention if retention else ''})"
     )
-    for column in ("partition", "leader", "replicas", "high watermark", "log start"):
+    for column in ("partition", "leader", "replicas", "learners", "high watermark", "log start"):
         table.add_column(column)
-    for p in info.partitions:
+    table.add_column("status", min_width=len("UNDER-REPLICATED"), no_wrap=True)
+    statuses = []
+    for p in partitions:
+        health = partition_health(p, info.replication_factor, alive)
+        statuses.append(health)
+        shown = health if health == "ok" else f"[bold red]{health.upper()}[/]"
+        replicas = ",".join(r if r in alive else f"{r}(down)" for r in p.replicas)
         table.add_row(
             str(p.index),
             p.leader or "-",
-            ",".join(p.replicas),
+            replicas,
+            ",".join(p.learners) or "-",
             str(p.high_watermark),
             str(p.log_start),
+            shown,
         )
     console.print(table)
+    marked = sum(status != "ok" for status in statuses)
+    if marked:
+        console.print(f"{marked} of {len(statuses)} partitions under-replicated or offline")
+    return statuses
 
 
 def produce_lines(
