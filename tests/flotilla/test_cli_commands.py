@@ -193,10 +193,12 @@ class Reader:
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.lines: queue.Queue[bytes] = queue.Queue()
         assert process.stdout is not None
-        stdout = process.stdout
-        threading.Thread(
-            target=lambda: [self.lines.put(line) for line in stdout], daemon=True
-        ).start()
+        self.stdout = process.stdout
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.stdout:
+            self.lines.put(line)
 
 
 def test_consume_follows_the_tail_by_default_and_stops_cleanly_on_ctrl_c(
@@ -275,4 +277,4 @@ def test_topic_describe_marks_under_replicated_partitions(cluster: LocalCluster,
 
     wait_until(marked, 30, "describe marks partitions with a dead replica under-replicated")
     status, out, _ = run("topic", "describe", "three", *boot)
-    assert "under-replicated or offline" in out
+    assert status == 0 and "3 of 3 partitions under-replicated or offline" in out

@@ -21,7 +21,7 @@ def undocumented(obj: object) -> list[str]:
     inherited one do not count."""
     name = getattr(obj, "__qualname__", repr(obj))
     missing: list[str] = []
-    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else obj.__doc__  # type: ignore[attr-defined]
+    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else obj.__doc__
     if not doc or not doc.strip() or doc.startswith(f"{getattr(obj, '__name__', '')}("):
         missing.append(name)
     if not isinstance(obj, type):
