@@ -30,15 +30,9 @@ import os
 import sys
 from typing import Any
 
+from flotilla.cli_format import InputError, non_negative, positive
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
-from flotilla.cli_records import (
-    InputError,
-    add_record_parsers,
-    non_negative,
-    positive,
-    run_consume,
-    run_produce,
-)
+from flotilla.cli_records import add_record_parsers, run_consume, run_produce
 
 __all__ = ["EVENT_LOOPS", "main"]
 

@@ -15,7 +15,8 @@ from harness import free_port
 
 import flotilla
 from flotilla import cli
-from flotilla.cli_records import InputError, compile_format, parse_since, split_lines
+from flotilla.cli_format import InputError, compile_format, parse_since
+from flotilla.cli_records import split_lines
 from proto.records import Record
 
 ROOT = Path(__file__).resolve().parents[2]
