@@ -37,7 +37,7 @@ from flotilla.cli_format import (
     since,
 )
 from flotilla.client import Client
-from flotilla.errors import FlotillaError, TopicNotFound
+from flotilla.errors import FlotillaError, OffsetOutOfRange, TopicNotFound
 
 __all__ = [
     "InputError",
@@ -290,6 +290,11 @@ def start_offsets(client: Client, args: argparse.Namespace) -> dict[int, tuple[i
         if args.from_beginning:
             first = start
         elif args.offset is not None:
+            if not start <= args.offset <= end:
+                raise OffsetOutOfRange(
+                    f"--offset {args.offset} is out of range for {args.topic}/{index}: valid "
+                    f"offsets are {start}..{end} (the log start to the high watermark)"
+                )
             first = args.offset
         elif args.last is not None:
             first = max(start, end - args.last)
