@@ -18,6 +18,7 @@ cluster exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import queue
 import sys
 import threading
@@ -47,8 +48,8 @@ __all__ = [
     "split_lines",
 ]
 
-POLL_S = 0.5  # how long a partition's reader waits at the tail before it checks for a stop
-QUEUE_BATCHES = 8  # batches read ahead of the printer, per consume (memory stays bounded)
+STOP_CHECK_S = 1.0  # a partition's reader notices a stop within this at a quiet tail
+QUEUE_RECORDS = 10_000  # records read ahead of the printer, per consume (memory stays bounded)
 
 
 def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -315,7 +316,10 @@ def _read_partition(
     found: queue.Queue[Any],
     stop: threading.Event,
 ) -> None:
-    """One partition's reader: long polls from `offset` (to `end`, if set) into `found`."""
+    """One partition's reader: its records from `offset` (to `end`, if set) into `found`.
+    A subscription: the node pushes records as they commit and a keepalive when there are none,
+    so a quiet tail costs little (a poll loop would ask replicas several times a second). It
+    ends after `STOP_CHECK_S` without a record, so the reader sees `stop`, and starts again."""
 
     def put(item: object) -> bool:
         while not stop.is_set():
@@ -328,15 +332,18 @@ def _read_partition(
 
     try:
         while not stop.is_set() and (end is None or offset < end):
-            records = client.poll(
-                args.topic, partition, offset, timeout_s=POLL_S, replica=args.replica
+            records = client.subscribe(
+                args.topic, partition, offset, args.replica, stop_after_idle_s=STOP_CHECK_S
             )
-            if end is not None:
-                records = [r for r in records if r.offset < end]
-            if records:
-                offset = records[-1].offset + 1
-                if not put((partition, records)):
-                    return
+            with contextlib.closing(records):
+                for record in records:
+                    if end is not None and record.offset >= end:
+                        break
+                    if not put((partition, record)):
+                        return
+                    offset = record.offset + 1
+                    if stop.is_set():
+                        return
     except FlotillaError as error:
         put(error)
     finally:
@@ -344,11 +351,11 @@ def _read_partition(
 
 
 def run_consume(client: Client, args: argparse.Namespace, out: IO[bytes], err: IO[str]) -> int:
-    """Prints the records `args` asks for; returns the exit status (KeyboardInterrupt is the
-    caller's: it exits 130)."""
+    """Prints the records `args` asks for, merged in arrival order, one reader thread per
+    partition; returns the exit status (KeyboardInterrupt is the caller's: it exits 130)."""
     formatter = compile_format(args.format)
     plan = start_offsets(client, args)
-    found: queue.Queue[Any] = queue.Queue(QUEUE_BATCHES)
+    found: queue.Queue[Any] = queue.Queue(QUEUE_RECORDS)
     stop = threading.Event()
     readers = [
         threading.Thread(
@@ -380,18 +387,19 @@ def run_consume(client: Client, args: argparse.Namespace, out: IO[bytes], err: I
                 continue
             if isinstance(item, FlotillaError):
                 raise item
-            partition, records = item
-            if args.max is not None:
-                records = records[: args.max - printed]
-            out.write(b"".join(formatter(args.topic, partition, r) for r in records))
-            out.flush()
-            printed += len(records)
+            partition, record = item
+            out.write(formatter(args.topic, partition, record))
+            printed += 1
             last_record = time.monotonic()
+            if found.empty():  # a burst is written at once, a trickle as it comes
+                out.flush()
             if args.max is not None and printed >= args.max:
                 break
     finally:
         stop.set()
-        deadline = time.monotonic() + 5
+        with contextlib.suppress(BrokenPipeError):
+            out.flush()
+        deadline = time.monotonic() + 3  # a reader at a quiet tail sees the stop within 1 s
         for reader in readers:
             if reader.is_alive():
                 reader.join(max(0.0, deadline - time.monotonic()))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
@@ -497,7 +497,7 @@ class Client:
         *,
         idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
         stop_after_idle_s: float | None = None,
-    ) -> Iterator[Record]:
+    ) -> Generator[Record, None, None]:
         """Records from `offset` on, following the tail; survives replica failures. A replica
         that sends nothing, not even a keepalive, for `idle_timeout_s` (paused, wedged) or
         that lags is left for another, from the next offset (nothing lost or repeated).
