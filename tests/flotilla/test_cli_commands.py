@@ -125,7 +125,9 @@ def test_consume_merges_every_partition_and_each_start_option(
     assert sorted(out.splitlines()) == ["p0-3", "p1-3", "p2-3"]
     status, out, _ = run("consume", "merged", "--last", "100", "-e", *boot)
     assert len(out.splitlines()) == 12  # at most what each partition has
-    status, out, err = run("consume", "merged", "--from-beginning", "--max", "5", *boot)
+    status, out, err = run(
+        "consume", "merged", "--from-beginning", "--max", "5", "--idle-timeout", "10", *boot
+    )
     assert status == 0 and len(out.splitlines()) == 5 and "consumed 5 records" in err
     # a bad offset for this topic: the cluster's error, named, exit 1
     for end in ([], ["-e"]):
