@@ -1,4 +1,5 @@
-"""What the CLI's client commands do: topics, produce, consume, status (with rich output).
+"""What the CLI's topic and status commands do (with rich output); produce and consume are in
+`flotilla.cli_records`.
 
 Each function takes an open `Client` and the console to print on, so the CLI stays a thin
 parser and the commands can be tested in-process.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import IO
 
@@ -17,11 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from flotilla.client import Client
-from flotilla.errors import OffsetOutOfRange
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
-__all__ = ["consume", "describe_topic", "produce_lines", "status"]
+__all__ = ["describe_topic", "list_topics", "partition_health", "status"]
 
 
 def list_topics(client: Client, out: IO[str]) -> list[pb.TopicInfo]:
@@ -92,92 +91,6 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
     if marked:
         console.print(f"{marked} of {len(statuses)} partitions under-replicated or offline")
     return statuses
-
-
-def produce_lines(
-    client: Client,
-    topic: str,
-    lines: Iterable[bytes],
-    out: IO[str],
-    key: bytes | None = None,
-    partition: int | None = None,
-) -> int:
-    """One record per input line (without its newline); prints `partition offset` per record,
-    in input order. Returns the number of records written."""
-    count = 0
-    with client.producer(linger_ms=5) as producer:
-        pending = []
-        for line in lines:
-            pending.append(producer.send(topic, line.rstrip(b"\r\n"), key=key, partition=partition))
-            if len(pending) >= 1000:
-                count += _print_results(pending, out)
-                pending = []
-        producer.flush()
-        count += _print_results(pending, out)
-    return count
-
-
-def _print_results(futures: list, out: IO[str]) -> int:  # type: ignore[type-arg]
-    for future in futures:
-        meta = future.result()
-        out.write(f"{meta.partition} {meta.offset}\n")
-    out.flush()
-    return len(futures)
-
-
-def consume(
-    client: Client,
-    topic: str,
-    partition: int,
-    start: str | int,
-    limit: int | None,
-    follow: bool,
-    replica: str | None,
-) -> Iterator[bytes]:
-    """Values from `start` ('beginning', 'end' or an offset), at most `limit`, optionally
-    following the tail."""
-    info = client.describe_topic(topic)
-    if not 0 <= partition < len(info.partitions):
-        from flotilla.errors import TopicNotFound  # noqa: PLC0415
-
-        raise TopicNotFound(
-            f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{len(info.partitions) - 1}"
-        )
-    state = info.partitions[partition]
-    offset = (
-        state.log_start
-        if start == "beginning"
-        else state.high_watermark
-        if start == "end"
-        else int(start)
-    )
-    seen = 0
-    if follow:
-        for record in client.subscribe(topic, partition, offset, replica=replica):
-            yield record.value
-            seen += 1
-            if limit is not None and seen >= limit:
-                return
-        return
-    while limit is None or seen < limit:
-        try:
-            batch = client.read(
-                topic,
-                partition,
-                offset,
-                max_records=min(10_000, (limit or 10**9) - seen),
-                replica=replica,
-            )
-        except OffsetOutOfRange:
-            if offset == state.high_watermark:
-                return
-            raise
-        if not batch:
-            return
-        for record in batch:
-            yield record.value
-        seen += len(batch)
-        offset = batch[-1].offset + 1
 
 
 @dataclass(frozen=True, slots=True)
