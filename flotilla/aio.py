@@ -24,7 +24,6 @@ from flotilla._routing import (
     RETRIABLE,
     RYW_WAIT_S,
     SUBSCRIBE_IDLE_TIMEOUT_S,
-    SUBSCRIBE_KEEPALIVE_MS,
     Headers,
     Member,
     ProducerGap,
@@ -47,7 +46,13 @@ from flotilla._routing import (
     topic_info,
     worth_retrying,
 )
-from flotilla.client import _OPTIONS
+from flotilla.client import (
+    _OPTIONS,
+    POLL_STEP_S,
+    check_poll_timeout,
+    check_stop_after_idle,
+    keepalive_ms,
+)
 from flotilla.errors import (
     FlotillaError,
     InvalidArgument,
@@ -66,6 +71,10 @@ T = TypeVar("T")
 
 
 class Client:
+    """The asyncio twin of `flotilla.Client`: the same calls, arguments and errors, as
+    coroutines (`subscribe` is an async iterator). Use it from one event loop; close it (or
+    use `async with`) when done."""
+
     def __init__(
         self, bootstrap: str | Sequence[str], *, timeout_s: float = 15.0, acks: str = "all"
     ) -> None:
@@ -105,6 +114,7 @@ class Client:
         raise last or Unavailable("no node answered")
 
     async def refresh(self, topics: Sequence[str] = ()) -> None:
+        """Reloads cluster metadata (members, topics, leaders)."""
         response = await self._any_node(
             lambda stub: stub.Metadata(pb.MetadataRequest(topics=topics), timeout=5)
         )
@@ -133,11 +143,14 @@ class Client:
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 3,
+        replication_factor: int = 0,
         *,
         retention_bytes: int = 0,
         retention_ms: int = 0,
     ) -> TopicInfo:
+        """Creates a topic; idempotent when a topic of the same spec exists. A
+        `replication_factor` of 0 takes the cluster's default (3, or the live members if fewer;
+        `TopicInfo.note` then says so)."""
         request = create_request(
             name, partitions, replication_factor, retention_bytes, retention_ms
         )
@@ -153,24 +166,28 @@ class Client:
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
     ) -> TopicInfo:
+        """Changes a topic, as `flotilla.Client.alter_topic`; None leaves a setting as it is."""
         request = alter_request(name, partitions, retention_bytes, retention_ms)
         response = await self._any_node(lambda stub: stub.AlterTopic(request, timeout=20))
         self.router.absorb(pb.MetadataResponse(topics=[response]))  # its partitions from now
         return topic_info(response)
 
     async def delete_topic(self, name: str) -> None:
+        """Deletes a topic and its records on every replica; TopicNotFound if there is none."""
         await self._any_node(
             lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20)
         )
         self.router.forget_topic(name)
 
     async def list_topics(self) -> list[str]:
+        """The names of every topic."""
         response = await self._any_node(
             lambda stub: stub.ListTopics(pb.ListTopicsRequest(), timeout=5)
         )
         return list(response.names)
 
     async def describe_topic(self, name: str) -> TopicInfo:
+        """The topic's settings and its partitions' leaders, replicas and offsets."""
         response = await self._not_found_grace(
             lambda: self._any_node(
                 lambda stub: stub.Metadata(pb.MetadataRequest(topics=[name]), timeout=5)
@@ -180,6 +197,7 @@ class Client:
         return topic_info(response.topics[0])
 
     async def members(self) -> list[Member]:
+        """The cluster's members as the node asked sees them (alive, suspect, dead, left)."""
         response = await self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
         self.router.absorb(response)
         return [member(m) for m in response.members]
@@ -193,6 +211,8 @@ class Client:
         partition: int | None = None,
         headers: Headers | None = None,
     ) -> RecordMetadata:
+        """Writes one record and waits until it is acknowledged (committed on a quorum with
+        acks="all"; appended by the leader with acks="leader")."""
         value, key, headers = check_record(value, key, headers)
         await self._topic(topic)
         chosen = self.router.partition_for(topic, key, partition)
@@ -202,6 +222,7 @@ class Client:
     async def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
     ) -> list[RecordMetadata]:
+        """Writes unkeyed records as one batch to one partition (round-robin across calls)."""
         if not values:
             return []
         await self._topic(topic)
@@ -271,14 +292,17 @@ class Client:
             pass  # a node whose metadata lags; the cached routes still stand
 
     # -- read --------------------------------------------------------------------------------------
-    async def read(
+    async def fetch(
         self,
         topic: str,
-        partition: int = 0,
-        offset: int = 0,
-        max_records: int = 1000,
-        replica: str | None = None,
-    ) -> list[Record]:
+        partition: int,
+        offset: int,
+        max_records: int,
+        replica: str | None,
+        max_wait_ms: int = 0,
+    ) -> pb.FetchResponse:
+        """One raw Fetch (the batches as stored) with read-your-writes and replica failover;
+        `read` and `poll` decode it. `max_wait_ms`: a long poll's wait at the tail."""
         check_read(offset, max_records)
         await self._topic(topic)
         self.router.partition_for(topic, None, partition)
@@ -287,6 +311,7 @@ class Client:
             partition=partition,
             offset=offset,
             max_records=max_records,
+            max_wait_ms=max_wait_ms,
             min_high_watermark=self.router.written_to(topic, partition),
         )
         last: FlotillaError | None = None
@@ -298,19 +323,57 @@ class Client:
             )
             for address in self.router.read_addresses(topic, partition, replica):
                 try:  # OffsetNotAvailable (a replica that lags) is worth retrying elsewhere
-                    response = await self._stub(address).Fetch(request, timeout=5 + RYW_WAIT_S)
+                    response = await self._stub(address).Fetch(
+                        request, timeout=5 + max_wait_ms / 1000 + RYW_WAIT_S
+                    )
                 except grpc.aio.AioRpcError as error:
                     last = from_rpc_error(error)
                     if not worth_retrying(last, grace_until):
                         raise last from None
                     continue
                 if behind.accept(response):
-                    return decode_fetch(response, offset, max_records)
+                    return response
             if behind.best is not None:
-                return decode_fetch(behind.best, offset, max_records)
+                return behind.best
             await asyncio.sleep(0.05)
             await self._refresh_quietly(topic)
         raise last or Unavailable(f"no replica of {topic}/{partition} answered")
+
+    async def read(
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        max_records: int = 1000,
+        replica: str | None = None,
+    ) -> list[Record]:
+        """Committed records from `offset` on (at most `max_records`), from any replica unless
+        `replica` pins one; as `flotilla.Client.read`."""
+        response = await self.fetch(topic, partition, offset, max_records, replica)
+        return decode_fetch(response, offset, max_records)
+
+    async def poll(
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        timeout_s: float = 1.0,
+        *,
+        max_records: int = 1000,
+        replica: str | None = None,
+    ) -> list[Record]:
+        """Committed records from `offset` on, waiting up to about `timeout_s` for the first
+        one; [] when none came in time. As `flotilla.Client.poll`."""
+        wait_s = check_poll_timeout(timeout_s)
+        deadline = time.monotonic() + wait_s
+        while True:
+            step_s = min(POLL_STEP_S, max(0.0, deadline - time.monotonic()))
+            response = await self.fetch(
+                topic, partition, offset, max_records, replica, max_wait_ms=int(step_s * 1000)
+            )
+            records = decode_fetch(response, offset, max_records)
+            if records or time.monotonic() >= deadline:
+                return records
 
     async def subscribe(
         self,
@@ -320,13 +383,17 @@ class Client:
         replica: str | None = None,
         *,
         idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
+        stop_after_idle_s: float | None = None,
     ) -> AsyncIterator[Record]:
         """As `flotilla.Client.subscribe`: a replica silent for `idle_timeout_s` (no records,
-        no keepalive) or lagging is left for another, from the next offset."""
+        no keepalive) or lagging is left for another, from the next offset; the iteration
+        ends once no record came for `stop_after_idle_s` (None: it follows for ever)."""
         check_read(offset)
         idle_s = check_idle_timeout(idle_timeout_s)
+        stop_s = check_stop_after_idle(stop_after_idle_s)
         await self._topic(topic)
         avoid: set[str] = set()
+        quiet_since = time.monotonic()
         while True:
             address = subscribe_address(
                 self.router.read_addresses(topic, partition, replica), avoid
@@ -336,7 +403,7 @@ class Client:
                     topic=topic,
                     partition=partition,
                     offset=offset,
-                    max_wait_ms=SUBSCRIBE_KEEPALIVE_MS,
+                    max_wait_ms=keepalive_ms(stop_s),
                 )
             )
             try:
@@ -352,6 +419,9 @@ class Client:
                         yield record
                     if response.batches:
                         avoid.clear()
+                        quiet_since = time.monotonic()
+                    elif stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+                        return
             except grpc.aio.AioRpcError as error:
                 failure = from_rpc_error(error)
                 if not isinstance(failure, RETRIABLE):
@@ -359,17 +429,22 @@ class Client:
                 await asyncio.sleep(0.1)
             finally:
                 call.cancel()
+            if stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+                return
             avoid.add(address)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def close(self) -> None:
+        """Closes the client's connections."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
 
     async def __aenter__(self) -> Client:
+        """`async with Client(...) as client:` closes the client on the way out."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Closes the client."""
         await self.close()

@@ -8,13 +8,17 @@
     flotilla demo [--count N]                      the main job (see flotilla.demo)
     flotilla topic create NAME [--partitions P] [--replication-factor R]
     flotilla topic list | flotilla topic describe NAME
-    flotilla produce TOPIC [--key K] [--partition N]     one record per stdin line
-    flotilla consume TOPIC --partition N [--from-beginning | --offset O] [--max N] [--follow]
-                     [--replica ID]
+    flotilla produce TOPIC [FILE] [--key K | --key-separator SEP] [-H NAME=VALUE ...]
+                     [--partition N] [--acks all|leader]      one record per line
+    flotilla consume TOPIC [--partition N]
+                     [--from-beginning | --offset N | --last N | --since TIME]
+                     [-f FORMAT | -f json] [--max N] [--idle-timeout S] [-e] [--replica ID]
     flotilla status [--json]
+    flotilla --version
 
-Client commands take `--bootstrap HOST:PORT` (default: $FLOTILLA_BOOTSTRAP, else the local dev
-cluster at 127.0.0.1:7001). The first node started without `--join` bootstraps the cluster.
+Client commands take `--bootstrap HOST:PORT[,HOST:PORT...]` (default: $FLOTILLA_BOOTSTRAP, else
+the local dev cluster at 127.0.0.1:7001); `produce` and `consume` are described in
+`flotilla.cli_records`. The first node started without `--join` bootstraps the cluster.
 Ctrl-C or SIGTERM stops a node gracefully: its leaderships move away first, then it leaves the
 membership.
 """
@@ -26,38 +30,73 @@ import os
 import sys
 from typing import Any
 
+from flotilla.cli_format import InputError, non_negative, positive
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
+from flotilla.cli_records import add_record_parsers, run_consume, run_produce
 
 __all__ = ["EVENT_LOOPS", "main"]
 
 SERVER_COMMANDS = ("node", "dev", "demo")
 
 
+def bootstrap_addresses(text: str) -> list[str]:
+    """`--bootstrap`'s comma list of HOST:PORT (argparse: a bad one is a usage error)."""
+    addresses = [part.strip() for part in text.split(",")]
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(
+                f"{address!r} in {text!r} is not HOST:PORT: give one or more node addresses "
+                "separated by commas, e.g. 127.0.0.1:7001,127.0.0.2:7001"
+            )
+    return addresses
+
+
 def _client_parsers(sub: Any) -> None:
+    default_bootstrap = os.environ.get("FLOTILLA_BOOTSTRAP", f"127.0.0.1:{DEV_BASE_PORT}")
     bootstrap = argparse.ArgumentParser(add_help=False)
     bootstrap.add_argument(
         "--bootstrap",
-        default=os.environ.get("FLOTILLA_BOOTSTRAP", f"127.0.0.1:{DEV_BASE_PORT}"),
-        metavar="HOST:PORT",
-        help="any node of the cluster (default: $FLOTILLA_BOOTSTRAP or the local dev cluster)",
+        type=bootstrap_addresses,
+        default=default_bootstrap,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="any nodes of the cluster, comma-separated (default: $FLOTILLA_BOOTSTRAP, else the "
+        f"local dev cluster: {default_bootstrap})",
     )
     topic = sub.add_parser(
         "topic", help="create, list, describe, alter or delete topics"
     ).add_subparsers(dest="action", required=True)
     create = topic.add_parser("create", parents=[bootstrap], help="create a topic")
     create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument(
+        "--partitions", type=positive, default=1, help="how many (default: %(default)s)"
+    )
     create.add_argument(
         "--replication-factor",
-        type=int,
+        type=non_negative,
         default=0,
-        help="default: 3, or the live members if fewer (0)",
+        help="replicas per partition (default: %(default)s: the cluster's default, 3, "
+        "or the live members if fewer)",
     )
-    create.add_argument("--retention-bytes", type=int, default=0)
-    create.add_argument("--retention-ms", type=int, default=0)
-    topic.add_parser("list", parents=[bootstrap], help="list topics")
+    create.add_argument(
+        "--retention-bytes",
+        type=non_negative,
+        default=0,
+        help="per partition, oldest segments first (default: %(default)s, unlimited)",
+    )
+    create.add_argument(
+        "--retention-ms",
+        type=non_negative,
+        default=0,
+        help="drop segments older than this (default: %(default)s, unlimited)",
+    )
+    topic.add_parser(
+        "list", parents=[bootstrap], help="topics with their partitions and replication factor"
+    )
     describe = topic.add_parser(
-        "describe", parents=[bootstrap], help="partitions, leaders, replicas"
+        "describe",
+        parents=[bootstrap],
+        help="partitions, leaders, replicas, learners; marks under-replicated ones",
     )
     describe.add_argument("name")
     alter = topic.add_parser(
@@ -66,26 +105,25 @@ def _client_parsers(sub: Any) -> None:
         help="add partitions, or change retention (0: unlimited); what is not given stays",
     )
     alter.add_argument("name")
-    alter.add_argument("--partitions", type=int, default=None, help="more than it has")
-    alter.add_argument("--retention-bytes", type=int, default=None)
-    alter.add_argument("--retention-ms", type=int, default=None)
+    alter.add_argument(
+        "--partitions",
+        type=positive,
+        default=None,
+        help="more than it has (default: unchanged)",
+    )
+    alter.add_argument(
+        "--retention-bytes",
+        type=non_negative,
+        default=None,
+        help="0: unlimited (default: unchanged)",
+    )
+    alter.add_argument(
+        "--retention-ms", type=non_negative, default=None, help="0: unlimited (default: unchanged)"
+    )
     delete = topic.add_parser("delete", parents=[bootstrap], help="delete a topic")
     delete.add_argument("name")
 
-    produce = sub.add_parser("produce", parents=[bootstrap], help="write stdin lines as records")
-    produce.add_argument("topic")
-    produce.add_argument("--key", help="key for every record (default: none, round-robin)")
-    produce.add_argument("--partition", type=int)
-
-    consume = sub.add_parser("consume", parents=[bootstrap], help="print records' values")
-    consume.add_argument("topic")
-    consume.add_argument("--partition", type=int, required=True)
-    start = consume.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true", help="start at the log start")
-    start.add_argument("--offset", type=int, help="start at this offset")
-    consume.add_argument("--max", type=int, help="stop after this many records")
-    consume.add_argument("--follow", action="store_true", help="keep following the tail")
-    consume.add_argument("--replica", help="read from this member (default: any replica)")
+    add_record_parsers(sub, [bootstrap])
 
     status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -98,22 +136,25 @@ def _run_client_command(args: argparse.Namespace) -> int:
     from flotilla.client import Client  # noqa: PLC0415
     from flotilla.errors import FlotillaError  # noqa: PLC0415
 
-    console = Console()
+    # piped or captured output is never cut to 80 columns (a table's cells would end in "…")
+    console = Console(width=None if sys.stdout.isatty() else 250)
+    acks = getattr(args, "acks", "all")
     try:
-        with Client(args.bootstrap, timeout_s=15) as client:
+        with Client(args.bootstrap, timeout_s=15, acks=acks) as client:
             if args.command == "topic":
                 if args.action == "create":
-                    client.create_topic(
+                    created = client.create_topic(
                         args.name,
                         args.partitions,
                         args.replication_factor,
                         retention_bytes=args.retention_bytes,
                         retention_ms=args.retention_ms,
                     )
+                    if created.note:  # e.g. the default replication factor lowered
+                        print(f"flotilla: {created.note}", file=sys.stderr)
                     tools.describe_topic(client, args.name, console)
                 elif args.action == "list":
-                    for name in client.list_topics():
-                        print(name)
+                    tools.list_topics(client, sys.stdout)
                 elif args.action == "describe":
                     tools.describe_topic(client, args.name, console)
                 elif args.action == "alter":
@@ -128,49 +169,55 @@ def _run_client_command(args: argparse.Namespace) -> int:
                     client.delete_topic(args.name)
                     print(f"deleted {args.name}")
             elif args.command == "produce":
-                key = args.key.encode() if args.key is not None else None
-                tools.produce_lines(
-                    client,
-                    args.topic,
-                    sys.stdin.buffer,
-                    sys.stdout,
-                    key=key,
-                    partition=args.partition,
-                )
+                return run_produce(client, args, sys.stdout, sys.stderr)
             elif args.command == "consume":
-                start: str | int = (
-                    "beginning"
-                    if args.from_beginning
-                    else args.offset
-                    if args.offset is not None
-                    else "end"
-                )
-                out = sys.stdout.buffer
-                for value in tools.consume(
-                    client, args.topic, args.partition, start, args.max, args.follow, args.replica
-                ):
-                    out.write(value + b"\n")
-                    if args.follow:
-                        out.flush()
-                out.flush()
+                return run_consume(client, args, sys.stdout.buffer, sys.stderr)
             elif args.command == "status":
                 tools.status(client, console, as_json=args.json)
+    except InputError as error:
+        print(f"flotilla {args.command}: {error}", file=sys.stderr)
+        return 2
     except FlotillaError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `flotilla consume ... | head`: the reader left; not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second complaint when Python flushes at exit
+        return 0
     return 0
+
+
+def _glue_since(argv: list[str]) -> list[str]:
+    """`--since -5m` as `--since=-5m`: argparse takes a value starting with '-' for an option."""
+    glued: list[str] = []
+    for arg in argv:
+        if glued and glued[-1] == "--since" and arg.startswith("-"):
+            glued[-1] = f"--since={arg}"
+        else:
+            glued.append(arg)
+    return glued
+
+
+def _version() -> str:
+    from flotilla import __version__  # noqa: PLC0415
+
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flotilla", description="Flotilla: a replicated, partitioned log."
     )
+    parser.add_argument("--version", action="version", version=f"flotilla {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_server_parsers(sub)
     _client_parsers(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_since(sys.argv[1:] if argv is None else argv))
     if args.command in SERVER_COMMANDS:
         return run_server_command(args)
-    return _run_client_command(args)
+    try:
+        return _run_client_command(args)
+    except KeyboardInterrupt:  # Ctrl-C before or after the command proper: no traceback either
+        return 130

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
@@ -64,7 +64,7 @@ from proto.records import peek_producer, with_producer
 if TYPE_CHECKING:
     from flotilla.producer import Producer
 
-__all__ = ["Client"]
+__all__ = ["Client", "check_poll_timeout", "check_stop_after_idle", "keepalive_ms"]
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -77,7 +77,58 @@ _OPTIONS = [
 ]
 
 
+# A poll's long wait is cut in steps of at most this: a follower at the tail that waited and still
+# has nothing is asked no further (the leader is), so one step may cost a wait per replica.
+POLL_STEP_S = 0.25
+
+
+def check_stop_after_idle(stop_after_idle_s: object) -> float | None:
+    """InvalidArgument naming a bad `stop_after_idle_s` (None, or seconds > 0)."""
+    if stop_after_idle_s is None:
+        return None
+    if (
+        not isinstance(stop_after_idle_s, int | float)
+        or isinstance(stop_after_idle_s, bool)
+        or not stop_after_idle_s > 0
+    ):
+        raise InvalidArgument(
+            f"stop_after_idle_s={stop_after_idle_s!r} is invalid: use None (follow for ever) or "
+            "a number of seconds > 0"
+        )
+    return float(stop_after_idle_s)
+
+
+def check_poll_timeout(timeout_s: object) -> float:
+    """InvalidArgument naming a bad poll `timeout_s` (seconds, 0 to 60)."""
+    if (
+        not isinstance(timeout_s, int | float)
+        or isinstance(timeout_s, bool)
+        or not 0 <= timeout_s <= 60
+    ):
+        raise InvalidArgument(
+            f"timeout_s={timeout_s!r} is invalid: use a number of seconds from 0 (answer at once) "
+            "to 60"
+        )
+    return float(timeout_s)
+
+
+def keepalive_ms(stop_after_idle_s: float | None) -> int:
+    """A subscription's keepalive interval: the default, or shorter when the subscription is to
+    end after `stop_after_idle_s` without a record (a keepalive is when it notices)."""
+    if stop_after_idle_s is None:
+        return SUBSCRIBE_KEEPALIVE_MS
+    return max(50, min(SUBSCRIBE_KEEPALIVE_MS, int(stop_after_idle_s * 500)))
+
+
 class Client:
+    """A connection to a Flotilla cluster: topics, produce, read, poll and subscribe.
+
+    `bootstrap`: one or more `host:port` of any nodes; the client learns the rest. `timeout_s`:
+    how long a call retries (failover, no leader yet) before it raises. `acks`: "all" (a
+    produce is acknowledged once a quorum has it durably) or "leader" (once the leader appended
+    it: faster, may be lost on failover). Thread-safe; close it (or use `with`) when done.
+    """
+
     def __init__(
         self,
         bootstrap: str | Sequence[str],
@@ -161,12 +212,14 @@ class Client:
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 3,
+        replication_factor: int = 0,
         *,
         retention_bytes: int = 0,
         retention_ms: int = 0,
     ) -> TopicInfo:
-        """Creates a topic; idempotent when a topic of the same spec exists."""
+        """Creates a topic; idempotent when a topic of the same spec exists. A
+        `replication_factor` of 0 takes the cluster's default (3, or the live members if fewer;
+        `TopicInfo.note` then says so)."""
         request = create_request(
             name, partitions, replication_factor, retention_bytes, retention_ms
         )
@@ -192,15 +245,18 @@ class Client:
         return topic_info(response)
 
     def delete_topic(self, name: str) -> None:
+        """Deletes a topic and its records on every replica; TopicNotFound if there is none."""
         self._any_node(lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20))
         self.router.forget_topic(name)
 
     def list_topics(self) -> list[str]:
+        """The names of every topic."""
         return list(
             self._any_node(lambda stub: stub.ListTopics(pb.ListTopicsRequest(), timeout=5)).names
         )
 
     def describe_topic(self, name: str) -> TopicInfo:
+        """The topic's settings and its partitions' leaders, replicas and offsets."""
         response = self._not_found_grace(
             lambda: self._any_node(
                 lambda stub: stub.Metadata(pb.MetadataRequest(topics=[name]), timeout=5)
@@ -210,11 +266,13 @@ class Client:
         return topic_info(response.topics[0])
 
     def members(self) -> list[Member]:
+        """The cluster's members as the node asked sees them (alive, suspect, dead, left)."""
         response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
         self.router.absorb(response)
         return [member(m) for m in response.members]
 
     def metadata(self) -> pb.MetadataResponse:
+        """The raw metadata (members, every topic, learners included) from any node."""
         response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
         self.router.absorb(response)
         return response
@@ -228,7 +286,8 @@ class Client:
         partition: int | None = None,
         headers: Headers | None = None,
     ) -> RecordMetadata:
-        """Writes one record and waits until it is committed (acks=all)."""
+        """Writes one record and waits until it is acknowledged (committed on a quorum with
+        acks="all"; appended by the leader with acks="leader")."""
         value, key, headers = check_record(value, key, headers)
         self._topic(topic)
         chosen = self.router.partition_for(topic, key, partition)
@@ -360,6 +419,8 @@ class Client:
         replica: str | None,
         max_wait_ms: int = 0,
     ) -> pb.FetchResponse:
+        """One raw Fetch (the batches as stored) with read-your-writes and replica failover;
+        `read` and `poll` decode it. `max_wait_ms`: a long poll's wait at the tail."""
         check_read(offset, max_records)
         self._topic(topic)
         self.router.partition_for(topic, None, partition)
@@ -410,6 +471,31 @@ class Client:
         response = self.fetch(topic, partition, offset, max_records, replica)
         return decode_fetch(response, offset, max_records)
 
+    def poll(
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        timeout_s: float = 1.0,
+        *,
+        max_records: int = 1000,
+        replica: str | None = None,
+    ) -> list[Record]:
+        """Committed records from `offset` on (at most `max_records`), waiting up to about
+        `timeout_s` for the first one to be committed: a long poll, as Kafka's `poll(timeout)`.
+        [] when none came in time. The caller keeps the position: the next poll starts at
+        `records[-1].offset + 1`. OffsetOutOfRange below the log start or past the end."""
+        wait_s = check_poll_timeout(timeout_s)
+        deadline = time.monotonic() + wait_s
+        while True:
+            step_s = min(POLL_STEP_S, max(0.0, deadline - time.monotonic()))
+            response = self.fetch(
+                topic, partition, offset, max_records, replica, max_wait_ms=int(step_s * 1000)
+            )
+            records = decode_fetch(response, offset, max_records)
+            if records or time.monotonic() >= deadline:
+                return records
+
     def subscribe(
         self,
         topic: str,
@@ -418,14 +504,19 @@ class Client:
         replica: str | None = None,
         *,
         idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
-    ) -> Iterator[Record]:
+        stop_after_idle_s: float | None = None,
+    ) -> Generator[Record, None, None]:
         """Records from `offset` on, following the tail; survives replica failures. A replica
         that sends nothing, not even a keepalive, for `idle_timeout_s` (paused, wedged) or
-        that lags is left for another, from the next offset (nothing lost or repeated)."""
+        that lags is left for another, from the next offset (nothing lost or repeated).
+        `stop_after_idle_s`: the iteration ends once no record came for that long (None:
+        it follows for ever); time the caller spends with the records does not count."""
         check_read(offset)
         idle_s = check_idle_timeout(idle_timeout_s)
+        stop_s = check_stop_after_idle(stop_after_idle_s)
         self._topic(topic)
         avoid: set[str] = set()
+        quiet_since = time.monotonic()
         while True:
             address = subscribe_address(
                 self.router.read_addresses(topic, partition, replica), avoid
@@ -435,7 +526,7 @@ class Client:
                     topic=topic,
                     partition=partition,
                     offset=offset,
-                    max_wait_ms=SUBSCRIBE_KEEPALIVE_MS,
+                    max_wait_ms=keepalive_ms(stop_s),
                 )
             )
             watchdog = _IdleWatchdog(stream, idle_s)
@@ -451,6 +542,9 @@ class Client:
                         yield record
                     if response.batches:
                         avoid.clear()
+                        quiet_since = time.monotonic()
+                    elif stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+                        return
             except grpc.RpcError as error:
                 if not watchdog.fired:
                     failure = from_rpc_error(error)
@@ -460,19 +554,24 @@ class Client:
             finally:
                 watchdog.stop()
                 stream.cancel()
+            if stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+                return
             avoid.add(address)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
+        """Closes the client's connections; a call made afterwards opens them again."""
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
         self._stubs.clear()
 
     def __enter__(self) -> Client:
+        """`with Client(...) as client:` closes the client on the way out."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Closes the client."""
         self.close()
 
 

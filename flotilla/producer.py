@@ -84,9 +84,12 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
         ] = []
 
     def cancel(self) -> bool:
+        """Always False: the record may already be on its way."""
         return False
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Where the record was written, once it is; raises what failed it, or TimeoutError
+        (concurrent.futures') after `timeout` seconds."""
         # settled futures answer without taking the shared lock: `_settle` stores the result
         # before the state, so a FINISHED state always comes with its result
         if self._state == _FINISHED and self._exception is None:
@@ -170,6 +173,10 @@ class _Partition:
 
 
 class Producer:
+    """The batching producer a `Client.producer(...)` call returns (see the module's text):
+    `send` queues a record and returns a Future, `flush` waits for every one, `close` flushes
+    and stops its threads. Thread-safe."""
+
     def __init__(
         self,
         client: Client,
@@ -323,6 +330,7 @@ class Producer:
                 self._flushing -= 1
 
     def close(self) -> None:
+        """Flushes, then stops the producer's threads; `send` raises afterwards."""
         if self._closed:
             return
         self.flush()
@@ -333,9 +341,11 @@ class Producer:
         self._pool.shutdown(wait=True)
 
     def __enter__(self) -> Producer:
+        """`with client.producer() as producer:` closes (and so flushes) it on the way out."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Closes the producer (every record sent is settled first)."""
         self.close()
 
     # -- batches (under self._condition) ------------------------------------------------------

@@ -1,4 +1,5 @@
-"""What the CLI's client commands do: topics, produce, consume, status (with rich output).
+"""What the CLI's topic and status commands do (with rich output); produce and consume are in
+`flotilla.cli_records`.
 
 Each function takes an open `Client` and the console to print on, so the CLI stays a thin
 parser and the commands can be tested in-process.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import IO
 
@@ -17,13 +17,44 @@ from rich.table import Table
 
 from flotilla._status import ClusterStatus, gather
 from flotilla.client import Client
-from flotilla.errors import OffsetOutOfRange
+from proto import flotilla_pb2 as pb
 
-__all__ = ["consume", "describe_topic", "produce_lines", "status"]
+__all__ = ["describe_topic", "list_topics", "partition_health", "status"]
 
 
-def describe_topic(client: Client, name: str, console: Console) -> None:
-    info = client.describe_topic(name)
+def list_topics(client: Client, out: IO[str]) -> list[pb.TopicInfo]:
+    """Every topic with its partition count and replication factor, as aligned columns (as
+    rpk's `topic list`), sorted by name."""
+    topics = sorted(client.metadata().topics, key=lambda t: t.name)
+    rows = [("NAME", "PARTITIONS", "REPLICATION-FACTOR")] + [
+        (t.name, str(len(t.partitions)), str(t.replication_factor)) for t in topics
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(2)]
+    for name, partitions, factor in rows:
+        out.write(f"{name:<{widths[0]}}  {partitions:<{widths[1]}}  {factor}\n")
+    out.flush()
+    return topics
+
+
+def partition_health(partition: pb.PartitionInfo, replication_factor: int, alive: set[str]) -> str:
+    """ "offline" (no leader), "under-replicated" (fewer live voters than the topic's
+    replication factor, or a replica still catching up as a learner) or "ok"."""
+    if not partition.leader:
+        return "offline"
+    live_voters = [r for r in partition.replicas if r in alive]
+    if len(live_voters) < replication_factor or partition.learners:
+        return "under-replicated"
+    return "ok"
+
+
+def describe_topic(client: Client, name: str, console: Console) -> list[str]:
+    """The topic's partitions: leader, voters, learners, offsets, and a status per partition
+    (`partition_health`); under-replicated and offline ones are marked. Returns the statuses."""
+    info = client.describe_topic(name)  # TopicNotFound, after the metadata grace, if none
+    metadata = client.metadata()
+    alive = {m.id for m in metadata.members if m.state == pb.ALIVE}
+    found = [t for t in metadata.topics if t.name == name]
+    partitions = found[0].partitions if found else []
     retention = ", ".join(
         f"{what} {value}"
         for what, value in (
@@ -36,103 +67,29 @@ def describe_topic(client: Client, name: str, console: Console) -> None:
         title=f"topic {info.name} (replication factor {info.replication_factor}"
         f"{', ' + retention if retention else ''})"
     )
-    for column in ("partition", "leader", "replicas", "high watermark", "log start"):
+    for column in ("partition", "leader", "replicas", "learners", "high watermark", "log start"):
         table.add_column(column)
-    for p in info.partitions:
+    table.add_column("status", min_width=len("UNDER-REPLICATED"), no_wrap=True)
+    statuses = []
+    for p in partitions:
+        health = partition_health(p, info.replication_factor, alive)
+        statuses.append(health)
+        shown = health if health == "ok" else f"[bold red]{health.upper()}[/]"
+        replicas = ",".join(r if r in alive else f"{r}(down)" for r in p.replicas)
         table.add_row(
             str(p.index),
             p.leader or "-",
-            ",".join(p.replicas),
+            replicas,
+            ",".join(p.learners) or "-",
             str(p.high_watermark),
             str(p.log_start),
+            shown,
         )
     console.print(table)
-
-
-def produce_lines(
-    client: Client,
-    topic: str,
-    lines: Iterable[bytes],
-    out: IO[str],
-    key: bytes | None = None,
-    partition: int | None = None,
-) -> int:
-    """One record per input line (without its newline); prints `partition offset` per record,
-    in input order. Returns the number of records written."""
-    count = 0
-    with client.producer(linger_ms=5) as producer:
-        pending = []
-        for line in lines:
-            pending.append(producer.send(topic, line.rstrip(b"\r\n"), key=key, partition=partition))
-            if len(pending) >= 1000:
-                count += _print_results(pending, out)
-                pending = []
-        producer.flush()
-        count += _print_results(pending, out)
-    return count
-
-
-def _print_results(futures: list, out: IO[str]) -> int:  # type: ignore[type-arg]
-    for future in futures:
-        meta = future.result()
-        out.write(f"{meta.partition} {meta.offset}\n")
-    out.flush()
-    return len(futures)
-
-
-def consume(
-    client: Client,
-    topic: str,
-    partition: int,
-    start: str | int,
-    limit: int | None,
-    follow: bool,
-    replica: str | None,
-) -> Iterator[bytes]:
-    """Values from `start` ('beginning', 'end' or an offset), at most `limit`, optionally
-    following the tail."""
-    info = client.describe_topic(topic)
-    if not 0 <= partition < len(info.partitions):
-        from flotilla.errors import TopicNotFound  # noqa: PLC0415
-
-        raise TopicNotFound(
-            f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{len(info.partitions) - 1}"
-        )
-    state = info.partitions[partition]
-    offset = (
-        state.log_start
-        if start == "beginning"
-        else state.high_watermark
-        if start == "end"
-        else int(start)
-    )
-    seen = 0
-    if follow:
-        for record in client.subscribe(topic, partition, offset, replica=replica):
-            yield record.value
-            seen += 1
-            if limit is not None and seen >= limit:
-                return
-        return
-    while limit is None or seen < limit:
-        try:
-            batch = client.read(
-                topic,
-                partition,
-                offset,
-                max_records=min(10_000, (limit or 10**9) - seen),
-                replica=replica,
-            )
-        except OffsetOutOfRange:
-            if offset == state.high_watermark:
-                return
-            raise
-        if not batch:
-            return
-        for record in batch:
-            yield record.value
-        seen += len(batch)
-        offset = batch[-1].offset + 1
+    marked = sum(status != "ok" for status in statuses)
+    if marked:
+        console.print(f"{marked} of {len(statuses)} partitions under-replicated or offline")
+    return statuses
 
 
 def status(client: Client, console: Console, as_json: bool = False) -> ClusterStatus:
