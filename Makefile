@@ -51,7 +51,7 @@ chaos: $(STAMP)
 
 ## The long Raft simulation sweep: 10,000 seeds x 2,000 steps with membership churn (about 35 min
 ## on one core), then 2,000 seeds on the real storage code over a simulated disk (crashes that
-## lose or tear unsynced writes, bit flips at rest; about 13 min on one core). CI runs 300 + 40
+## lose or tear unsynced writes, bit flips at rest, failed writes and fsyncs; about 13 min on one core). CI runs 300 + 40
 ## seeds inside `make test`.
 soak: $(STAMP)
 	$(PY) -m raft.sim --seeds 10000 --steps 2000 --nodes 3,5 --jobs 2

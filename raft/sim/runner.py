@@ -154,8 +154,15 @@ def sweep(
     if jobs <= 1:
         consume(_run_args(args) for args in work)
     else:
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(jobs, initializer=_quiet_storage_log) as pool:
             consume(pool.imap(_run_args, work, chunksize=4))
             pool.terminate()
     summary.elapsed_s = time.monotonic() - started
     return summary
+
+
+def _quiet_storage_log() -> None:
+    """A worker's storage logs each injected disk error before its host fail-stops; the sweep
+    counts them (`io_fail_stops`) instead (the parent quiets its own in `raft.sim.__main__`)."""
+    logging.getLogger("flotilla.storage").setLevel(logging.CRITICAL)
