@@ -23,10 +23,12 @@ from its peers.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from storage.atomic import fsync_directory
+from storage.config import LogConfig
 from storage.errors import CorruptLog, DamagedLog, NotALogDirectory
+from storage.handles import FileHandles
 from storage.meta import (
     FRESH_START,
     META_NAME,
@@ -37,24 +39,33 @@ from storage.meta import (
 )
 from storage.segment import Segment
 
-if TYPE_CHECKING:
-    from storage.segmented_log import SegmentedLog
-
-__all__ = ["recover"]
+__all__ = ["Recovered", "recover"]
 
 
-def recover(target: SegmentedLog, create: bool) -> None:
-    directory = target.directory
-    disk = target._handles.disk
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What opening settled on, for the log to install: its verified segments (oldest first),
+    its start `(index, term, offset)` and the report of what was repaired. `created_directories`
+    is None for a log that existed; for a new one, the directories made for it (outermost
+    first), none of them durable yet (nor its header)."""
+
+    segments: tuple[Segment, ...]
+    start: tuple[int, int, int]
+    report: RecoveryReport
+    created_directories: tuple[str, ...] | None = None
+
+
+def recover(directory: str, config: LogConfig, handles: FileHandles, create: bool) -> Recovered:
+    """Opens (or, with `create`, makes) the log in `directory`; the caller installs the result.
+    Touches only the directory's files, never the caller's state."""
+    disk = handles.disk
     kind = disk.kind(directory)
     if kind == "file":
         raise NotALogDirectory(f"{directory} is not a directory, so it cannot hold a log")
     if kind is None:
         if not create:
             raise NotALogDirectory(f"{directory} does not exist (and create=False)")
-        created = disk.makedirs(directory)
-        _create(target, created)
-        return
+        return _create(directory, handles, disk.makedirs(directory))
     start = read_meta(directory, disk)
     if start is None:
         names = sorted(disk.listdir(directory))
@@ -66,15 +77,12 @@ def recover(target: SegmentedLog, create: bool) -> None:
             )
         if not create:
             raise NotALogDirectory(f"{directory} is empty (and create=False)")
-        _create(target, [])
-        return
+        return _create(directory, handles, [])
 
     for name in disk.listdir(directory):
         if name.endswith(".tmp"):
             disk.unlink(os.path.join(directory, name))
 
-    config = target.config
-    handles = target._handles
     segments = [Segment(directory, base, handles) for base in segment_bases(directory, disk)]
     rebuilt: list[str] = []
     removed: list[str] = []
@@ -145,7 +153,7 @@ def recover(target: SegmentedLog, create: bool) -> None:
     if removed or rebuilt:
         fsync_directory(directory, disk)
     report = RecoveryReport(torn, truncated, tuple(rebuilt), tuple(removed))
-    target._install(segments, start, report)
+    return Recovered(tuple(segments), start, report)
 
 
 def _damaged_end(segments: list[Segment], max_batch_bytes: int) -> tuple[int, int]:
@@ -158,12 +166,10 @@ def _damaged_end(segments: list[Segment], max_batch_bytes: int) -> tuple[int, in
     return (0, 0)
 
 
-def _create(target: SegmentedLog, created: list[str]) -> None:
+def _create(directory: str, handles: FileHandles, created: list[str]) -> Recovered:
     """A new, empty log: its header is written without fsync, and the log fsyncs its directory
     and the parent of every directory made for it before anything it holds is durable (see
     `storage.meta`). Until then a crash may lose the directory or leave the header empty:
     either way an empty log, as it was."""
-    write_fresh_meta(target.directory, target._handles.disk)
-    target._install([], FRESH_START, RecoveryReport())
-    target._created_directories = created
-    target._creation_unsynced = True
+    write_fresh_meta(directory, handles.disk)
+    return Recovered((), FRESH_START, RecoveryReport(), tuple(created))

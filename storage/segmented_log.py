@@ -588,24 +588,22 @@ class SegmentedLog:
     # -- opening and recovery -----------------------------------------------------------------
     def _open(self, create: bool) -> None:
         try:
-            recover(self, create)
+            recovered = recover(self.directory, self.config, self._handles, create)
         except StorageError:
             raise
         except OSError as error:
             raise StorageFailed(
                 f"opening log {self.directory} failed: {error}", error.errno
             ) from error
-
-    def _install(
-        self, segments: list[Segment], start: tuple[int, int, int], report: RecoveryReport
-    ) -> None:
-        """Called by recovery with the verified segments and the log start it settled on."""
         with self._lock:
-            self._segments = segments
-            self._bases = [segment.base_index for segment in segments]
-            self._start_index, self._start_term, self._start_offset = start
+            self._segments = list(recovered.segments)
+            self._bases = [segment.base_index for segment in self._segments]
+            self._start_index, self._start_term, self._start_offset = recovered.start
             self._publish()
-        self.recovery = report
+        if recovered.created_directories is not None:
+            self._created_directories = list(recovered.created_directories)
+            self._creation_unsynced = True
+        self.recovery = report = recovered.report
         if not report.clean:
             log.warning("recovered log %s: %s", self.directory, report)
 

@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from storage import CorruptEntry, CorruptLog, DamagedLog, LogConfig, SegmentedLog, sync_logs
+from storage import (
+    CorruptEntry,
+    CorruptLog,
+    DamagedLog,
+    FileHandles,
+    LogConfig,
+    SegmentedLog,
+    sync_logs,
+)
 from storage.entry import HEADER_SIZE
+from storage.recovery import recover
 
 CONFIG = LogConfig(segment_bytes=8192, max_batch_bytes=4096)
 
@@ -311,3 +320,25 @@ def test_sync_logs_makes_many_logs_durable_in_parallel(tmp_path: Path) -> None:
     assert sync_logs(logs) == 0
     for log in logs:
         log.close()
+
+
+def test_recover_returns_what_it_settled_on_for_the_log_to_install(tmp_path: Path) -> None:
+    """`recover` is a function of the directory: it returns the segments, start and report (and
+    whether it made the log), and the log applies them; it needs no log object to write into."""
+    written = _fill(tmp_path / "log", 25)
+    active = _segments(tmp_path / "log")[-1]
+    active.write_bytes(active.read_bytes()[:-3])  # tear the last entry
+    handles = FileHandles(8)
+    recovered = recover(str(tmp_path / "log"), CONFIG, handles, create=False)
+    assert recovered.start == (1, 0, 0)
+    assert recovered.created_directories is None
+    assert recovered.report.torn_tail is not None
+    assert recovered.report.truncated_bytes == HEADER_SIZE + len(written[-1][1]) - 3
+    assert recovered.segments[-1].last_index == 24
+    for segment in recovered.segments:
+        handles.close(segment.log_path)
+        handles.close(segment.index_path)
+    assert handles.open_count == 0
+    fresh = recover(str(tmp_path / "new" / "log"), CONFIG, handles, create=True)
+    assert fresh.segments == ()
+    assert fresh.created_directories == (str(tmp_path / "new"), str(tmp_path / "new" / "log"))
