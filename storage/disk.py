@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from storage.faults import FaultControl, from_environment
 
-__all__ = ["OS_DISK", "Buffer", "Disk", "OsDisk"]
+__all__ = ["OS_DISK", "Buffer", "Disk", "OsDisk", "arm_faults", "disarm_faults"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -162,3 +162,13 @@ class OsDisk(Disk):
 
 
 OS_DISK = OsDisk(from_environment())
+
+
+def arm_faults(path: str) -> None:
+    """Arms the fault hook (`storage.faults`) in this process on the real disk, `OS_DISK`, with
+    the control file at `path`. For tests only."""
+    OS_DISK.faults = FaultControl(path)
+
+
+def disarm_faults() -> None:
+    OS_DISK.faults = None

@@ -2,7 +2,7 @@
 
 Armed only by a test harness, never in production: by the environment variable
 `FLOTILLA_DISK_FAULTS=<path of a JSON control file>` (read once, when `storage.disk` is
-imported), or in-process with `arm(path)`. While armed, every file write (`pwritev`, `write`)
+imported), or in-process with `storage.disk.arm_faults(path)`. While armed, every file write (`pwritev`, `write`)
 and every `fsync` that `storage` does (segments, indexes, `log.meta`, the state journal, atomic
 writes) first consults the control file, which holds a JSON object naming the operations to
 fail and how:
@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 
-__all__ = ["ENV_VAR", "FaultControl", "arm", "disarm", "from_environment"]
+__all__ = ["ENV_VAR", "FaultControl", "from_environment"]
 
 ENV_VAR = "FLOTILLA_DISK_FAULTS"
 OPERATIONS = ("write", "fsync")
@@ -92,16 +92,3 @@ def _parse(path: str) -> dict[str, int]:
 def from_environment() -> FaultControl | None:
     path = os.environ.get(ENV_VAR)
     return FaultControl(path) if path else None
-
-
-def arm(path: str) -> None:
-    """Arms the hook in this process on the real disk (`storage.disk.OS_DISK`)."""
-    from storage.disk import OS_DISK  # noqa: PLC0415 (storage.disk imports this module)
-
-    OS_DISK.faults = FaultControl(path)
-
-
-def disarm() -> None:
-    from storage.disk import OS_DISK  # noqa: PLC0415 (storage.disk imports this module)
-
-    OS_DISK.faults = None

@@ -1,4 +1,4 @@
-"""The disk fault hook (`storage.faults`): armed by FLOTILLA_DISK_FAULTS or `arm()`, it fails the
+"""The disk fault hook (`storage.faults`): armed by FLOTILLA_DISK_FAULTS or `arm_faults()`, it fails the
 storage layer's writes and fsyncs with EIO / ENOSPC as the control file says."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from storage import (
     StorageFailed,
     faults,
 )
-from storage.disk import OS_DISK
+from storage.disk import OS_DISK, arm_faults, disarm_faults
 
 CONFIG = LogConfig(segment_bytes=8192, max_batch_bytes=4096)
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def control(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "faults.json"
-    faults.arm(str(path))
+    arm_faults(str(path))
     try:
         yield path
     finally:
-        faults.disarm()
+        disarm_faults()
 
 
 def _set(control: Path, content: dict[str, str]) -> None:
