@@ -25,7 +25,7 @@ from storage.errors import (
     StorageFailed,
 )
 from storage.handles import DEFAULT_HANDLES, FileHandles
-from storage.hard_state import HardState, HardStateStore
+from storage.hard_state import HardState
 from storage.meta import RecoveryReport
 from storage.segmented_log import SegmentedLog, sync_logs
 from storage.state_journal import StateJournal
@@ -42,7 +42,6 @@ __all__ = [
     "FsyncMode",
     "FsyncPolicy",
     "HardState",
-    "HardStateStore",
     "IndexOutOfRange",
     "InvalidArgument",
     "LogClosed",

@@ -24,7 +24,7 @@ import xxhash
 
 from storage.errors import CorruptEntry
 
-__all__ = ["HEADER", "HEADER_SIZE", "Entry", "decode_header", "encode_header", "verify"]
+__all__ = ["HEADER", "HEADER_SIZE", "Entry", "encode_header", "verify"]
 
 HEADER = struct.Struct("<IQQQQIq")
 HEADER_SIZE = HEADER.size
@@ -61,11 +61,6 @@ def encode_header(
     hasher = _xxh3(tail)
     hasher.update(data)
     return _PREFIX.pack(len(data), hasher.intdigest()) + tail
-
-
-def decode_header(buffer: bytes | memoryview, at: int) -> tuple[int, int, int, int, int, int, int]:
-    """(length, checksum, index, term, base_offset, record_count, timestamp_ms) at `at`."""
-    return HEADER.unpack_from(buffer, at)
 
 
 def verify(view: memoryview, at: int, where: str) -> Entry:

@@ -23,7 +23,7 @@ from raft.types import (
     LogBoundary,
     Role,
 )
-from storage import HardState, HardStateStore, LogConfig, SegmentedLog
+from storage import HardState, LogConfig, SegmentedLog, StateJournal
 
 CONFIG = LogConfig(segment_bytes=4096)
 CONFIG_AD = Configuration(frozenset({"a", "b", "c"}), frozenset({"d"}))
@@ -119,11 +119,13 @@ def test_a_corrupt_sidecar_is_an_error(tmp_path: Path) -> None:
 def test_single_node_group_commits_and_restarts_from_disk(tmp_path: Path) -> None:
     """The host loop over real storage: elect, propose, persist, restart, and find it all."""
     bootstrap = Configuration(frozenset({"a"}))
-    store = HardStateStore(tmp_path)
+    journals: list[StateJournal] = []  # the one in use last; each start reopens it from disk
 
     def start() -> tuple[SegmentedLog, SegmentedRaftLog, RaftNode]:
+        journals.append(StateJournal(tmp_path / "journal"))
         segmented, log = open_log(tmp_path / "log")
-        node = RaftNode("a", bootstrap, log, store.load(), RaftConfig(), random.Random(7))
+        state = journals[-1].load("a")
+        node = RaftNode("a", bootstrap, log, state, RaftConfig(), random.Random(7))
         return segmented, log, node
 
     def drain(node: RaftNode, log: SegmentedRaftLog) -> None:
@@ -136,7 +138,7 @@ def test_single_node_group_commits_and_restarts_from_disk(tmp_path: Path) -> Non
             log.append(ready.entries)
             log.sync()
             if ready.hard_state is not None:
-                store.save(ready.hard_state)
+                journals[-1].save_many({"a": ready.hard_state})
             assert not ready.messages
             node.advance(ready)
 
@@ -149,12 +151,14 @@ def test_single_node_group_commits_and_restarts_from_disk(tmp_path: Path) -> Non
     drain(node, log)
     assert node.commit == indexes[-1] == 6
     segmented.close()
+    journals[-1].close()
 
     segmented, log, node = start()
     try:
         assert node.commit == 6 and node.term == 1
-        assert store.load() == HardState(1, "a", 6)
+        assert journals[-1].load("a") == HardState(1, "a", 6)
         assert log.entries(2, 7, 1 << 20)[0].data == b"record batch 0"
         assert segmented.next_offset == 15
     finally:
         segmented.close()
+        journals[-1].close()

@@ -1,4 +1,4 @@
-"""Bounded open files, group commit, retention, and the Raft hard state."""
+"""Bounded open files, group commit and retention."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 from storage import (
-    CorruptLog,
     FileHandles,
     FsyncPolicy,
-    HardState,
-    HardStateStore,
     IndexOutOfRange,
     LogConfig,
     SegmentedLog,
@@ -79,16 +76,6 @@ def test_retention_by_size_keeps_at_least_the_limit(tmp_path: Path) -> None:
         assert log.first_index == removed + 1
         assert 8192 <= log.size_bytes < 8192 + 4096
         assert log.apply_retention(now_ms=0) == 0
-
-
-def test_hard_state_round_trips_and_survives_reopen(tmp_path: Path) -> None:
-    store = HardStateStore(tmp_path)
-    assert store.load() == HardState()
-    store.save(HardState(term=7, vote="n2", commit=41))
-    assert HardStateStore(tmp_path).load() == HardState(7, "n2", 41)
-    (tmp_path / "raft.state").write_bytes(b"garbage")
-    with pytest.raises(CorruptLog, match="not a Raft hard state"):
-        store.load()
 
 
 def test_entry_meta_and_offset_after_answer_from_memory(tmp_path: Path) -> None:
