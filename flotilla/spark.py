@@ -39,8 +39,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from flotilla.client import Client
-from flotilla.errors import TopicNotFound
+from flotilla.spark_partition import FlotillaPartition, describe_topics, partitions_of
 from flotilla.spark_plan import (
     OffsetRange,
     SparkOptionError,
@@ -50,6 +49,7 @@ from flotilla.spark_plan import (
     resolve_offsets,
 )
 from flotilla.spark_read import SCHEMA_DDL, read_output
+from flotilla.spark_stream import FlotillaStreamReader
 
 __all__ = [
     "SCHEMA_DDL",
@@ -94,38 +94,6 @@ def local_session(app_name: str = "flotilla", cores: int = 2) -> Any:
     return spark
 
 
-class FlotillaPartition(InputPartition):
-    """One Spark task's work: `value` is an `OffsetRange` (with its replica preference order)."""
-
-    def __init__(self, value: OffsetRange) -> None:
-        super().__init__(value)
-
-
-def describe_topics(
-    options: SparkOptions, addresses: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """Metadata of every topic read; an unknown topic fails naming the option. Fills
-    `addresses` (member id -> address) when given."""
-    option = "topic" if len(options.topics) == 1 else "topics"
-    with Client(list(options.bootstrap), timeout_s=15) as client:
-        infos = {}
-        for name in options.topics:
-            try:
-                infos[name] = client.describe_topic(name)
-            except TopicNotFound:
-                known = sorted(client.list_topics())
-                raise SparkOptionError(
-                    f"option {option!r}: topic {name!r} does not exist; existing topics: {known}"
-                ) from None
-        if addresses is not None:
-            addresses.update((m.id, m.address) for m in client.members())
-    return infos
-
-
-def _partitions(ranges: Sequence[OffsetRange]) -> list[FlotillaPartition]:
-    return [FlotillaPartition(r) for r in ranges]
-
-
 class FlotillaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -138,8 +106,6 @@ class FlotillaDataSource(DataSource):
         return FlotillaBatchReader(parse_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from flotilla.spark_stream import FlotillaStreamReader  # noqa: PLC0415 (imports us)
-
         return FlotillaStreamReader(parse_options(self.options, streaming=True))
 
 
@@ -155,7 +121,7 @@ class FlotillaBatchReader(DataSourceReader):
         ranges = plan_ranges(topics, start, end, self.options, addresses=addresses)
         if not ranges:  # nothing to read: one empty task keeps the plan well formed
             return [FlotillaPartition(OffsetRange(self.options.topics[0], 0, 0, 0, ()))]
-        return _partitions(ranges)
+        return partitions_of(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_output(partition.value, self.options)

@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from flotilla.spark import FlotillaPartition, describe_topics
+from flotilla.spark_partition import describe_topics, partitions_of
 from flotilla.spark_plan import SparkOptions, plan_ranges, resolve_offsets
 from flotilla.spark_read import read_output
 
@@ -99,7 +99,7 @@ class FlotillaStreamReader(DataSourceStreamReader):
         ranges = plan_ranges(
             topics, first, last, self.options, ending_option="latestOffset", addresses=addresses
         )
-        return [FlotillaPartition(r) for r in ranges]
+        return partitions_of(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_output(partition.value, self.options)
