@@ -163,10 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     total_bytes = arguments.megabytes * 1024 * 1024
     with contextlib.ExitStack() as stack:
-        echo_address = stack.enter_context(_server_process("chaos.echo_server"))
-        api_address = arguments.toxiproxy or stack.enter_context(
-            _server_process("chaos.toxiproxy_server")
-        )
+        echo_address = stack.enter_context(_server_process("chaos.toxiproxy.echo_server"))
+        api_address = arguments.toxiproxy or stack.enter_context(_server_process("chaos.toxiproxy"))
         requests.delete(f"http://{api_address}/proxies/bench", timeout=_START_TIMEOUT_S)
         created = requests.post(
             f"http://{api_address}/proxies",

@@ -1,1 +1,2 @@
-"""Chaos testing: a local Toxiproxy-compatible fault-injection server and its helpers."""
+"""Chaos testing: the harness (nemeses, workload, history, checker, `python -m chaos`) and, in
+`chaos.toxiproxy`, the Toxiproxy-compatible fault-injection server it runs as a separate process."""

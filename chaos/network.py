@@ -1,7 +1,7 @@
 """The chaos network: one Toxiproxy proxy per directed node-to-node link, and the node dial maps.
 
 `ChaosNetwork.attach(cluster)` must run before the nodes start: it starts our Toxiproxy server
-(`python -m chaos.toxiproxy_server`, its own process so that the workload's threads do not slow the
+(`python -m chaos.toxiproxy`, its own process so that the workload's threads do not slow the
 proxies), renders the local topology (chaos/topology.py) on the cluster's own ports, creates every
 proxy and writes each node's dial map, and adds `--dial-map` to each node's flags.
 
@@ -68,7 +68,7 @@ class ChaosNetwork:
 
     def _start_server(self, port: int) -> None:
         log = open(self.root / "toxiproxy.log", "ab")  # noqa: SIM115 (the child keeps it)
-        command = [sys.executable, "-m", "chaos.toxiproxy_server", "--port", str(port)]
+        command = [sys.executable, "-m", "chaos.toxiproxy", "--port", str(port)]
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )

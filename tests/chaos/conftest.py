@@ -15,8 +15,8 @@ import pytest
 import toxiproxy
 from toxiproxy.api import APIConsumer
 
-from chaos.echo_server import EchoServerThread
-from chaos.toxiproxy_server import ServerThread
+from chaos.toxiproxy.echo_server import EchoServerThread
+from chaos.toxiproxy.server import ServerThread
 
 DEADLINE_S = 10.0
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import requests
 
-from chaos.echo_server import EchoServerThread
-from chaos.toxic_spec import Stream
-from chaos.toxiproxy_server import ServerThread
+from chaos.toxiproxy.echo_server import EchoServerThread
+from chaos.toxiproxy.server import ServerThread
+from chaos.toxiproxy.toxic_spec import Stream
 
 Connect = Callable[[str], socket.socket]
 WaitFor = Callable[..., None]

@@ -1,7 +1,7 @@
 """Conformance of our Toxiproxy server with v2.4.0, through the `toxiproxy-python` client.
 
-The checks live in chaos/conformance.py (so they also run against the real server:
-`python -m chaos.conformance --port 8474`); they passed against the real v2.4.0 binary built
+The checks live in chaos/toxiproxy/conformance.py (so they also run against the real server:
+`python -m chaos.toxiproxy.conformance --port 8474`); they passed against the real v2.4.0 binary built
 from source when they were written. Here they run against our server, and against deliberately
 broken variants of it, to show that they catch a wrong answer.
 """
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import requests
 
-from chaos.api import ToxiproxyApi
-from chaos.conformance import CHECKS, ConformanceFailure, Target, run_checks
-from chaos.http11 import HttpRequest, HttpResponse
-from chaos.toxiproxy_server import ServerThread
+from chaos.toxiproxy.api import ToxiproxyApi
+from chaos.toxiproxy.conformance import CHECKS, ConformanceFailure, Target, run_checks
+from chaos.toxiproxy.http11 import HttpRequest, HttpResponse
+from chaos.toxiproxy.server import ServerThread
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ def test_listen_address_must_be_loopback(client: Any, toxiproxy_server: ServerTh
 def test_command_line_server_starts_answers_and_stops() -> None:
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "chaos.toxiproxy_server", "--port", "0"],
+        [sys.executable, "-m", "chaos.toxiproxy", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -130,7 +130,7 @@ def test_command_line_server_starts_answers_and_stops() -> None:
 
 def test_command_line_refuses_a_non_loopback_host() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "chaos.toxiproxy_server", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "chaos.toxiproxy", "--host", "0.0.0.0", "--port", "0"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPOSITORY)},

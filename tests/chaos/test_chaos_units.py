@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.channel import Channel, Chunk
-from chaos.errors import ApiError
-from chaos.gojson import decode_body, encode, float32_text, to_float32
-from chaos.proxy import check_listen_address
-from chaos.toxic_spec import Stream, ToxicType, parse_toxic_create, parse_toxic_update
-from chaos.toxics import slice_bounds
+from chaos.toxiproxy.channel import Channel, Chunk
+from chaos.toxiproxy.errors import ApiError
+from chaos.toxiproxy.gojson import decode_body, encode, float32_text, to_float32
+from chaos.toxiproxy.proxy import check_listen_address
+from chaos.toxiproxy.toxic_spec import Stream, ToxicType, parse_toxic_create, parse_toxic_update
+from chaos.toxiproxy.toxics import slice_bounds
 
 
 def _chunk(text: str) -> Chunk:

@@ -19,7 +19,7 @@ import requests
 from harness import free_port, wait_until
 
 from chaos.topology import LocalPorts, Topology, render_local
-from chaos.toxiproxy_server import ServerThread
+from chaos.toxiproxy.server import ServerThread
 from cluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]

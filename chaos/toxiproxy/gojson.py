@@ -24,7 +24,7 @@ import secrets
 import struct
 from collections.abc import Mapping
 
-from chaos.errors import bad_request_body
+from chaos.toxiproxy.errors import bad_request_body
 
 __all__ = [
     "FieldKind",

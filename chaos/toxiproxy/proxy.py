@@ -7,7 +7,7 @@ Contract (Toxiproxy v2.4.0 proxy.go, toxic_collection.go, README "Proxy fields")
 - Changing `listen` or `upstream` restarts the proxy (open connections are cut).
 - Each accepted client gets its own upstream connection; if the upstream cannot be dialled the
   client is closed. A connection starts with the toxics present when it was accepted; later
-  changes are applied to it in place (see chaos/link.py).
+  changes are applied to it in place (see chaos/toxiproxy/link.py).
 - Toxic names are unique across both streams; the listing is upstream first, then downstream,
   each in the order added.
 
@@ -24,9 +24,9 @@ import os
 import random
 from http import HTTPStatus
 
-from chaos.errors import ApiError
-from chaos.link import Connection, SocketSide
-from chaos.toxic_spec import Stream, ToxicSpec
+from chaos.toxiproxy.errors import ApiError
+from chaos.toxiproxy.link import Connection, SocketSide
+from chaos.toxiproxy.toxic_spec import Stream, ToxicSpec
 
 __all__ = ["Proxy", "check_listen_address"]
 

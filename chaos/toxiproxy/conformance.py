@@ -2,7 +2,7 @@
 
 Run against any server (ours or the real binary; it DESTROYS EVERY PROXY on the target):
 
-    python -m chaos.conformance [--host 127.0.0.1] [--port 8474]
+    python -m chaos.toxiproxy.conformance [--host 127.0.0.1] [--port 8474]
 
 Each check resets the server (`destroy_all`), makes the client calls a chaos run makes, and
 raises `ConformanceFailure` naming the call, what v2.4.0 answers and what came back. The
@@ -26,7 +26,7 @@ import toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from chaos.errors import ChaosError
+from chaos.toxiproxy.errors import ChaosError
 
 __all__ = ["CHECKS", "ConformanceFailure", "Target", "run_checks"]
 
@@ -374,7 +374,9 @@ def run_checks(target: Target, names: list[str] | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.conformance", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos.toxiproxy.conformance", description=__doc__
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8474)
     arguments = parser.parse_args(argv)

@@ -32,8 +32,8 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
 
-from chaos.channel import Channel, Chunk
-from chaos.toxic_spec import ToxicSpec, ToxicType
+from chaos.toxiproxy.channel import Channel, Chunk
+from chaos.toxiproxy.toxic_spec import ToxicSpec, ToxicType
 
 __all__ = ["Stage"]
 

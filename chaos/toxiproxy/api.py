@@ -34,7 +34,7 @@ import random
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
-from chaos.errors import (
+from chaos.toxiproxy.errors import (
     ApiError,
     bad_request_body,
     missing_field,
@@ -42,10 +42,10 @@ from chaos.errors import (
     proxy_not_found,
     toxic_not_found,
 )
-from chaos.gojson import FieldKind, decode_body, decode_struct, encode, kind_of
-from chaos.http11 import HttpRequest, HttpResponse
-from chaos.proxy import Proxy, check_listen_address
-from chaos.toxic_spec import parse_toxic_create, parse_toxic_update
+from chaos.toxiproxy.gojson import FieldKind, decode_body, decode_struct, encode, kind_of
+from chaos.toxiproxy.http11 import HttpRequest, HttpResponse
+from chaos.toxiproxy.proxy import Proxy, check_listen_address
+from chaos.toxiproxy.toxic_spec import parse_toxic_create, parse_toxic_update
 
 __all__ = ["TOXIPROXY_VERSION", "ToxiproxyApi"]
 

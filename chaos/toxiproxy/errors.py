@@ -1,4 +1,4 @@
-"""Errors of the chaos package: one root, and the HTTP API error Toxiproxy answers with.
+"""Errors of the Toxiproxy-compatible server: one root, and the HTTP API error it answers with.
 
 Contract: an `ApiError` carries the HTTP status and the message the client sees in the JSON body
 `{"error": message, "status": status}` (Toxiproxy v2.4.0's `ApiError` shape). A request that
@@ -14,7 +14,7 @@ __all__ = ["ApiError", "ChaosError"]
 
 
 class ChaosError(Exception):
-    """Root of every error raised by the chaos package."""
+    """Root of every error raised by the Toxiproxy-compatible server (`chaos.toxiproxy`)."""
 
 
 class ApiError(ChaosError):

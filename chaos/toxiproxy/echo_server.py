@@ -1,6 +1,6 @@
 """A TCP echo server: the upstream that proxy tests and the proxy benchmark talk to.
 
-Run it:  python -m chaos.echo_server [--host 127.0.0.1] [--port 0]
+Run it:  python -m chaos.toxiproxy.echo_server [--host 127.0.0.1] [--port 0]
 It prints `echo listening on HOST:PORT` once it accepts connections; SIGINT/SIGTERM stop it.
 
 Contract: every byte received on a connection is sent back on it, in order. When the peer
@@ -18,7 +18,7 @@ import signal
 import sys
 from types import TracebackType
 
-from chaos.loop_thread import LoopThread
+from chaos.toxiproxy.loop_thread import LoopThread
 
 __all__ = ["EchoServerThread", "start_echo_server"]
 
@@ -138,7 +138,7 @@ async def _serve(host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.echo_server")
+    parser = argparse.ArgumentParser(prog="python -m chaos.toxiproxy.echo_server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     arguments = parser.parse_args(argv)

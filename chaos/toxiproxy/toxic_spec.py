@@ -19,8 +19,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chaos.errors import invalid_stream, invalid_toxic_type, toxic_already_exists
-from chaos.gojson import FieldKind, decode_struct
+from chaos.toxiproxy.errors import invalid_stream, invalid_toxic_type, toxic_already_exists
+from chaos.toxiproxy.gojson import FieldKind, decode_struct
 
 __all__ = ["Stream", "ToxicSpec", "ToxicType", "parse_toxic_create", "parse_toxic_update"]
 

@@ -1,6 +1,6 @@
 """A local stand-in for the Toxiproxy v2.4.0 server, for machines without its binary.
 
-Run it:   python -m chaos.toxiproxy_server [--host 127.0.0.1] [--port 8474] [--seed N]
+Run it:   python -m chaos.toxiproxy [--host 127.0.0.1] [--port 8474] [--seed N]
 It prints one line `toxiproxy listening on http://HOST:PORT` once it accepts requests (useful
 with --port 0), and stops cleanly on SIGINT/SIGTERM.
 
@@ -11,9 +11,10 @@ Embed it: `ToxiproxyServer` runs on the caller's event loop (`await start()` / `
     with ServerThread() as server:
         client = toxiproxy.Toxiproxy(); client.update_api_consumer(server.host, server.port)
 
-Contract: the HTTP API answers like the real server (routes, JSON, status codes: chaos/api.py);
-the proxies apply the same toxics (chaos/toxics.py). Everything listens on loopback only; stop()
-closes the API listener, the API connections, every proxy listener and every proxied connection.
+Contract: the HTTP API answers like the real server (routes, JSON, status codes:
+chaos/toxiproxy/api.py); the proxies apply the same toxics (chaos/toxiproxy/toxics.py).
+Everything listens on loopback only; stop() closes the API listener, the API connections, every
+proxy listener and every proxied connection.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
-from chaos.api import TOXIPROXY_VERSION, ToxiproxyApi
-from chaos.http11 import serve_http_connection
-from chaos.loop_thread import LoopThread
+from chaos.toxiproxy.api import TOXIPROXY_VERSION, ToxiproxyApi
+from chaos.toxiproxy.http11 import serve_http_connection
+from chaos.toxiproxy.loop_thread import LoopThread
 
 __all__ = ["DEFAULT_PORT", "ServerThread", "ToxiproxyServer", "main"]
 
@@ -172,7 +173,7 @@ async def _serve(host: str, port: int, seed: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.toxiproxy_server",
+        prog="python -m chaos.toxiproxy",
         description="Serve Toxiproxy v2.4.0's HTTP API and proxies (loopback only).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="API address (loopback only)")

@@ -32,9 +32,9 @@ import socket
 import struct
 from collections.abc import Callable, Mapping, Sequence
 
-from chaos.channel import Channel, Chunk
-from chaos.toxic_spec import Stream, ToxicSpec, ToxicType
-from chaos.toxics import Stage
+from chaos.toxiproxy.channel import Channel, Chunk
+from chaos.toxiproxy.toxic_spec import Stream, ToxicSpec, ToxicType
+from chaos.toxiproxy.toxics import Stage
 
 __all__ = ["Connection", "Link", "SocketSide"]
 
