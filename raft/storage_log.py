@@ -19,7 +19,7 @@ fsyncs (`SegmentedLog.flush`); `truncate_from`, `compact` and `reset` are durabl
 
 from __future__ import annotations
 
-import os
+import posixpath  # path arithmetic only (os.path on POSIX); the files go through the log's Disk
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +43,7 @@ class SegmentedRaftLog:
 
     def __init__(self, log: SegmentedLog) -> None:
         self._log = log
-        self._path = os.path.join(log.directory, SIDECAR_NAME)
+        self._path = posixpath.join(log.directory, SIDECAR_NAME)
         self._boundary_config: Configuration | None = None
         self._configs: list[Entry] = []  # CONFIG entries, index order, possibly below first
         self._load()
