@@ -8,7 +8,8 @@ client (`flotilla.aio`) on the event loop: routing, retries, backoff, metadata, 
 and request building are written once, here, and both clients behave alike by construction.
 
 Subscriptions stream, so a driver runs their I/O itself; `Subscription` keeps their state and
-decisions (where to connect, from which offset, when to move on or stop).
+decisions (where to connect, from which offset, when to move on or stop:
+`flotilla._plans.Subscription`).
 """
 
 from __future__ import annotations
@@ -34,16 +35,14 @@ from flotilla._checks import (
 from flotilla._plans import (
     METADATA_GRACE_S,
     POLL_STEP_S,
-    RETRIABLE,
     RYW_WAIT_S,
     NoNodeAnswers,
     Once,
     ProducerGap,
     ProduceRoute,
     ReadYourWrites,
-    keepalive_ms,
+    Subscription,
     now_ms,
-    subscribe_address,
     worth_retrying,
 )
 from flotilla._router import Router, decode_fetch, member, topic_info
@@ -52,7 +51,7 @@ from flotilla.types import Headers, Member, Record, RecordMetadata, TopicInfo
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer, with_producer
 
-__all__ = ["ClientCore", "Failed", "Plan", "Rpc", "Sleep", "Subscription"]
+__all__ = ["CHANNEL_OPTIONS", "ClientCore", "Failed", "Plan", "Rpc", "Sleep"]
 
 T = TypeVar("T")
 # gRPC channel settings both drivers use.
@@ -400,76 +399,3 @@ class ClientCore:
             check_idle_timeout(idle_timeout_s),
             check_stop_after_idle(stop_after_idle_s),
         )
-
-
-class Subscription:
-    """A subscription's state and decisions; its driver runs the stream. Each (re)connection
-    goes to a replica at random, not one that just failed it while another is left, from the
-    offset after the last record delivered (nothing lost or repeated). A connection that ends
-    (the node stops), stalls (nothing heard for `idle_s`) or fails retriably is left for another;
-    once no record came for `stop_s` (None: never) the subscription ends."""
-
-    def __init__(
-        self,
-        router: Router,
-        topic: str,
-        partition: int,
-        offset: int,
-        replica: str | None,
-        idle_s: float,
-        stop_s: float | None,
-    ) -> None:
-        self.router = router
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.replica = replica
-        self.idle_s = idle_s
-        self.stop_s = stop_s
-        self.avoid: set[str] = set()
-        self.quiet_since = time.monotonic()
-
-    def connect(self) -> tuple[str, pb.FetchRequest]:
-        """Where the next stream goes, and what it asks for."""
-        address = subscribe_address(
-            self.router.read_addresses(self.topic, self.partition, self.replica), self.avoid
-        )
-        request = pb.FetchRequest(
-            topic=self.topic,
-            partition=self.partition,
-            offset=self.offset,
-            max_wait_ms=keepalive_ms(self.stop_s),
-        )
-        return address, request
-
-    def records(self, response: pb.FetchResponse) -> list[Record]:
-        """The records of one streamed answer, past those delivered; the position moves on."""
-        records = decode_fetch(response, self.offset, 1 << 62)
-        if records:
-            self.offset = records[-1].offset + 1
-        return records
-
-    def delivered(self, response: pb.FetchResponse) -> bool:
-        """Notes that the answer's records were delivered (the caller's time with them does not
-        count as quiet); True when the subscription is to end."""
-        if response.batches:
-            self.avoid.clear()
-            self.quiet_since = time.monotonic()
-            return False
-        return self.idle_for_good()
-
-    def failed(self, error: FlotillaError) -> None:
-        """Raises a failure another replica cannot cure."""
-        if not isinstance(error, RETRIABLE):
-            raise error from None
-
-    def idle_for_good(self) -> bool:
-        """Has no record come for `stop_s`?"""
-        return self.stop_s is not None and time.monotonic() - self.quiet_since >= self.stop_s
-
-    def left(self, address: str) -> bool:
-        """The stream at `address` ended; True when the subscription ends too."""
-        if self.idle_for_good():
-            return True
-        self.avoid.add(address)
-        return False

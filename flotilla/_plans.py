@@ -5,6 +5,7 @@ asyncio client) asks a plan where to send next and feeds it each outcome.
   backoff, when to refresh metadata, when to move the batch to a new producer id).
 - `NoNodeAnswers`: when an admin call that reaches no server at all gives up.
 - `ReadYourWrites`: which replica's answer a read takes.
+- `Subscription`: where a subscription's stream goes, from which offset, when it moves on.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import grpc
 
 from flotilla._checks import SUBSCRIBE_KEEPALIVE_MS
+from flotilla._router import Router, decode_fetch
 from flotilla._sequences import ProducerGap
 from flotilla.errors import (
     FlotillaError,
@@ -28,10 +29,8 @@ from flotilla.errors import (
     Unavailable,
     UnknownProducer,
 )
+from flotilla.types import Record
 from proto import flotilla_pb2 as pb
-
-if TYPE_CHECKING:
-    from flotilla._router import Router
 
 __all__ = [
     "NoNodeAnswers",
@@ -39,6 +38,7 @@ __all__ = [
     "ProduceRoute",
     "ProducerGap",
     "ReadYourWrites",
+    "Subscription",
     "keepalive_ms",
     "subscribe_address",
     "worth_retrying",
@@ -285,3 +285,76 @@ class NoNodeAnswers:
             f"no node answered; tried {tried} for {now - self._since:.1f} s: is the cluster "
             "running, and are these its addresses?"
         )
+
+
+class Subscription:
+    """A subscription's state and decisions; its driver runs the stream. Each (re)connection
+    goes to a replica at random, not one that just failed it while another is left, from the
+    offset after the last record delivered (nothing lost or repeated). A connection that ends
+    (the node stops), stalls (nothing heard for `idle_s`) or fails retriably is left for another;
+    once no record came for `stop_s` (None: never) the subscription ends."""
+
+    def __init__(
+        self,
+        router: Router,
+        topic: str,
+        partition: int,
+        offset: int,
+        replica: str | None,
+        idle_s: float,
+        stop_s: float | None,
+    ) -> None:
+        self.router = router
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.replica = replica
+        self.idle_s = idle_s
+        self.stop_s = stop_s
+        self.avoid: set[str] = set()
+        self.quiet_since = time.monotonic()
+
+    def connect(self) -> tuple[str, pb.FetchRequest]:
+        """Where the next stream goes, and what it asks for."""
+        address = subscribe_address(
+            self.router.read_addresses(self.topic, self.partition, self.replica), self.avoid
+        )
+        request = pb.FetchRequest(
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            max_wait_ms=keepalive_ms(self.stop_s),
+        )
+        return address, request
+
+    def records(self, response: pb.FetchResponse) -> list[Record]:
+        """The records of one streamed answer, past those delivered; the position moves on."""
+        records = decode_fetch(response, self.offset, 1 << 62)
+        if records:
+            self.offset = records[-1].offset + 1
+        return records
+
+    def delivered(self, response: pb.FetchResponse) -> bool:
+        """Notes that the answer's records were delivered (the caller's time with them does not
+        count as quiet); True when the subscription is to end."""
+        if response.batches:
+            self.avoid.clear()
+            self.quiet_since = time.monotonic()
+            return False
+        return self.idle_for_good()
+
+    def failed(self, error: FlotillaError) -> None:
+        """Raises a failure another replica cannot cure."""
+        if not isinstance(error, RETRIABLE):
+            raise error from None
+
+    def idle_for_good(self) -> bool:
+        """Has no record come for `stop_s`?"""
+        return self.stop_s is not None and time.monotonic() - self.quiet_since >= self.stop_s
+
+    def left(self, address: str) -> bool:
+        """The stream at `address` ended; True when the subscription ends too."""
+        if self.idle_for_good():
+            return True
+        self.avoid.add(address)
+        return False

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flotilla import aio
+from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
 from flotilla.client import Client
 from flotilla.producer import Producer
 
@@ -53,6 +54,10 @@ def parameters(function: Callable[..., Any]) -> list[tuple[str, str, object, obj
     ]
 
 
+def named(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def drift(
     sync_cls: type, async_cls: type, plain_on_both: frozenset[str] = PLAIN_ON_BOTH
 ) -> list[str]:
@@ -62,9 +67,7 @@ def drift(
     expected = {LIFECYCLE.get(name, name): name for name in sync_calls}
     for twin, name in sorted(expected.items()):
         if twin not in async_calls:
-            problems.append(
-                f"{async_cls.__qualname__} lacks {twin} ({sync_cls.__qualname__}.{name})"
-            )
+            problems.append(f"{named(async_cls)} lacks {twin} ({named(sync_cls)}.{name})")
             continue
         mine, theirs = sync_calls[name], async_calls[twin]
         if parameters(mine) != parameters(theirs):
@@ -77,7 +80,7 @@ def drift(
         if flavour(theirs) != want:
             problems.append(f"{twin}: {flavour(theirs)} on the asyncio side, expected: {want}")
     for extra in sorted(set(async_calls) - set(expected)):
-        problems.append(f"{async_cls.__qualname__}.{extra} has no sync twin")
+        problems.append(f"{named(async_cls)}.{extra} has no sync twin")
     return problems
 
 
@@ -157,7 +160,7 @@ def test_the_checker_catches_drifted_copies() -> None:
         offset: int = 0,
         replica: str | None = None,
         *,
-        idle_timeout_s: float = aio.SUBSCRIBE_IDLE_TIMEOUT_S,
+        idle_timeout_s: float = SUBSCRIBE_IDLE_TIMEOUT_S,
         stop_after_idle_s: float | None = None,
     ) -> None:
         return None
