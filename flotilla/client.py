@@ -9,6 +9,10 @@
 Routing: metadata from any node, a leader cache, `NOT_LEADER` hints followed, retries with
 backoff until `timeout_s`. Every batch carries this client's producer id and a per-partition
 sequence number, and a retry resends the very same bytes, so the server never writes it twice.
+
+Each call is a plan of the client core (`flotilla._core`, shared with the asyncio client); this
+module only runs the plans' gRPC calls and sleeps on the calling thread, and a subscription's
+stream (with a watchdog thread for a stalled one).
 """
 
 from __future__ import annotations
@@ -16,108 +20,33 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
-from flotilla._routing import (
-    METADATA_GRACE_S,
-    RETRIABLE,
-    RYW_WAIT_S,
+from flotilla._checks import (
     SUBSCRIBE_IDLE_TIMEOUT_S,
-    SUBSCRIBE_KEEPALIVE_MS,
-    Headers,
-    Member,
-    Once,
-    ProducerGap,
-    ProduceRoute,
-    ReadYourWrites,
-    Record,
-    RecordMetadata,
-    Router,
-    TopicInfo,
-    alter_request,
-    check_idle_timeout,
-    check_read,
-    check_record,
-    check_value,
-    create_request,
-    decode_fetch,
-    member,
-    now_ms,
-    subscribe_address,
-    topic_info,
-    worth_retrying,
+    check_poll_timeout,
+    check_stop_after_idle,
 )
-from flotilla.errors import (
-    FlotillaError,
-    InvalidArgument,
-    Timeout,
-    TopicNotFound,
-    Unavailable,
-    from_rpc_error,
-)
+from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
+from flotilla._plans import POLL_STEP_S, keepalive_ms, unreachable_reason
+from flotilla._router import Router
+from flotilla.errors import from_rpc_error
+from flotilla.producer import Producer
+from flotilla.types import Headers, Member, Record, RecordMetadata, TopicInfo
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from proto.records import peek_producer, with_producer
 
-if TYPE_CHECKING:
-    from flotilla.producer import Producer
-
-__all__ = ["Client", "check_poll_timeout", "check_stop_after_idle", "keepalive_ms"]
-
-T = TypeVar("T")
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.http2.lookahead_bytes", 16 * 1024 * 1024),  # large fetches arrive without stalls
+__all__ = [
+    "POLL_STEP_S",
+    "Client",
+    "check_poll_timeout",
+    "check_stop_after_idle",
+    "keepalive_ms",
 ]
 
-
-# A poll's long wait is cut in steps of at most this: a follower at the tail that waited and still
-# has nothing is asked no further (the leader is), so one step may cost a wait per replica.
-POLL_STEP_S = 0.25
-
-
-def check_stop_after_idle(stop_after_idle_s: object) -> float | None:
-    """InvalidArgument naming a bad `stop_after_idle_s` (None, or seconds > 0)."""
-    if stop_after_idle_s is None:
-        return None
-    if (
-        not isinstance(stop_after_idle_s, int | float)
-        or isinstance(stop_after_idle_s, bool)
-        or not stop_after_idle_s > 0
-    ):
-        raise InvalidArgument(
-            f"stop_after_idle_s={stop_after_idle_s!r} is invalid: use None (follow for ever) or "
-            "a number of seconds > 0"
-        )
-    return float(stop_after_idle_s)
-
-
-def check_poll_timeout(timeout_s: object) -> float:
-    """InvalidArgument naming a bad poll `timeout_s` (seconds, 0 to 60)."""
-    if (
-        not isinstance(timeout_s, int | float)
-        or isinstance(timeout_s, bool)
-        or not 0 <= timeout_s <= 60
-    ):
-        raise InvalidArgument(
-            f"timeout_s={timeout_s!r} is invalid: use a number of seconds from 0 (answer at once) "
-            "to 60"
-        )
-    return float(timeout_s)
-
-
-def keepalive_ms(stop_after_idle_s: float | None) -> int:
-    """A subscription's keepalive interval: the default, or shorter when the subscription is to
-    end after `stop_after_idle_s` without a record (a keepalive is when it notices)."""
-    if stop_after_idle_s is None:
-        return SUBSCRIBE_KEEPALIVE_MS
-    return max(50, min(SUBSCRIBE_KEEPALIVE_MS, int(stop_after_idle_s * 500)))
+T = TypeVar("T")
 
 
 class Client:
@@ -136,78 +65,66 @@ class Client:
         timeout_s: float = 15.0,
         acks: str = "all",
     ) -> None:
-        if acks not in ("all", "leader"):
-            raise InvalidArgument(f"acks={acks!r}: use 'all' (durable on a quorum) or 'leader'")
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self.router = Router(addresses)
+        self._core = ClientCore(bootstrap, timeout_s, acks)
+        self.router: Router = self._core.router
         self.timeout_s = timeout_s
-        self.acks = pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
+        self.acks = self._core.acks
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, flotilla_pb2_grpc.FlotillaStub] = {}  # one per channel: cheap calls
         self._stub_lock = threading.Lock()
 
-    # -- plumbing --------------------------------------------------------------------------------
+    @classmethod
+    def _over(cls, core: ClientCore) -> Client:
+        """A sync client over another client's core (its router, producer ids and sequences):
+        the asyncio client's batching producer sends through one."""
+        client = cls.__new__(cls)
+        client._core, client.router = core, core.router
+        client.timeout_s, client.acks = core.timeout_s, core.acks
+        client._channels, client._stubs = {}, {}
+        client._stub_lock = threading.Lock()
+        return client
+
+    # -- the driver ------------------------------------------------------------------------------
     def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
         stub = self._stubs.get(address)
         if stub is None:
             with self._stub_lock:  # threads share the client: one channel per address
                 stub = self._stubs.get(address)
                 if stub is None:
-                    channel = grpc.insecure_channel(address, options=_OPTIONS)
+                    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
                     self._channels[address] = channel
                     stub = self._stubs[address] = flotilla_pb2_grpc.FlotillaStub(channel)
         return stub
 
-    def _any_node(self, call: Callable[[flotilla_pb2_grpc.FlotillaStub], T]) -> T:
-        """Runs `call` on the first node that answers; errors other than unavailability raise."""
-        deadline = time.monotonic() + self.timeout_s
-        last: FlotillaError | None = None
-        nobody = self.router.watch_unreachable()
-        while time.monotonic() < deadline:
-            addresses = self.router.candidates()
-            for address in addresses:
-                try:
-                    return call(self._stub(address))
-                except grpc.RpcError as error:
-                    last = from_rpc_error(error)
-                    if not isinstance(last, Unavailable | Timeout):
-                        raise last from None
-                    nobody.failed(address, error)
-            given_up = nobody.round_done(addresses, time.monotonic())
-            if given_up is not None:
-                raise given_up
-            time.sleep(0.1)
-        raise last or Unavailable("no node answered")
+    def _run(self, plan: Plan[T]) -> T:
+        """Runs a plan of the core: its calls and sleeps on this thread; its value."""
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, Rpc):
+                    step = plan.send(self._call(step))
+                else:
+                    time.sleep(step.seconds)
+                    step = plan.send(None)
+        except StopIteration as done:
+            return done.value
 
-    def refresh(self, topics: Sequence[str] = ()) -> None:
-        """Reloads cluster metadata (members, topics, leaders)."""
-        response = self._any_node(
-            lambda stub: stub.Metadata(pb.MetadataRequest(topics=topics), timeout=5)
-        )
-        self.router.absorb(response)
-
-    def _not_found_grace(self, call: Callable[[], T]) -> T:
-        """Retries `call` on TopicNotFound for `METADATA_GRACE_S`: a topic just created may not
-        have reached every node's metadata yet (as with Kafka's UNKNOWN_TOPIC_OR_PARTITION)."""
-        deadline = time.monotonic() + METADATA_GRACE_S
-        while True:
-            try:
-                return call()
-            except TopicNotFound:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-    def _topic(self, name: str) -> TopicInfo:
-        info = self.router.topic(name)
-        if info is None:
-            self._not_found_grace(lambda: self.refresh([name]))
-            info = self.router.topic(name)
-        if info is None:
-            raise TopicNotFound(f"topic {name!r} does not exist")
-        return info
+    def _call(self, rpc: Rpc) -> Any:
+        method = getattr(self._stub(rpc.address), rpc.method)
+        try:
+            if rpc.on_issued is None or rpc.on_issued.done:
+                return method(rpc.request, timeout=rpc.timeout_s)
+            call = method.future(rpc.request, timeout=rpc.timeout_s)
+            rpc.on_issued()
+            return call.result()
+        except grpc.RpcError as error:
+            return Failed(from_rpc_error(error), unreachable_reason(error))
 
     # -- topics ----------------------------------------------------------------------------------
+    def refresh(self, topics: Sequence[str] = ()) -> None:
+        """Reloads cluster metadata (members, topics, leaders)."""
+        self._run(self._core.refresh(topics))
+
     def create_topic(
         self,
         name: str,
@@ -220,12 +137,11 @@ class Client:
         """Creates a topic; idempotent when a topic of the same spec exists. A
         `replication_factor` of 0 takes the cluster's default (3, or the live members if fewer;
         `TopicInfo.note` then says so)."""
-        request = create_request(
-            name, partitions, replication_factor, retention_bytes, retention_ms
+        return self._run(
+            self._core.create_topic(
+                name, partitions, replication_factor, retention_bytes, retention_ms
+            )
         )
-        info = topic_info(self._any_node(lambda stub: stub.CreateTopic(request, timeout=20)))
-        self._not_found_grace(lambda: self.refresh([name]))
-        return info
 
     def alter_topic(
         self,
@@ -239,43 +155,32 @@ class Client:
         never fewer (Kafka's `--alter --partitions`: keyed records written from now on may go
         to another partition than earlier ones of the same key). Retention (0: unlimited) is
         applied by every node at its next retention check (`retention_check_s`)."""
-        request = alter_request(name, partitions, retention_bytes, retention_ms)
-        response = self._any_node(lambda stub: stub.AlterTopic(request, timeout=20))
-        self.router.absorb(pb.MetadataResponse(topics=[response]))  # its partitions from now
-        return topic_info(response)
+        return self._run(self._core.alter_topic(name, partitions, retention_bytes, retention_ms))
 
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and its records on every replica; TopicNotFound if there is none."""
-        self._any_node(lambda stub: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=20))
-        self.router.forget_topic(name)
+        self._run(self._core.delete_topic(name))
 
     def list_topics(self) -> list[str]:
         """The names of every topic."""
-        return list(
-            self._any_node(lambda stub: stub.ListTopics(pb.ListTopicsRequest(), timeout=5)).names
-        )
+        return self._run(self._core.list_topics())
 
     def describe_topic(self, name: str) -> TopicInfo:
         """The topic's settings and its partitions' leaders, replicas and offsets."""
-        response = self._not_found_grace(
-            lambda: self._any_node(
-                lambda stub: stub.Metadata(pb.MetadataRequest(topics=[name]), timeout=5)
-            )
-        )
-        self.router.absorb(response)
-        return topic_info(response.topics[0])
+        return self._run(self._core.describe_topic(name))
 
     def members(self) -> list[Member]:
         """The cluster's members as the node asked sees them (alive, suspect, dead, left)."""
-        response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
-        self.router.absorb(response)
-        return [member(m) for m in response.members]
+        return self._run(self._core.members())
 
     def metadata(self) -> pb.MetadataResponse:
         """The raw metadata (members, every topic, learners included) from any node."""
-        response = self._any_node(lambda stub: stub.Metadata(pb.MetadataRequest(), timeout=5))
-        self.router.absorb(response)
-        return response
+        return self._run(self._core.metadata())
+
+    def _topic(self, name: str) -> TopicInfo:
+        """The topic as this client knows it (the cluster is asked only when it knows none);
+        TopicNotFound if there is none. The batching producer's look-up."""
+        return self._run(self._core.topic(name))
 
     # -- produce ---------------------------------------------------------------------------------
     def produce(
@@ -288,27 +193,13 @@ class Client:
     ) -> RecordMetadata:
         """Writes one record and waits until it is acknowledged (committed on a quorum with
         acks="all"; appended by the leader with acks="leader")."""
-        value, key, headers = check_record(value, key, headers)
-        self._topic(topic)
-        chosen = self.router.partition_for(topic, key, partition)
-        batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
-        base = self.send_batch(topic, chosen, batch)
-        return RecordMetadata(topic, chosen, base)
+        return self._run(self._core.produce(topic, value, key, partition, headers))
 
     def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
     ) -> list[RecordMetadata]:
         """Writes unkeyed records as one batch to one partition (round-robin across calls)."""
-        if not values:
-            return []
-        self._topic(topic)
-        chosen = self.router.partition_for(topic, None, partition)
-        timestamp = now_ms()
-        batch = self.router.encode(
-            topic, chosen, [(None, check_value(v), None, timestamp) for v in values]
-        )
-        base = self.send_batch(topic, chosen, batch)
-        return [RecordMetadata(topic, chosen, base + n) for n in range(len(values))]
+        return self._run(self._core.produce_batch(topic, values, partition))
 
     def send_batch(
         self,
@@ -326,67 +217,9 @@ class Client:
         says when an earlier batch of this one's producer id failed for good. A batch the
         leader will never write under its producer id (`ProducerGap`) is resent under a new one;
         `on_moved` then hears its new (producer id, first sequence)."""
-        issued = Once(on_issued)
-        sequences = self.router.sequences
-        route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
-        route.batch = peek_producer(batch)
-        try:
-            while True:
-                try:
-                    base = self._send_batch(route, batch, issued)
-                    break
-                except ProducerGap as gap:  # resend under a new id (see `Sequences.move`)
-                    moved = sequences.move(topic, partition, *route.batch)
-                    if moved is None:
-                        raise Unavailable(
-                            f"{gap.cause} (an earlier batch of this producer failed for good; "
-                            "this one was not written: send it again)"
-                        ) from None
-                    batch, route.batch = with_producer(batch, *moved), moved
-                    if on_moved is not None:
-                        on_moved(*moved)
-            self.router.note_written(topic, partition, base, batch)
-            return base
-        except FlotillaError:
-            sequences.reset(topic, partition, route.batch[0])
-            raise
-        finally:
-            sequences.settled(topic, partition, *route.batch)
-            issued()  # a batch that never went out releases the next one too
-
-    def _send_batch(self, route: ProduceRoute, batch: bytes, issued: Once) -> int:
-        topic, partition = route.topic, route.partition
-        while True:
-            attempt_s = route.attempt_s()
-            address = route.next_address()
-            if address is None:
-                self._refresh_quietly(topic)
-                address = route.next_address()
-            if address is not None:
-                request = pb.ProduceRequest(
-                    topic=topic, partition=partition, batch=batch, acks=self.acks,
-                    timeout_ms=max(1, int(attempt_s * 1000)),
-                )  # fmt: skip
-                try:
-                    if issued.done:
-                        response = self._stub(address).Produce(request, timeout=attempt_s)
-                    else:
-                        call = self._stub(address).Produce.future(request, timeout=attempt_s)
-                        issued()
-                        response = call.result()
-                    return int(response.base_offset)
-                except grpc.RpcError as error:
-                    if route.failed(address, from_rpc_error(error)):
-                        continue
-            time.sleep(route.pause_s())
-            if route.refresh_due():  # the cached routes failed twice: ask the cluster afresh
-                self._refresh_quietly(topic)
-
-    def _refresh_quietly(self, topic: str) -> None:
-        try:
-            self.refresh([topic])
-        except (Unavailable, Timeout, TopicNotFound):
-            pass  # a node whose metadata lags; the cached routes still stand
+        return self._run(
+            self._core.send_batch(topic, partition, batch, on_issued, abandoned, on_moved)
+        )
 
     def producer(
         self,
@@ -398,8 +231,6 @@ class Client:
     ) -> Producer:
         """A batching producer (`flotilla.producer`): `send` returns a Future; `flush`, `close`.
         At most `buffer_bytes` of records wait to be sent; `send` blocks while it is full."""
-        from flotilla.producer import Producer  # noqa: PLC0415 (cycle: producer uses Client)
-
         return Producer(
             self,
             linger_ms=linger_ms,
@@ -421,41 +252,9 @@ class Client:
     ) -> pb.FetchResponse:
         """One raw Fetch (the batches as stored) with read-your-writes and replica failover;
         `read` and `poll` decode it. `max_wait_ms`: a long poll's wait at the tail."""
-        check_read(offset, max_records)
-        self._topic(topic)
-        self.router.partition_for(topic, None, partition)
-        request = pb.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            max_records=max_records,
-            max_wait_ms=max_wait_ms,
-            min_high_watermark=self.router.written_to(topic, partition),
+        return self._run(
+            self._core.fetch(topic, partition, offset, max_records, replica, max_wait_ms)
         )
-        last: FlotillaError | None = None
-        deadline = time.monotonic() + self.timeout_s
-        grace_until = time.monotonic() + METADATA_GRACE_S
-        while time.monotonic() < deadline:
-            behind = ReadYourWrites(
-                request.min_high_watermark, pinned=replica is not None, offset=offset
-            )
-            for address in self.router.read_addresses(topic, partition, replica):
-                try:  # OffsetNotAvailable (a replica that lags) is worth retrying elsewhere
-                    response = self._stub(address).Fetch(
-                        request, timeout=5 + max_wait_ms / 1000 + RYW_WAIT_S
-                    )
-                except grpc.RpcError as error:
-                    last = from_rpc_error(error)
-                    if not worth_retrying(last, grace_until):
-                        raise last from None
-                    continue
-                if behind.accept(response):
-                    return response
-            if behind.best is not None:
-                return behind.best
-            time.sleep(0.05)
-            self._refresh_quietly(topic)
-        raise last or Unavailable(f"no replica of {topic}/{partition} answered")
 
     def read(
         self,
@@ -468,8 +267,7 @@ class Client:
         """Committed records from `offset` on (at most `max_records`), from any replica unless
         `replica` pins one. Raises OffsetOutOfRange below the log start or past the end (as
         the leader sees it), OffsetNotAvailable if no replica had the offset in time."""
-        response = self.fetch(topic, partition, offset, max_records, replica)
-        return decode_fetch(response, offset, max_records)
+        return self._run(self._core.read(topic, partition, offset, max_records, replica))
 
     def poll(
         self,
@@ -485,16 +283,7 @@ class Client:
         `timeout_s` for the first one to be committed: a long poll, as Kafka's `poll(timeout)`.
         [] when none came in time. The caller keeps the position: the next poll starts at
         `records[-1].offset + 1`. OffsetOutOfRange below the log start or past the end."""
-        wait_s = check_poll_timeout(timeout_s)
-        deadline = time.monotonic() + wait_s
-        while True:
-            step_s = min(POLL_STEP_S, max(0.0, deadline - time.monotonic()))
-            response = self.fetch(
-                topic, partition, offset, max_records, replica, max_wait_ms=int(step_s * 1000)
-            )
-            records = decode_fetch(response, offset, max_records)
-            if records or time.monotonic() >= deadline:
-                return records
+        return self._run(self._core.poll(topic, partition, offset, timeout_s, max_records, replica))
 
     def subscribe(
         self,
@@ -511,25 +300,14 @@ class Client:
         that lags is left for another, from the next offset (nothing lost or repeated).
         `stop_after_idle_s`: the iteration ends once no record came for that long (None:
         it follows for ever); time the caller spends with the records does not count."""
-        check_read(offset)
-        idle_s = check_idle_timeout(idle_timeout_s)
-        stop_s = check_stop_after_idle(stop_after_idle_s)
+        subscription = self._core.subscription(
+            topic, partition, offset, replica, idle_timeout_s, stop_after_idle_s
+        )
         self._topic(topic)
-        avoid: set[str] = set()
-        quiet_since = time.monotonic()
         while True:
-            address = subscribe_address(
-                self.router.read_addresses(topic, partition, replica), avoid
-            )
-            stream = self._stub(address).Subscribe(
-                pb.FetchRequest(
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    max_wait_ms=keepalive_ms(stop_s),
-                )
-            )
-            watchdog = _IdleWatchdog(stream, idle_s)
+            address, request = subscription.connect()
+            stream = self._stub(address).Subscribe(request)
+            watchdog = _IdleWatchdog(stream, subscription.idle_s)
             try:
                 while True:
                     watchdog.waiting()
@@ -537,26 +315,18 @@ class Client:
                     watchdog.heard()
                     if response is None:
                         break  # the node ended the stream (it stops): resume elsewhere
-                    for record in decode_fetch(response, offset, 1 << 62):
-                        offset = record.offset + 1
-                        yield record
-                    if response.batches:
-                        avoid.clear()
-                        quiet_since = time.monotonic()
-                    elif stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+                    yield from subscription.records(response)
+                    if subscription.delivered(response):
                         return
             except grpc.RpcError as error:
                 if not watchdog.fired:
-                    failure = from_rpc_error(error)
-                    if not isinstance(failure, RETRIABLE):
-                        raise failure from None
+                    subscription.failed(from_rpc_error(error))
                     time.sleep(0.1)
             finally:
                 watchdog.stop()
                 stream.cancel()
-            if stop_s is not None and time.monotonic() - quiet_since >= stop_s:
+            if subscription.left(address):
                 return
-            avoid.add(address)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -19,6 +19,11 @@ Cost: `send` is the only per-record Python work on the caller's thread, and the 
 batch share one lock (`RecordFuture`), so a hundred thousand outstanding futures cost little
 memory and little garbage-collector time. Encoding, the gRPC call and settling run on the
 producer's own threads.
+
+Why one module of about 490 lines: `send`, the dispatcher thread and the sender threads share
+one lock, one condition and the per-partition states (`_Partition`), and the rules between them
+(a partition's batches go out in ticket order; a batch that fails for good retires its producer
+id) are easiest to check when they stand in one place.
 """
 
 from __future__ import annotations
@@ -29,25 +34,44 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import xxhash
 
-from flotilla._routing import (
-    DEFAULT_MAX_BATCH_BYTES,
-    Headers,
-    Once,
-    RecordMetadata,
-    check_record,
-    now_ms,
-)
+from flotilla._checks import check_record
+from flotilla._plans import Once, now_ms
+from flotilla._router import DEFAULT_MAX_BATCH_BYTES, Router
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
+from flotilla.types import Headers, RecordMetadata, TopicInfo
 from proto.records import BATCH_HEADER_SIZE, encode_rows
 
-if TYPE_CHECKING:
-    from flotilla.client import Client
+__all__ = ["Producer", "RecordFuture", "Sender"]
 
-__all__ = ["Producer", "RecordFuture"]
+
+class Sender(Protocol):
+    """What the producer needs of a client (`flotilla.Client` is one): its router (metadata,
+    partitioning, producer sequences), its `timeout_s`, a topic look-up and `send_batch`. Both
+    are blocking: the producer calls them from its own threads."""
+
+    router: Router
+    timeout_s: float
+
+    def _topic(self, name: str) -> TopicInfo:
+        """The topic as the client knows it, asking the cluster only when it knows none."""
+        ...
+
+    def send_batch(
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        on_issued: Callable[[], None] | None = None,
+        abandoned: Callable[[], bool] | None = None,
+        on_moved: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Sends an encoded batch until it commits; its base offset (`Client.send_batch`)."""
+        ...
+
 
 # A record's encoding beyond its key and value bytes, at most (msgpack: the record's array, the
 # key's and value's lengths, its headers' array, the timestamp delta), and a header's beyond its
@@ -179,7 +203,7 @@ class Producer:
 
     def __init__(
         self,
-        client: Client,
+        client: Sender,
         *,
         linger_ms: float,
         batch_bytes: int,
@@ -458,7 +482,7 @@ class Producer:
     @staticmethod
     def _moved(batch: _Batch, producer_id: int, sequence: int) -> None:
         """The leader will never write the batch under its producer id: it goes under another
-        (`flotilla._routing.Sequences.move`, which keeps the partition's batches in order)."""
+        (`flotilla._sequences.Sequences.move`, which keeps the partition's batches in order)."""
         batch.producer_id, batch.sequence = producer_id, sequence
 
     def _issued(self, state: _Partition) -> None:

@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flotilla._routing import PartitionInfo, TopicInfo
 from flotilla.errors import InvalidArgument
+from flotilla.types import PartitionInfo, TopicInfo
 
 __all__ = [
     "EARLIEST",

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flotilla._routing import (
-    MAX_HINT_HOPS,
-    MAX_OVERLOAD_BACKOFF_S,
-    ProducerGap,
-    ProduceRoute,
-    Router,
-)
+from flotilla._plans import MAX_HINT_HOPS, MAX_OVERLOAD_BACKOFF_S, ProducerGap, ProduceRoute
+from flotilla._router import Router
 from flotilla.errors import (
     InvalidArgument,
     NotLeader,

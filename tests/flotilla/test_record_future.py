@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from flotilla._routing import RecordMetadata
 from flotilla.producer import RecordFuture
+from flotilla.types import RecordMetadata
 
 
 def _batch(n: int) -> tuple[threading.Condition, list[RecordFuture]]:

@@ -45,9 +45,9 @@ def undocumented(obj: object) -> list[str]:
 
 
 def public_surface() -> list[object]:
-    """What a user of the SDK calls: `flotilla`'s exports, the asyncio client, the producer."""
+    """What a user of the SDK calls: `flotilla`'s exports, the asyncio client, the producers."""
     exported = [getattr(flotilla, name) for name in flotilla.__all__ if name != "__version__"]
-    return [*exported, aio.Client, Producer, RecordFuture]
+    return [*exported, aio.Client, aio.AsyncProducer, Producer, RecordFuture]
 
 
 def test_every_public_sdk_call_has_a_docstring() -> None:

@@ -1,6 +1,7 @@
 """The SDK's poll(timeout) and subscribe(stop_after_idle_s=...) on a real (one-node) cluster,
 sync and asyncio alike: a long poll answers as soon as a record commits and [] after its timeout;
-a subscription ends once nothing came for its idle time."""
+a subscription ends once nothing came for its idle time. And the asyncio client's calls that
+only the sync one had (metadata, fetch, the batching producer) work as the sync ones do."""
 
 from __future__ import annotations
 
@@ -97,3 +98,34 @@ def test_aio_poll_and_subscribe_stop_after_idle(bootstrap: str) -> None:
             assert 0.9 <= time.monotonic() - started < 6
 
     asyncio.run(scenario())
+
+
+def test_aio_metadata_fetch_and_batching_producer(bootstrap: str) -> None:
+    values = [b"v%d" % n for n in range(50)]
+
+    async def scenario() -> None:
+        async with flotilla_aio.Client(bootstrap, timeout_s=30) as client:
+            await client.create_topic("aio-batched", partitions=2, replication_factor=1)
+            metadata = await client.metadata()
+            assert "aio-batched" in [topic.name for topic in metadata.topics]
+            assert [member.state for member in await client.members()] == ["ALIVE"]
+            async with client.producer(linger_ms=5) as producer:
+                futures = [await producer.send("aio-batched", v, key=b"k") for v in values]
+                await producer.flush()
+                assert all(future.done() for future in futures)
+                written = [await future for future in futures]
+            with pytest.raises(InvalidArgument, match="the producer is closed"):
+                await producer.send("aio-batched", b"late")
+            partition = written[0].partition
+            assert [(m.partition, m.offset) for m in written] == [(partition, n) for n in range(50)]
+            response = await client.fetch("aio-batched", partition, 0, 100, None)
+            assert response.high_watermark == 50
+            assert [r.value for r in await client.read("aio-batched", partition, 0, 100)] == values
+
+    asyncio.run(scenario())
+    with Client(bootstrap, timeout_s=30) as client:  # the sync client reads the same records
+        partition = client.produce("aio-batched", b"sync", key=b"k").partition
+        assert [r.value for r in client.read("aio-batched", partition, 0, 100)] == [
+            *values,
+            b"sync",
+        ]

@@ -8,7 +8,6 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from flotilla import spark_stream
-from flotilla._routing import PartitionInfo, TopicInfo
 from flotilla.spark_plan import (
     OffsetRange,
     SparkOptionError,
@@ -19,6 +18,7 @@ from flotilla.spark_plan import (
     split_range,
 )
 from flotilla.spark_stream import admit
+from flotilla.types import PartitionInfo, TopicInfo
 
 TOPIC = TopicInfo(
     "t",

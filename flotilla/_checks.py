@@ -1,0 +1,156 @@
+"""Argument checks and the admin requests they build: every bad argument is refused with an
+InvalidArgument naming the value and what is valid, before anything is sent (so it changes
+nothing). No I/O; both clients and the producer use them."""
+
+from __future__ import annotations
+
+from flotilla.errors import InvalidArgument
+from proto import flotilla_pb2 as pb
+
+# A subscription's stream carries a keepalive after this long without records (its max_wait_ms),
+# and moves to another replica when it has heard nothing for `idle_timeout_s` (default below:
+# a few keepalives, so a busy node's late keepalive is not taken for a stalled one).
+SUBSCRIBE_KEEPALIVE_MS = 1000
+SUBSCRIBE_IDLE_TIMEOUT_S = 5.0
+
+
+def check_value(value: object, what: str = "value") -> bytes:
+    """`value` as bytes, or InvalidArgument naming its type (`what`: the argument's name)."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"{what} must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+def create_request(
+    name: str, partitions: int, replication_factor: int, retention_bytes: int, retention_ms: int
+) -> pb.CreateTopicRequest:
+    """A topic creation, its numbers checked."""
+    return pb.CreateTopicRequest(
+        name=name,
+        partitions=_unsigned("partitions", partitions, 32),
+        replication_factor=_unsigned("replication_factor", replication_factor, 32),
+        retention_bytes=_unsigned("retention_bytes", retention_bytes, 64),
+        retention_ms=_unsigned("retention_ms", retention_ms, 64),
+    )
+
+
+def alter_request(
+    name: str, partitions: int | None, retention_bytes: int | None, retention_ms: int | None
+) -> pb.AlterTopicRequest:
+    """A topic change: None leaves a setting as it is; retention 0 makes it unlimited."""
+    if partitions is None and retention_bytes is None and retention_ms is None:
+        raise InvalidArgument(
+            f"altering topic {name!r} needs partitions, retention_bytes or retention_ms"
+        )
+    request = pb.AlterTopicRequest(name=name)
+    if partitions is not None:
+        request.partitions = _unsigned("partitions", partitions, 32)
+    if retention_bytes is not None:
+        request.retention_bytes = _unsigned("retention_bytes", retention_bytes, 64)
+    if retention_ms is not None:
+        request.retention_ms = _unsigned("retention_ms", retention_ms, 64)
+    return request
+
+
+def _unsigned(what: str, value: object, bits: int) -> int:
+    if type(value) is not int or not 0 <= value < 1 << bits:
+        raise InvalidArgument(
+            f"{what}={value!r} is invalid: use an integer from 0 to {(1 << bits) - 1}"
+        )
+    return value
+
+
+def check_record(
+    value: object, key: object, headers: object
+) -> tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]:
+    """A record's value, key and headers as the SDK takes them, or InvalidArgument naming the
+    bad one: value and key bytes (key None: no key), headers (name: str, value: bytes) pairs."""
+    return (
+        value if type(value) is bytes else check_value(value),
+        key if key is None or type(key) is bytes else check_value(key, "key"),
+        check_headers(headers) if headers else None,
+    )
+
+
+def check_headers(headers: object) -> list[tuple[str, bytes]]:
+    """Headers as (name, value) pairs, or InvalidArgument naming the bad one."""
+    pairs: list[tuple[str, bytes]] = []
+    if isinstance(headers, str | bytes | bytearray | memoryview | dict) or not hasattr(
+        headers, "__iter__"
+    ):
+        raise InvalidArgument(
+            f"headers must be a sequence of (name: str, value: bytes) pairs, not "
+            f"{type(headers).__name__}"
+        )
+    for header in headers:
+        if (
+            not isinstance(header, tuple | list)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not isinstance(header[1], bytes | bytearray | memoryview)
+        ):
+            shown = repr(header)
+            shown = shown if len(shown) <= 60 else shown[:60] + "..."
+            raise InvalidArgument(
+                f"header {shown} is invalid: each header is a (name: str, value: bytes) pair"
+            )
+        pairs.append((header[0], bytes(header[1])))
+    return pairs
+
+
+def check_read(offset: object, max_records: object = 1) -> None:
+    """InvalidArgument naming a bad read offset (0 to 2**64 - 1) or max_records (1 to
+    2**32 - 1); nothing is sent."""
+    _unsigned("offset", offset, 64)
+    if type(max_records) is not int or not 1 <= max_records < 1 << 32:
+        raise InvalidArgument(
+            f"max_records={max_records!r} is invalid: use an integer from 1 to {(1 << 32) - 1}"
+        )
+
+
+def check_idle_timeout(idle_timeout_s: object) -> float:
+    """InvalidArgument naming a bad subscription `idle_timeout_s` (seconds > 0)."""
+    if not isinstance(idle_timeout_s, int | float) or not idle_timeout_s > 0:
+        raise InvalidArgument(
+            f"idle_timeout_s={idle_timeout_s!r} is invalid: use a number of seconds > 0 (a few "
+            f"keepalive intervals of {SUBSCRIBE_KEEPALIVE_MS} ms; default "
+            f"{SUBSCRIBE_IDLE_TIMEOUT_S})"
+        )
+    return float(idle_timeout_s)
+
+
+def check_stop_after_idle(stop_after_idle_s: object) -> float | None:
+    """InvalidArgument naming a bad `stop_after_idle_s` (None, or seconds > 0)."""
+    if stop_after_idle_s is None:
+        return None
+    if (
+        not isinstance(stop_after_idle_s, int | float)
+        or isinstance(stop_after_idle_s, bool)
+        or not stop_after_idle_s > 0
+    ):
+        raise InvalidArgument(
+            f"stop_after_idle_s={stop_after_idle_s!r} is invalid: use None (follow for ever) or "
+            "a number of seconds > 0"
+        )
+    return float(stop_after_idle_s)
+
+
+def check_poll_timeout(timeout_s: object) -> float:
+    """InvalidArgument naming a bad poll `timeout_s` (seconds, 0 to 60)."""
+    if (
+        not isinstance(timeout_s, int | float)
+        or isinstance(timeout_s, bool)
+        or not 0 <= timeout_s <= 60
+    ):
+        raise InvalidArgument(
+            f"timeout_s={timeout_s!r} is invalid: use a number of seconds from 0 (answer at once) "
+            "to 60"
+        )
+    return float(timeout_s)
+
+
+def check_acks(acks: str) -> pb.Acks:
+    """The produce acknowledgement a client's `acks` names ("all" or "leader")."""
+    if acks not in ("all", "leader"):
+        raise InvalidArgument(f"acks={acks!r}: use 'all' (durable on a quorum) or 'leader'")
+    return pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
