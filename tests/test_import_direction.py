@@ -40,8 +40,6 @@ ALLOWED: dict[str, set[str]] = {
 KNOWN_CYCLES: dict[frozenset[str], str] = {
     # the servicer takes the whole Node; `NodeApi` (the i23node change) breaks it
     frozenset({"cluster.node", "cluster.service"}): "i23node: service depends on NodeApi",
-    # the producer calls back into the client; a sender Protocol (the i23client change) breaks it
-    frozenset({"flotilla.client", "flotilla.producer"}): "i23client: producer sender Protocol",
     # type-only (TYPE_CHECKING): churn drives the simulation it belongs to through its privates;
     # a narrow Protocol for what churn uses (about fifteen members) would break it. No one owns
     # raft/sim in issue 23: left for the next change there.
