@@ -181,10 +181,19 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         for name in request.topics:
             await self._topic(name, context)
         keys = {key for key, _ in context.invocation_metadata() or ()}
+        topics_only = "flotilla-topics-only" in keys
+        if topics_only and not self.node.topics_loaded:
+            # another node polls this controller for the topic table: an empty one it has not
+            # loaded yet would read as "no topics" there (`cluster.topics`)
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"node {self.node.config.node_id} has not loaded the topic table yet",
+            )
         return await self.node.metadata(
             list(request.topics),
             local_only="flotilla-local-only" in keys,
-            topics_only="flotilla-topics-only" in keys,
+            topics_only=topics_only,
         )
 
     async def Health(
