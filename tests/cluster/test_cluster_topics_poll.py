@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from harness import wait_until
 
 pytestmark = pytest.mark.integration
 
