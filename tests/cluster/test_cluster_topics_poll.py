@@ -36,9 +36,10 @@ def test_a_controller_that_has_not_loaded_the_topics_refuses_the_poll(tmp_path: 
             stub = flotilla_pb2_grpc.FlotillaStub(channel)
 
             def poll() -> pb.MetadataResponse:
-                return stub.Metadata(
+                response: pb.MetadataResponse = stub.Metadata(
                     pb.MetadataRequest(), timeout=5, metadata=(("flotilla-topics-only", "1"),)
                 )
+                return response
 
             with pytest.raises(grpc.RpcError) as refused:
                 poll()
