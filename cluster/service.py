@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
 
+from cluster.errors import (
+    ClusterError,
+    ControlPlaneUnavailable,
+    Invalid,
+    TopicExists,
+    TopicNotFound,
+)
 from cluster.logs import event
 from cluster.multiraft import Proposal
 from cluster.reads import (
@@ -38,7 +45,7 @@ from cluster.replica import (
 )
 from cluster.topics import FORWARDED_FOR_KEY, requested_by
 from cluster.transport import serve_raft_stream
-from cluster.validation import Invalid, check_topic_name
+from cluster.validation import check_topic_name
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc, peer_pb2
 from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
@@ -86,18 +93,35 @@ async def _refuse(context: grpc.aio.ServicerContext, refusal: Refusal) -> NoRetu
     await _abort(context, refusal.code, refusal.message, reason=refusal.reason)
 
 
+# The status of each `cluster.errors` type a topic change reports (the most specific first).
+_TOPIC_STATUS: tuple[tuple[type[ClusterError], grpc.StatusCode], ...] = (
+    (Invalid, grpc.StatusCode.INVALID_ARGUMENT),
+    (TopicExists, grpc.StatusCode.ALREADY_EXISTS),
+    (TopicNotFound, grpc.StatusCode.NOT_FOUND),
+    (ControlPlaneUnavailable, grpc.StatusCode.UNAVAILABLE),
+)
+
+
 async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) -> T:
-    """Runs a topic change, answering its failures with their gRPC status."""
+    """Runs a topic change, answering its failures with their gRPC status. Only a
+    `cluster.errors` type is an answer; any other exception is a bug: logged with its
+    traceback, and reported as INTERNAL naming it (so a stray KeyError never reads "topic not
+    found")."""
     try:
         return await change
-    except Invalid as error:
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
-    except FileExistsError as error:
-        await _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(error))
-    except KeyError as error:
-        await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
-    except ConnectionError as error:
-        await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+    except ClusterError as error:
+        for kind, code in _TOPIC_STATUS:
+            if isinstance(error, kind):
+                await _abort(context, code, str(error))
+        await _abort(context, grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+    except Exception as error:
+        log.exception("topic change failed on a bug")
+        await _abort(
+            context,
+            grpc.StatusCode.INTERNAL,
+            f"internal error ({type(error).__name__}: {error}); the change may not have been "
+            "made, see the node's log",
+        )
 
 
 async def _refuse_if_leaderless(

@@ -30,10 +30,10 @@ from cluster.controller import (
     TopicSpec,
     UpdateOutcome,
 )
+from cluster.errors import ControlPlaneUnavailable, Invalid, TopicExists, TopicNotFound
 from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.transport import PeerTransport
 from cluster.validation import (
-    Invalid,
     check_partition_count,
     check_replication_factor,
     check_topic_name,
@@ -55,6 +55,13 @@ requested_by: contextvars.ContextVar[str] = contextvars.ContextVar("requested_by
 FORWARDED_FOR_KEY = "flotilla-forwarded-for"
 
 T = TypeVar("T")
+
+# A controller's refusal of a forwarded change, as the error this node reports in turn.
+_ANSWERS: dict[grpc.StatusCode, type[Exception]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: Invalid,
+    grpc.StatusCode.ALREADY_EXISTS: TopicExists,
+    grpc.StatusCode.NOT_FOUND: TopicNotFound,
+}
 
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
@@ -127,7 +134,7 @@ class TopicAdmin:
                 if existing
                 else "another spec"
             )
-            raise FileExistsError(f"topic {request.name!r} already exists with {shape}")
+            raise TopicExists(f"topic {request.name!r} already exists with {shape}")
         deadline = time.monotonic() + 10
         while request.name not in self.topics and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -159,7 +166,7 @@ class TopicAdmin:
             return
         deleted = await _decided("delete", name, self.controller.delete_topic(name))
         if not deleted:
-            raise KeyError(f"topic {name!r} does not exist")
+            raise TopicNotFound(f"topic {name!r} does not exist")
 
     async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
         """Changes a topic's retention (every node applies it at its next retention check) or
@@ -181,7 +188,7 @@ class TopicAdmin:
         }
         spec = self.controller.topics().get(request.name)
         if spec is None:
-            raise KeyError(f"topic {request.name!r} does not exist")
+            raise TopicNotFound(f"topic {request.name!r} does not exist")
         assignment: tuple[tuple[str, ...], ...] = ()
         if partitions is not None and partitions > spec.partitions:
             check_replication_factor(spec.replication_factor, len(self.live_candidates()))
@@ -191,7 +198,7 @@ class TopicAdmin:
         change_made = self.controller.update_topic(request.name, assignment=assignment, **change)
         outcome = await _decided("alter", request.name, change_made)
         if outcome is UpdateOutcome.MISSING:
-            raise KeyError(f"topic {request.name!r} does not exist")
+            raise TopicNotFound(f"topic {request.name!r} does not exist")
         if outcome is UpdateOutcome.FEWER:
             now = self.controller.topics().get(request.name)
             raise Invalid(
@@ -218,17 +225,9 @@ class TopicAdmin:
             try:
                 answer = await call(stub, metadata)
             except grpc.aio.AioRpcError as error:
-                if error.code() in (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    grpc.StatusCode.ALREADY_EXISTS,
-                ):
-                    raise (
-                        Invalid
-                        if error.code() == grpc.StatusCode.INVALID_ARGUMENT
-                        else FileExistsError
-                    )(error.details()) from None
-                if error.code() == grpc.StatusCode.NOT_FOUND:
-                    raise KeyError(error.details()) from None
+                answered = _ANSWERS.get(error.code())
+                if answered is not None:  # the controller's own answer: pass it on
+                    raise answered(error.details()) from None
                 errors.append(f"{controller_id}: {error.details()}")
                 continue
             # the change is made: this node's view of the topics takes it in before it answers,
@@ -236,7 +235,9 @@ class TopicAdmin:
             self._topics_polled_at = 0.0
             await self._refresh_topics()
             return answer
-        raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
+        raise ControlPlaneUnavailable(
+            f"no controller reachable ({'; '.join(errors) or 'none known yet'})"
+        )
 
     async def _refresh_topics(self) -> None:
         # one poll at a time: a poll sent before a change must not land after one sent since
@@ -289,11 +290,12 @@ class TopicAdmin:
 
 
 async def _decided(verb: str, name: str, change: concurrent.futures.Future[T]) -> T:
-    """The control plane's answer to a change, or ConnectionError saying why there is none."""
+    """The control plane's answer to a change, or `ControlPlaneUnavailable` saying why there is
+    none."""
     try:
         return await asyncio.wait_for(asyncio.wrap_future(change), 15)
     except (ControlPlaneError, TimeoutError) as error:
-        raise ConnectionError(
+        raise ControlPlaneUnavailable(
             f"the control plane could not {verb} {name!r}: {error or 'timed out'}"
         ) from None
 
