@@ -49,7 +49,7 @@ from cluster.ownership import AddressInUse, DataDirLock
 from cluster.placement import Candidate, partition_id, place
 from cluster.replica import Replica
 from cluster.retention import apply_retention
-from cluster.service import ClientService, PeerService
+from cluster.service import LEGACY_LOCAL_ONLY_KEY, ClientService, PeerService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
@@ -462,9 +462,9 @@ class Node(TopicAdmin):
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
                 return await stub.Metadata(
-                    pb.MetadataRequest(topics=names),
+                    pb.MetadataRequest(topics=names, local_only=True),
                     timeout=1.0,
-                    metadata=(("flotilla-local-only", "1"),),
+                    metadata=((LEGACY_LOCAL_ONLY_KEY, "1"),),  # for a node of the last release
                 )
             except grpc.aio.AioRpcError:
                 return None

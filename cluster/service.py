@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 __all__ = ["ClientService", "PeerService"]
 
 DEFAULT_MAX_RECORDS = 10_000
+# gRPC metadata keys that stood for `MetadataRequest.local_only` and `topics_only` before those
+# fields; honoured, and sent along with the fields to other nodes, for one release (drop after)
+LEGACY_LOCAL_ONLY_KEY = "flotilla-local-only"
+LEGACY_TOPICS_ONLY_KEY = "flotilla-topics-only"
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
 T = TypeVar("T")
@@ -204,11 +208,13 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     ) -> pb.MetadataResponse:
         for name in request.topics:
             await self._topic(name, context)
+        # the gRPC metadata keys asked for the same before the request's fields did: still
+        # honoured for one release, so that a node or SDK of the last one gets what it asks for
         keys = {key for key, _ in context.invocation_metadata() or ()}
         return await self.node.metadata(
             list(request.topics),
-            local_only="flotilla-local-only" in keys,
-            topics_only="flotilla-topics-only" in keys,
+            local_only=request.local_only or LEGACY_LOCAL_ONLY_KEY in keys,
+            topics_only=request.topics_only or LEGACY_TOPICS_ONLY_KEY in keys,
         )
 
     async def Health(

@@ -265,7 +265,10 @@ class TopicAdmin:
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
                 response = await stub.Metadata(
-                    pb.MetadataRequest(), timeout=2, metadata=(("flotilla-topics-only", "1"),)
+                    pb.MetadataRequest(topics_only=True),
+                    timeout=2,
+                    # for a controller of the last release (`cluster.service`): drop after
+                    metadata=(("flotilla-topics-only", "1"),),
                 )
             except grpc.aio.AioRpcError:
                 continue
