@@ -43,7 +43,7 @@ from cluster.gossip import GossipHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.logs import EventBudget, event
 from cluster.metrics import Metrics
-from cluster.multiraft import MultiRaft
+from cluster.multiraft import MultiRaft, Proposal
 from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
 from cluster.ownership import AddressInUse, DataDirLock
 from cluster.placement import Candidate, partition_id, place
@@ -225,7 +225,7 @@ class Node(TopicAdmin):
             interceptors=(self.produce_gate,),
         )
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
-        peer = PeerService(self)
+        peer = PeerService(config.node_id, self.multiraft.deliver, self.transport, self.gossip)
         self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))
         host, port = parse_address(config.listen, "listen")
         try:
@@ -521,6 +521,16 @@ class Node(TopicAdmin):
             status.leader = view.leader
             status.connected.extend(view.connected)
         return status
+
+    # -- replicas (for `NodeApi`) -------------------------------------------------------------
+    def replica(self, group: str) -> Replica | None:
+        return self.multiraft.replicas.get(group)
+
+    def propose(self, proposal: Proposal) -> None:
+        self.multiraft.propose(proposal)
+
+    def wake(self, group: str) -> None:
+        self.multiraft.wake(group)
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(

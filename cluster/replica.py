@@ -371,7 +371,7 @@ class Replica:
             index = next(iter(self.waiters))
             if index > last:
                 break
-            self._settle(self.waiters.pop(index))
+            self.settle(self.waiters.pop(index))
         event, self.hw_changed = self.hw_changed, asyncio.Event()
         event.set()
 
@@ -380,9 +380,11 @@ class Replica:
         if not self.waiters:
             return
         for index in [i for i, w in self.waiters.items() if w.on_append and i <= durable_index]:
-            self._settle(self.waiters.pop(index))
+            self.settle(self.waiters.pop(index))
 
-    def _settle(self, waiter: Waiter) -> None:
+    def settle(self, waiter: Waiter) -> None:
+        """Answers `waiter` once its entry is applied (or known lost): the batch's offsets, or
+        `NotCommitted`. Idempotent; the service settles a duplicate's waiter this way."""
         if waiter.future.done():
             return
         if not self.segmented.first_index <= waiter.index <= self.segmented.last_index:

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -23,8 +23,10 @@ from cluster.errors import (
     TopicExists,
     TopicNotFound,
 )
+from cluster.gossip import GossipHost
 from cluster.logs import event
 from cluster.multiraft import Proposal
+from cluster.node_api import NodeApi
 from cluster.reads import (
     KEEPALIVE_MS,
     READ_YOUR_WRITES_WAIT_S,
@@ -44,7 +46,7 @@ from cluster.replica import (
     Waiter,
 )
 from cluster.topics import FORWARDED_FOR_KEY, requested_by
-from cluster.transport import serve_raft_stream
+from cluster.transport import PeerTransport, serve_raft_stream
 from cluster.validation import check_topic_name
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc, peer_pb2
@@ -53,9 +55,6 @@ from proto.records import CHECK_CHUNK_RECORDS, InvalidBatch, check_body, read_he
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
 from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
-
-if TYPE_CHECKING:
-    from cluster.node import Node
 
 __all__ = ["ClientService", "PeerService"]
 
@@ -155,7 +154,9 @@ async def _abort(
 
 
 class ClientService(flotilla_pb2_grpc.FlotillaServicer):
-    def __init__(self, node: Node) -> None:
+    """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node)."""
+
+    def __init__(self, node: NodeApi) -> None:
         self.node = node
 
     # -- topics ---------------------------------------------------------------------------------
@@ -285,7 +286,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             on_append=request.acks == pb.ACKS_LEADER or node.unsafe_ack_before_commit,
         )
         waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
-        node.multiraft.propose(
+        node.propose(
             Proposal(
                 replica,
                 batch,
@@ -349,7 +350,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 await asyncio.wait_for(replica.hw_changed.wait(), remaining)
             except TimeoutError:
                 continue
-        replica._settle(waiter)
+        replica.settle(waiter)
         try:
             return waiter.future.result()
         except NotCommitted as error:
@@ -391,9 +392,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         poll = pb.FetchRequest()
         poll.CopyFrom(request)
         poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
-        hosted = self.node.multiraft.replicas
         while not context.cancelled():
-            if hosted.get(replica.group) is not replica:  # deleted, moved away, or reopened
+            if self.node.replica(replica.group) is not replica:  # deleted, moved away, reopened
                 await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
@@ -427,9 +427,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
                     tick_s = node.config.tick_ms / 1000
-                    refusal = await past_high_watermark(
-                        replica, offset, node_id, node.multiraft.wake, tick_s
-                    )
+                    refusal = await past_high_watermark(replica, offset, node_id, node.wake, tick_s)
                     await _refuse(context, refusal)
             if offset == replica.high_watermark and wait_s:
                 # a long poll (a subscription's) at the tail of a replica out of touch with any
@@ -502,7 +500,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, topic: str, partition: int, context: grpc.aio.ServicerContext
     ) -> Replica:
         await self._partition(topic, partition, context)
-        replica = self.node.multiraft.replicas.get(f"{topic}/{partition}")
+        replica = self.node.replica(f"{topic}/{partition}")
         if replica is None:
             await _abort(
                 context,
@@ -532,21 +530,30 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
 
 class PeerService:
     """`flotilla.v1.Peer`; registered with `cluster.transport.peer_handler` (Raft frames arrive
-    as bytes, not as protobuf objects)."""
+    as bytes, not as protobuf objects). Built with only what it hands the frames to: the
+    MultiRaft driver's inbox (`deliver`), the transport, and the SWIM host (`gossip`)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(
+        self,
+        node_id: str,
+        deliver: Callable[[str, list[tuple[str, bytes | memoryview]]], None],
+        transport: PeerTransport,
+        gossip: GossipHost,
+    ) -> None:
+        self.node_id = node_id
+        self.deliver = deliver
+        self.transport = transport
+        self.gossip = gossip
 
     async def Raft(
         self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[peer_pb2.RaftAck]:
-        node = self.node
         await serve_raft_stream(
             request_iterator,
-            node.config.node_id,
-            node.multiraft.deliver,
-            node.transport.heard_from,
-            node.transport.inbox,
+            self.node_id,
+            self.deliver,
+            self.transport.heard_from,
+            self.transport.inbox,
         )
         return
         yield  # an async generator that sends nothing back
@@ -554,8 +561,8 @@ class PeerService:
     async def Swim(
         self, request: peer_pb2.SwimPacket, context: grpc.aio.ServicerContext
     ) -> peer_pb2.SwimAck:
-        self.node.gossip.receive(request)
-        self.node.transport.heard_from(request.from_node)
+        self.gossip.receive(request)
+        self.transport.heard_from(request.from_node)
         return peer_pb2.SwimAck()
 
 
