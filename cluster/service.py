@@ -25,6 +25,7 @@ from cluster.errors import (
 )
 from cluster.gossip import GossipHost
 from cluster.logs import event
+from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
 from cluster.multiraft import Proposal
 from cluster.node_api import NodeApi
 from cluster.reads import (
@@ -59,10 +60,6 @@ from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
 __all__ = ["ClientService", "PeerService"]
 
 DEFAULT_MAX_RECORDS = 10_000
-# gRPC metadata keys that stood for `MetadataRequest.local_only` and `topics_only` before those
-# fields; honoured, and sent along with the fields to other nodes, for one release (drop after)
-LEGACY_LOCAL_ONLY_KEY = "flotilla-local-only"
-LEGACY_TOPICS_ONLY_KEY = "flotilla-topics-only"
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
 T = TypeVar("T")

@@ -7,7 +7,10 @@ next call to it sees the change (other nodes see it within a poll, `TOPICS_POLL_
 changes are placed here too: new partitions' initial voters come from rendezvous placement over
 the live members, with preferred leaders balanced across nodes (`cluster.placement`).
 
-Mixed into `cluster.node.Node`, whose state it uses (declared below).
+`TopicAdmin` owns the node's topic table (`topics`, `loaded`, `version`); it is built with only
+what it uses: the node's config, its peer transport (to forward and poll), the live members (for
+placement), the control plane once it started (`controller`, None on other nodes) and the
+metadata view (to answer a change with the topic's info). Its outcomes are `cluster.errors`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from cluster.controller import (
     UpdateOutcome,
 )
 from cluster.errors import ControlPlaneUnavailable, Invalid, TopicExists, TopicNotFound
+from cluster.metadata_view import LEGACY_TOPICS_ONLY_KEY
 from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.transport import PeerTransport
 from cluster.validation import (
@@ -88,23 +92,31 @@ def default_replication_factor(
 
 
 class TopicAdmin:
-    config: NodeConfig
-    controller: MetadataStore | None
-    transport: PeerTransport
-    topics: dict[str, TopicSpec]
-    topics_loaded: bool
-    _topics_version: object
-    _topics_polled_at: float
-    _topics_lock: asyncio.Lock
-    _local_checked_at: float
+    def __init__(
+        self,
+        config: NodeConfig,
+        transport: PeerTransport,
+        live_candidates: Callable[[], list[Candidate]],
+        controller: Callable[[], MetadataStore | None],
+        describe: Callable[[Iterable[str]], Awaitable[pb.MetadataResponse]],
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.live_candidates = live_candidates
+        self._controller = controller
+        self.describe = describe
+        self.topics: dict[str, TopicSpec] = {}
+        self.loaded = False  # until then, "unknown topic" means "not loaded yet"
+        # what the topic table was built from (the control plane's version, or a signature of
+        # a controller's answer): a change of it is a change of the topics
+        self.version: object = None
+        self._polled_at = 0.0
+        self._lock = asyncio.Lock()
 
-    def live_candidates(self) -> list[Candidate]:
-        raise NotImplementedError
-
-    async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
-    ) -> pb.MetadataResponse:
-        raise NotImplementedError
+    @property
+    def controller(self) -> MetadataStore | None:
+        """This node's control plane, once started; None on a node that is not a controller."""
+        return self._controller()
 
     async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
         check_topic_name(request.name)
@@ -138,7 +150,7 @@ class TopicAdmin:
         deadline = time.monotonic() + 10
         while request.name not in self.topics and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        info = (await self.metadata([request.name])).topics[0]
+        info = (await self.describe([request.name])).topics[0]
         info.note = note
         return info
 
@@ -209,7 +221,7 @@ class TopicAdmin:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not _has_change(self.topics, request.name, change):
             await asyncio.sleep(0.02)
-        return (await self.metadata([request.name])).topics[0]
+        return (await self.describe([request.name])).topics[0]
 
     async def _forward(self, call: Callable[[Any, Any], Awaitable[Any]]) -> Any:
         """Makes the change on a controller; the client's address goes along (`requested_by`)
@@ -232,32 +244,33 @@ class TopicAdmin:
                 continue
             # the change is made: this node's view of the topics takes it in before it answers,
             # so the client's next call here sees what it just did (other nodes within a poll)
-            self._topics_polled_at = 0.0
-            await self._refresh_topics()
+            self._polled_at = 0.0
+            await self.refresh()
             return answer
         raise ControlPlaneUnavailable(
             f"no controller reachable ({'; '.join(errors) or 'none known yet'})"
         )
 
-    async def _refresh_topics(self) -> None:
+    async def refresh(self) -> None:
+        """Brings the topic table up to date: from the control plane on a controller, else
+        from a controller, at most every `TOPICS_POLL_S`."""
         # one poll at a time: a poll sent before a change must not land after one sent since
-        async with self._topics_lock:
-            await self._refresh_topics_now()
+        async with self._lock:
+            await self._refresh_now()
 
-    async def _refresh_topics_now(self) -> None:
+    async def _refresh_now(self) -> None:
         if self.controller is not None and self.controller.ready:
-            if self.controller.version != self._topics_version:
-                self._topics_version = self.controller.version
+            if self.controller.version != self.version:
+                self.version = self.controller.version
                 self.topics = self.controller.topics()
-                self.topics_loaded = True
-                self._local_checked_at = 0.0
+                self.loaded = True
             return
         # not a controller, or a controller whose control plane has not caught up yet: ask
         # the other controllers over gRPC, at most every TOPICS_POLL_S once loaded
         now = time.monotonic()
-        if self.topics_loaded and now - self._topics_polled_at < TOPICS_POLL_S:
+        if self.loaded and now - self._polled_at < TOPICS_POLL_S:
             return
-        self._topics_polled_at = now
+        self._polled_at = now
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
             if not address or controller_id == self.config.node_id:
@@ -268,14 +281,13 @@ class TopicAdmin:
                     pb.MetadataRequest(topics_only=True),
                     timeout=2,
                     # for a controller of the last release (`cluster.service`): drop after
-                    metadata=(("flotilla-topics-only", "1"),),
+                    metadata=((LEGACY_TOPICS_ONLY_KEY, "1"),),
                 )
             except grpc.aio.AioRpcError:
                 continue
             signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
-            if signature != self._topics_version:
-                self._topics_version = signature
-                self._local_checked_at = 0.0
+            if signature != self.version:
+                self.version = signature
             self.topics = {
                 t.name: TopicSpec(
                     t.name,
@@ -288,7 +300,7 @@ class TopicAdmin:
                 )
                 for t in response.topics
             }
-            self.topics_loaded = True
+            self.loaded = True
             return
 
 
