@@ -46,9 +46,10 @@ from cluster.multiraft import MultiRaft, Proposal
 from cluster.opener import ReplicaOpener
 from cluster.ownership import AddressInUse, DataDirLock
 from cluster.partitions import PartitionManager
+from cluster.peer_service import PeerService
 from cluster.placement import Candidate
 from cluster.replica import Replica
-from cluster.service import ClientService, PeerService
+from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
