@@ -107,13 +107,12 @@ class ReplicaCollector:
         """Quiesced followers that placement no longer names ask their group whether they were
         removed. Returns how many were probed."""
         candidates = self.placement_candidates()
-        topics = self.topics()
         probed = 0
         for n, replica in enumerate(list(self.multiraft.replicas.values())):
             if n % PROBE_CHUNK == PROBE_CHUNK - 1:
                 await asyncio.sleep(0)  # ~10 µs of placement each: let the loop breathe
             node = replica.node
-            spec = topics.get(replica.topic)
+            spec = self.topics().get(replica.topic)
             if not node.quiesced or node.role is not Role.FOLLOWER or spec is None:
                 continue
             key = partition_id(replica.topic, replica.partition)

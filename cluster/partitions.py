@@ -105,7 +105,9 @@ class PartitionManager:
                 await self.opener.open_pending()
                 self.elections.tick()
                 self.steward.change_log.tick()
-                self.steward.reconcile(self.placement_candidates(), self.topics, version)
+                self.steward.reconcile(
+                    self.placement_candidates(), self.topics, self.topic_admin.version
+                )
             except (asyncio.CancelledError, NodeFailStopped):
                 raise  # fail-stop: the process is exiting (`cluster.failstop`)
             except Exception:

@@ -19,6 +19,7 @@ from cluster.errors import (
     TopicExists,
     TopicNotFound,
 )
+from cluster.failstop import NodeFailStopped
 from cluster.reads import Refusal, leaderless
 from cluster.replica import Replica
 from cluster.topics import FORWARDED_FOR_KEY, requested_by
@@ -85,6 +86,8 @@ async def topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) 
             if isinstance(error, kind):
                 await abort(context, code, str(error))
         await abort(context, grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+    except NodeFailStopped:
+        raise  # the process is exiting (`cluster.failstop`): no bug, and no answer to give
     except Exception as error:
         log.exception("topic change failed on a bug")
         await abort(
