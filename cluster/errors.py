@@ -1,15 +1,29 @@
 """The errors of the cluster layer's API, rooted in one class.
 
 `ClusterError` is the root: an error the node means to report to its caller, whose message names
-the bad value and what is valid. The gRPC service maps each subclass to one status
-(`cluster.service`); anything else that escapes a call is a bug, reported as INTERNAL and logged,
-never as one of these (a stray `KeyError` from a bug must not read "topic not found").
+the bad value and what is valid. The gRPC service maps each topic-admin subclass to one status
+(`cluster.statuses`); anything else that escapes a topic change is a bug, reported as INTERNAL
+and logged, never as one of these (a stray `KeyError` from a bug must not read "topic not
+found").
 
     ClusterError
     ├── Invalid               (also a ValueError)  INVALID_ARGUMENT   bad input, nothing changed
     ├── TopicNotFound                              NOT_FOUND
     ├── TopicExists                                ALREADY_EXISTS     another spec under that name
-    └── ControlPlaneUnavailable                    UNAVAILABLE        no controller decided it
+    ├── ControlPlaneUnavailable                    UNAVAILABLE        no controller decided it
+    │   defined where they are raised (each keeps its older builtin base, so callers that catch
+    │   that still do):
+    ├── ConfigError           (ValueError)   cluster.config       a configuration value
+    ├── LogConfigError        (ValueError)   cluster.logs         a logging setting
+    ├── StartRefused          (OSError)      cluster.ownership    DataDirLocked, AddressInUse
+    ├── ControlPlaneError     (RuntimeError) cluster.controller   the control plane refused
+    ├── JournalCorrupt        (RuntimeError) cluster.controller_journal
+    ├── FrameError            (ValueError)   cluster.frames       a malformed peer frame
+    ├── OutOfOrderSequence                   cluster.replica      UnknownProducer
+    └── NotCommitted                         cluster.replica      a produce's outcome
+
+Not under the root: `cluster.failstop.NodeFailStopped`, the process exiting on a storage
+failure, which no handler of API errors may catch.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import msgpack
 import xxhash
 
+from cluster.errors import ClusterError
 from cluster.producers import EXPIRATION_MS, Batches, BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
@@ -80,7 +81,7 @@ def same_incarnation(tag: str, uid: str) -> bool:
     return not tag or not uid or tag == incarnation_tag(uid)
 
 
-class OutOfOrderSequence(Exception):
+class OutOfOrderSequence(ClusterError):
     """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
     of the same producer is not written yet (it is in flight or being retried). Retriable."""
 
@@ -93,7 +94,7 @@ class UnknownProducer(OutOfOrderSequence):
     OutOfOrderSequence: the sequence follows nothing this partition knows."""
 
 
-class NotCommitted(Exception):
+class NotCommitted(ClusterError):
     """The batch was not committed: `definitely_not_written` says whether a retry can only
     help, or whether the outcome is unknown (an idempotent retry is still safe)."""
 

@@ -5,6 +5,9 @@ node in this process (its own single-node control plane), called over gRPC."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
+import pkgutil
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,6 +37,33 @@ def test_every_topic_admin_outcome_is_a_cluster_error() -> None:
     for error in (Invalid, TopicNotFound, TopicExists, ControlPlaneUnavailable):
         assert issubclass(error, ClusterError), error
         assert not issubclass(error, (KeyError, OSError)), f"{error} is caught as a builtin"
+
+
+# the one error of cluster/ outside the root, and why: the process exiting on a storage failure
+# (`cluster.failstop`) must not be caught by a handler of API errors
+OUTSIDE_THE_ROOT = {"cluster.failstop.NodeFailStopped"}
+
+
+def errors_outside_the_root(package: str = "cluster") -> list[str]:
+    """Every exception class a module of `package` defines that does not descend from
+    `ClusterError` (and is not allowed to)."""
+    outside = []
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            name = f"{value.__module__}.{value.__qualname__}"
+            if (
+                value.__module__ == module.__name__
+                and issubclass(value, BaseException)
+                and not issubclass(value, ClusterError)
+                and name not in OUTSIDE_THE_ROOT
+            ):
+                outside.append(name)
+    return sorted(outside)
+
+
+def test_every_error_of_cluster_descends_from_the_root() -> None:
+    assert errors_outside_the_root() == []
 
 
 def test_a_key_error_from_a_bug_in_topic_admin_is_not_topic_not_found(
