@@ -39,9 +39,7 @@ def local_view(cluster: LocalCluster, node_id: str, topic: str) -> tuple[str, in
     try:
         with grpc.insecure_channel(cluster.nodes[node_id].address) as channel:
             response = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
-                pb.MetadataRequest(topics=[topic]),
-                timeout=0.5,
-                metadata=(("flotilla-local-only", "1"),),
+                pb.MetadataRequest(topics=[topic], local_only=True), timeout=0.5
             )
         partition = response.topics[0].partitions[0]
         return (partition.leader, partition.high_watermark) if partition.replicas else ("", -1)

@@ -18,13 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from cluster.errors import ClusterError
 from cluster.validation import check_member_id
 from storage import FsyncPolicy, InvalidArgument
 
 __all__ = ["ConfigError", "NodeConfig", "parse_address", "parse_controllers"]
 
 
-class ConfigError(ValueError):
+class ConfigError(ClusterError, ValueError):
     """A configuration value is invalid; the message names the field and what is valid."""
 
 

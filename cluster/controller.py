@@ -41,6 +41,7 @@ from cluster.controller_journal import (
     durable_journal_installed,
     fsync_directory,
 )
+from cluster.errors import ClusterError
 from cluster.ownership import AddressInUse
 
 __all__ = [
@@ -62,7 +63,7 @@ _TRANSIENT = {
 }
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(ClusterError, RuntimeError):
     """The control plane could not carry out a change (no quorum, not started, ...)."""
 
 

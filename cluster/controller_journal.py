@@ -66,6 +66,7 @@ from pysyncobj.journal import (
     Journal,
 )
 
+from cluster.errors import ClusterError
 from cluster.failstop import FailStop
 from storage.disk import OS_DISK
 
@@ -83,7 +84,7 @@ _U32 = struct.Struct("<I")  # a record's size (before and after it); the header'
 _INDEX_TERM = struct.Struct("<QQ")
 
 
-class JournalCorrupt(RuntimeError):
+class JournalCorrupt(ClusterError, RuntimeError):
     """The control-plane journal or its meta file cannot be read as written."""
 
 

@@ -19,6 +19,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cluster.errors import ClusterError
+
 __all__ = ["FORMAT_VERSION", "Frame", "FrameError", "encode_frame", "parse_frame"]
 
 # 2: a group may end in `@tag`, the topic incarnation's (`cluster.replica.Replica.wire_group`).
@@ -34,7 +36,7 @@ _GROUP = struct.Struct("<H")
 _PAYLOAD = struct.Struct("<I")
 
 
-class FrameError(ValueError):
+class FrameError(ClusterError, ValueError):
     """A peer sent bytes that are not a well-formed frame."""
 
 

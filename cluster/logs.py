@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cluster.errors import ClusterError
+
 __all__ = [
     "FORMATS",
     "LEVELS",
@@ -53,7 +55,7 @@ DEFAULT_LEVEL = "info"
 QUIET_LIBRARIES = ("grpc", "grpc._cython", "grpc.aio", "pysyncobj", "asyncio", "urllib3")
 
 
-class LogConfigError(ValueError):
+class LogConfigError(ClusterError, ValueError):
     """A log level or format that is not one of the valid ones."""
 
 

@@ -1,17 +1,18 @@
 """The node daemon: one process, one gRPC port, asyncio throughout.
 
-It wires the pieces together: the gRPC server (client + peer services), the SWIM host, the
-MultiRaft host, the control plane (on controller nodes), the partition manager, and metrics.
-Topic administration (create, alter, delete, and the node's view of the topic table) is in
-`cluster.topics`; retention in `cluster.retention`; opening and retiring replicas in
-`cluster.opener`.
+`Node` wires the parts together and runs their lifecycle; each part is built with only the
+collaborators it uses:
 
-Partition manager: every `manage_interval_s` the node compares the topics it knows with its
-local replicas. It opens a replica for every partition whose initial assignment names it (with
-that assignment as the bootstrap configuration), re-opens replicas found on disk, and deletes the
-replicas of deleted topics. A Raft message for a partition this node does not host yet (a leader
-adding it as a learner) opens the replica on the spot. A replica its group removed retires once a
-member says so (replica GC: its log is deleted, see `cluster.opener`).
+- the gRPC server: the client service (`cluster.service`, over the narrow `cluster.node_api`
+  protocol, which `Node` implements by delegating to the parts) and the peer service;
+- the SWIM host (`cluster.gossip`), the MultiRaft driver (`cluster.multiraft`), the control plane
+  on controller nodes (`cluster.controller`), metrics;
+- topic admin and the topic table (`cluster.topics.TopicAdmin`);
+- the metadata view: Metadata, Health, leader hints (`cluster.metadata_view.MetadataView`);
+- the partition manager (`cluster.partitions.PartitionManager`), with opening replicas in
+  `cluster.opener` and retention in `cluster.retention`;
+- replica garbage collection (`cluster.collector.ReplicaCollector`);
+- leader and replica placement moves (`cluster.steward.GroupSteward`).
 
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
 leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
@@ -25,71 +26,53 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterable
 from functools import partial
 
 import grpc
 
+from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
-from cluster.controller import (
-    MetadataStore,
-    TopicSpec,
-)
+from cluster.controller import MetadataStore, TopicSpec
 from cluster.dialmap import DialMap
-from cluster.failstop import FailStop, NodeFailStopped
+from cluster.failstop import FailStop
 from cluster.gossip import GossipHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.logs import EventBudget, event
+from cluster.metadata_view import MetadataView
 from cluster.metrics import Metrics
-from cluster.multiraft import MultiRaft
-from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
+from cluster.multiraft import MultiRaft, Proposal
+from cluster.opener import ReplicaOpener
 from cluster.ownership import AddressInUse, DataDirLock
-from cluster.placement import Candidate, partition_id, place
+from cluster.partitions import PartitionManager
+from cluster.peer_service import PeerService
+from cluster.placement import Candidate
 from cluster.replica import Replica
-from cluster.retention import apply_retention
-from cluster.service import ClientService, PeerService
+from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
-from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
+from membership import EventKind, Member, MembershipEvent, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
-from raft.types import Configuration, Role
+from raft.types import Role
 from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
 
 __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
 
-_STATE = {
-    MemberState.ALIVE: pb.ALIVE,
-    MemberState.SUSPECT: pb.SUSPECT,
-    MemberState.DEAD: pb.DEAD,
-    MemberState.LEFT: pb.LEFT,
-}
 VERSION = "0.1.0"
 
 
-# Replicas `Node._probe_unplaced` looks at between two yields to the event loop.
-PROBE_CHUNK = 500
-
-
-class Node(TopicAdmin):
-    manage_interval_s = 0.2
-    # how often quiesced followers that placement no longer names ask their group whether they
-    # were removed (`_probe_unplaced`)
-    removal_probe_s = 60.0
-
+class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.unsafe_ack_before_commit = False  # test-only (chaos mutation tests); see cli
         self.unsafe_read_uncommitted = False  # test-only (chaos mutation tests); see cli
-        self.topics: dict[str, TopicSpec] = {}
-        self.topics_loaded = False  # until then, "unknown topic" means "not loaded yet"
         self.handles = FileHandles(config.max_open_files)
         self.dial_map = DialMap(config.dial_map)
         self.transport = PeerTransport(
@@ -151,7 +134,7 @@ class Node(TopicAdmin):
             log_config=self.log_config,
             handles=self.handles,
             multiraft=self.multiraft,
-            topics=lambda: self.topics,
+            topics=lambda: self.topic_admin.topics,
             producer_expiration_ms=config.producer_expiration_ms,
         )
         self.multiraft.unknown_group = self.opener.open_on_message
@@ -167,15 +150,44 @@ class Node(TopicAdmin):
             on_leader_changed=self._leader_changed,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
-        self._topics_version: object = None  # what the topic table was built from
-        self._local_checked_at = 0.0  # when local replicas were last compared with the topics
-        self._topics_polled_at = 0.0
-        self._retiring: set[str] = set()  # groups whose replica is being retired (`_retire`)
-        self._retention_checked_at = time.monotonic()  # when retention was last applied
-        self._topics_lock = asyncio.Lock()
-        self._probed_at = time.monotonic()  # when unplaced quiesced followers were last probed
-        self._retire_tasks: set[asyncio.Task[None]] = set()
         self.started = asyncio.Event()
+        self.metadata_view = MetadataView(
+            config,
+            lambda: self.topic_admin.topics,
+            self.multiraft,
+            self.gossip,
+            self.transport,
+            controller=lambda: self.controller,
+            serving=self.started.is_set,
+        )
+        self.topic_admin = TopicAdmin(
+            config,
+            self.transport,
+            self.live_candidates,
+            controller=lambda: self.controller,
+            describe=self.metadata_view.metadata,
+        )
+        self.collector = ReplicaCollector(
+            config.node_id,
+            self.multiraft,
+            self.opener,
+            self.steward,
+            lambda: self.topic_admin.topics,
+            self.placement_candidates,
+            on_retired=self.metrics.replica_retired,
+        )
+        self.partitions = PartitionManager(
+            config,
+            self.topic_admin,
+            self.multiraft,
+            self.opener,
+            self.steward,
+            self.collector,
+            self.elections,
+            self.journal,
+            self.partitions_dir,
+            self.placement_candidates,
+        )
 
     @property
     def partitions_dir(self) -> str:
@@ -225,7 +237,7 @@ class Node(TopicAdmin):
             interceptors=(self.produce_gate,),
         )
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
-        peer = PeerService(self)
+        peer = PeerService(config.node_id, self.multiraft.deliver, self.transport, self.gossip)
         self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))
         host, port = parse_address(config.listen, "listen")
         try:
@@ -246,7 +258,7 @@ class Node(TopicAdmin):
                 if error.errno != errno.EADDRINUSE:
                     raise
                 raise AddressInUse("metrics", config.metrics) from None
-        self._tasks.append(asyncio.get_running_loop().create_task(self._manage_loop()))
+        self._tasks.append(asyncio.get_running_loop().create_task(self.partitions.run()))
         self.started.set()
         event(
             log, "node_started", listen=config.listen, advertise=config.advertised,
@@ -271,7 +283,7 @@ class Node(TopicAdmin):
                 * self.gossip.swim.config.probe_interval_ticks
                 / 1000
             )
-        tasks = [*self._tasks, *self._retire_tasks]
+        tasks = [*self._tasks, *self.collector.tasks]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -371,156 +383,59 @@ class Node(TopicAdmin):
                 candidates.append(Candidate(member.id, member.weight, member.rack))
         return candidates
 
-    def leader_hint(self, leader_id: str | None) -> str:
-        if not leader_id:
-            return ""
-        address = self.gossip.address_of(leader_id)
-        return f"{leader_id}={address}" if address else ""
+    def _after_round(self, touched: set[Replica]) -> None:
+        """`touched`: the groups whose role may have changed since the last round."""
+        self.steward.note_roles(touched)
+        self.collector.note_removed(touched)
 
-    def preferred_hint(self, topic: str, partition: int) -> str:
-        spec = self.topics.get(topic)
-        if spec is None or partition >= len(spec.assignment):
-            return ""
-        for member in spec.assignment[partition]:
-            hint = self.leader_hint(member)
-            if hint:
-                return hint
-        return ""
+    # -- topics (for `NodeApi`: `cluster.topics`) ------------------------------------------------
+    @property
+    def topics(self) -> dict[str, TopicSpec]:
+        return self.topic_admin.topics
 
-    # -- metadata ----------------------------------------------------------------------------------
-    def _local_partition(self, topic: str, index: int) -> pb.PartitionInfo | None:
-        replica = self.multiraft.replicas.get(f"{topic}/{index}")
-        if replica is None:
-            return None
-        node = replica.node
-        voters = sorted(node.configuration.voters, key=lambda v: (v != node.leader_id, v))
-        return pb.PartitionInfo(
-            index=index,
-            leader=node.leader_id or "",
-            replicas=voters,
-            learners=sorted(node.configuration.learners),
-            high_watermark=replica.high_watermark,
-            log_start=replica.segmented.first_offset,
-        )
+    @topics.setter
+    def topics(self, topics: dict[str, TopicSpec]) -> None:  # tests set the table directly
+        self.topic_admin.topics = topics
 
+    @property
+    def topics_loaded(self) -> bool:
+        return self.topic_admin.loaded
+
+    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
+        return await self.topic_admin.create_topic(request)
+
+    async def delete_topic(self, name: str) -> None:
+        await self.topic_admin.delete_topic(name)
+
+    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
+        return await self.topic_admin.alter_topic(request)
+
+    # -- views (for `NodeApi`: `cluster.metadata_view`) ----------------------------------------
     async def metadata(
         self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
     ) -> pb.MetadataResponse:
-        """Members and topics. Each partition's live view (leader, voters, high watermark) comes
-        from this node's replica, and unless `local_only` from the other members' too;
-        `topics_only` skips all that and gives each partition its assigned replicas (what a
-        node that is not a controller needs to build its topic table: cheap to poll)."""
-        names = list(topics) or sorted(self.topics)
-        infos: dict[tuple[str, int], pb.PartitionInfo] = {}
-        if not topics_only:
-            for name in names:
-                for index in range(self.topics[name].partitions):
-                    info = self._local_partition(name, index)
-                    if info is not None:
-                        infos[(name, index)] = info
-            if not local_only:
-                await self._gather_remote(names, infos)
-        response = pb.MetadataResponse(
-            node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
+        return await self.metadata_view.metadata(
+            topics, local_only=local_only, topics_only=topics_only
         )
-        for record in self.gossip.swim.records():
-            member = record.member
-            response.members.append(
-                pb.Member(
-                    id=member.id,
-                    address=member.address,
-                    state=_STATE[record.state],
-                    weight=member.weight,
-                    rack=member.rack,
-                )
-            )
-        for name in names:
-            spec = self.topics[name]
-            topic = pb.TopicInfo(
-                name=name, replication_factor=spec.replication_factor,
-                retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms, uid=spec.uid,
-            )  # fmt: skip
-            for index in range(spec.partitions):
-                info = infos.get((name, index))
-                if info is None:
-                    assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-                    info = pb.PartitionInfo(index=index, replicas=list(assigned))
-                topic.partitions.append(info)
-            response.topics.append(topic)
-        return response
-
-    async def _gather_remote(
-        self, names: list[str], infos: dict[tuple[str, int], pb.PartitionInfo]
-    ) -> None:
-        """Asks the other live members for their replicas' view; the leader's view wins."""
-        others = [m for m in self.gossip.swim.live_members() if m.id != self.config.node_id]
-
-        async def ask(member: Member) -> pb.MetadataResponse | None:
-            address = self.transport.address_of(member.id)
-            if not address:
-                return None
-            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
-            try:
-                return await stub.Metadata(
-                    pb.MetadataRequest(topics=names),
-                    timeout=1.0,
-                    metadata=(("flotilla-local-only", "1"),),
-                )
-            except grpc.aio.AioRpcError:
-                return None
-
-        for response in await asyncio.gather(*(ask(m) for m in others)):
-            if response is None:
-                continue
-            for topic in response.topics:
-                for info in topic.partitions:
-                    key = (topic.name, info.index)
-                    if (
-                        not info.high_watermark
-                        and not info.leader
-                        and not info.learners
-                        and key in infos
-                    ):
-                        continue
-                    current = infos.get(key)
-                    mine = current is not None and current.leader == self.config.node_id
-                    theirs = info.leader == response.node_id
-                    if (
-                        current is None
-                        or (theirs and not mine)
-                        or (not current.leader and info.leader)
-                    ):
-                        infos[key] = info
 
     def health(self) -> pb.HealthResponse:
-        replicas = self.multiraft.replicas.values()
-        return pb.HealthResponse(
-            node_id=self.config.node_id,
-            serving=self.started.is_set(),
-            partitions=len(self.multiraft.replicas),
-            leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
-            members_alive=self.gossip.swim.live_count(),
-            active_groups=self.multiraft.active_count,
-            quarantined=[
-                pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
-                for entry in self.multiraft.quarantine.entries()
-            ],
-            control_plane=self._control_plane_status(),
-        )
+        return self.metadata_view.health()
 
-    def _control_plane_status(self) -> pb.ControlPlaneStatus:
-        status = pb.ControlPlaneStatus(
-            controllers=[
-                pb.ControllerAddress(id=node_id, address=address)
-                for node_id, address in sorted(self.config.controllers.items())
-            ],
-            controller=self.controller is not None,
-        )
-        if self.controller is not None:
-            view = self.controller.view()
-            status.leader = view.leader
-            status.connected.extend(view.connected)
-        return status
+    def leader_hint(self, leader_id: str | None) -> str:
+        return self.metadata_view.leader_hint(leader_id)
+
+    def preferred_hint(self, topic: str, partition: int) -> str:
+        return self.metadata_view.preferred_hint(topic, partition)
+
+    # -- replicas (for `NodeApi`) -------------------------------------------------------------
+    def replica(self, group: str) -> Replica | None:
+        return self.multiraft.replicas.get(group)
+
+    def propose(self, proposal: Proposal) -> None:
+        self.multiraft.propose(proposal)
+
+    def wake(self, group: str) -> None:
+        self.multiraft.wake(group)
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(
@@ -534,145 +449,3 @@ class Node(TopicAdmin):
             self.unsafe_read_uncommitted,
             self.metrics.fetched_bytes,
         )
-
-    # -- partition manager ---------------------------------------------------------------------
-    async def _manage_loop(self) -> None:
-        while True:
-            try:
-                await self._refresh_topics()
-                if time.monotonic() - self._local_checked_at > 5.0:
-                    self._local_checked_at = time.monotonic()
-                    await self._reconcile_local()
-                    self.opener.probe_rebuilding()
-                if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
-                    self._retention_checked_at = time.monotonic()
-                    await apply_retention(self.multiraft, self.topics)
-                if time.monotonic() - self._probed_at > self.removal_probe_s:
-                    self._probed_at = time.monotonic()
-                    await self._probe_unplaced()
-                await self.opener.open_pending()
-                self.elections.tick()
-                self.steward.change_log.tick()
-                self.steward.reconcile(
-                    self.placement_candidates(), self.topics, self._topics_version
-                )
-            except (asyncio.CancelledError, NodeFailStopped):
-                raise  # fail-stop: the process is exiting (`cluster.failstop`)
-            except Exception:
-                log.exception("partition manager round failed")
-            await asyncio.sleep(self.manage_interval_s)
-
-    async def _reconcile_local(self) -> None:
-        """Queues for opening every replica the topics assign here or that is on disk, and
-        drops the replicas of deleted topics. O(partitions), so it runs every 5 s or when the
-        topics change, not every pass."""
-        # Replicas of deleted topics (or of an earlier incarnation of a topic deleted and
-        # created again) stop first, before anything here awaits; their files go next. A
-        # replica removed from its group is retired when a member tells it so (`_retire`):
-        # only then, because Raft's safety assumes no voter forgets what it voted and stored,
-        # and only a committed configuration that leaves it out, newer than its own, proves it
-        # is no voter any more. Its term and vote outlive it in the journal, and it never
-        # rejoins with the initial assignment.
-        gone = [g for g, r in self.multiraft.replicas.items() if self._deleted(r)]
-        stopped = [self.multiraft.remove(group) for group in gone]
-        for group in gone:
-            self.steward.forget(group)
-        for replica in stopped:
-            if replica is not None:
-                await self.multiraft.run_storage(partial(delete_replica, replica, self.journal))
-        opener, node_id = self.opener, self.config.node_id
-        on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
-        opener.forget_deleted()
-        for spec in self.topics.values():
-            present = on_disk.get(spec.name, set())
-            for index in range(spec.partitions):
-                if opener.knows(f"{spec.name}/{index}"):
-                    continue
-                assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-                if node_id in assigned:
-                    opener.queue(spec, index, Configuration(voters=frozenset(assigned)))
-                elif str(index) in present:
-                    opener.queue(spec, index, Configuration())
-        if self.topics:
-            for topic in os.listdir(self.partitions_dir):
-                if topic not in self.topics:
-                    path = os.path.join(self.partitions_dir, topic)
-                    if not any(r.topic == topic for r in self.multiraft.replicas.values()):
-                        await asyncio.to_thread(shutil.rmtree, path, True)
-            # the hard states kept for retired replicas (and any other left behind) of topics
-            # that no longer exist
-            await self.multiraft.run_storage(
-                partial(
-                    forget_states_of_deleted_topics,
-                    self.journal,
-                    set(self.topics),
-                    set(self.multiraft.replicas),
-                )
-            )
-
-    def _deleted(self, replica: Replica) -> bool:
-        """Is the replica's topic gone, or deleted and created again (another uid)?"""
-        spec = self.topics.get(replica.topic)
-        if spec is None:
-            return True
-        return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
-
-    async def _probe_unplaced(self) -> int:
-        """Replica GC's safety net: a quiesced follower never campaigns, so if the leader's word
-        of its removal was lost (a partition when the removal committed) nothing else would
-        tell it. Those that placement no longer names ask their group (`probe_membership`);
-        members answer `Removed` if their committed configuration left them out. Returns how
-        many were probed."""
-        candidates = self.placement_candidates()
-        probed = 0
-        for n, replica in enumerate(list(self.multiraft.replicas.values())):
-            if n % PROBE_CHUNK == PROBE_CHUNK - 1:
-                await asyncio.sleep(0)  # ~10 µs of placement each: let the loop breathe
-            node = replica.node
-            spec = self.topics.get(replica.topic)
-            if not node.quiesced or node.role is not Role.FOLLOWER or spec is None:
-                continue
-            key = partition_id(replica.topic, replica.partition)
-            if self.config.node_id not in place(key, candidates, spec.replication_factor):
-                self.multiraft.call(node.probe_membership, replica)
-                probed += 1
-        return probed
-
-    def _after_round(self, touched: set[Replica]) -> None:
-        """`touched`: the groups whose role may have changed since the last call."""
-        self.steward.note_roles(touched)
-        for replica in touched:
-            if replica.node.removed_at and replica.group not in self._retiring:
-                self._retiring.add(replica.group)
-                task = asyncio.get_running_loop().create_task(self._retire(replica))
-                self._retire_tasks.add(task)
-                task.add_done_callback(self._retire_tasks.discard)
-
-    async def _retire(self, replica: Replica) -> None:
-        """Replica GC: a committed configuration of the group left this node out, and a member
-        said so (`raft.types.Removed`). The replica stops and its log is deleted; its term and
-        vote stay in the journal (see `cluster.opener`). Until then it only cost disk space
-        (and, not hearing from a leader, a pre-vote every election timeout)."""
-        group = replica.group
-        try:
-            if self.multiraft.replicas.get(group) is not replica:
-                return
-            if replica.node.removed_at <= replica.node.configuration_index:
-                replica.node.removed_at = 0  # a leader added it back meanwhile: it stays
-                return
-            self.multiraft.remove(group)
-            self.steward.forget(group)
-            self.opener.retired[group] = replica.topic_uid
-            await self.multiraft.run_storage(partial(self.opener.retire, replica))
-            self.metrics.replica_retired()
-            event(
-                log, "replica_retired", topic=replica.topic, partition=replica.partition,
-                configuration_index=replica.node.removed_at,
-                reason="a committed configuration left this node out",
-            )  # fmt: skip
-        except NodeFailStopped:
-            raise
-        except Exception:
-            log.exception("retiring replica %s failed", group)
-        finally:
-            self._retiring.discard(group)

@@ -17,12 +17,14 @@ import errno
 import fcntl
 import os
 
+from cluster.errors import ClusterError
+
 __all__ = ["LOCK_FILE", "AddressInUse", "DataDirLock", "DataDirLocked", "StartRefused"]
 
 LOCK_FILE = "node.lock"
 
 
-class StartRefused(OSError):
+class StartRefused(ClusterError, OSError):
     """The node cannot start: something it must own alone is taken. The message says what."""
 
 

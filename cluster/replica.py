@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import msgpack
 import xxhash
 
+from cluster.errors import ClusterError
 from cluster.producers import EXPIRATION_MS, Batches, BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
@@ -80,7 +81,7 @@ def same_incarnation(tag: str, uid: str) -> bool:
     return not tag or not uid or tag == incarnation_tag(uid)
 
 
-class OutOfOrderSequence(Exception):
+class OutOfOrderSequence(ClusterError):
     """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
     of the same producer is not written yet (it is in flight or being retried). Retriable."""
 
@@ -93,7 +94,7 @@ class UnknownProducer(OutOfOrderSequence):
     OutOfOrderSequence: the sequence follows nothing this partition knows."""
 
 
-class NotCommitted(Exception):
+class NotCommitted(ClusterError):
     """The batch was not committed: `definitely_not_written` says whether a retry can only
     help, or whether the outcome is unknown (an idempotent retry is still safe)."""
 
@@ -371,7 +372,7 @@ class Replica:
             index = next(iter(self.waiters))
             if index > last:
                 break
-            self._settle(self.waiters.pop(index))
+            self.settle(self.waiters.pop(index))
         event, self.hw_changed = self.hw_changed, asyncio.Event()
         event.set()
 
@@ -380,9 +381,11 @@ class Replica:
         if not self.waiters:
             return
         for index in [i for i, w in self.waiters.items() if w.on_append and i <= durable_index]:
-            self._settle(self.waiters.pop(index))
+            self.settle(self.waiters.pop(index))
 
-    def _settle(self, waiter: Waiter) -> None:
+    def settle(self, waiter: Waiter) -> None:
+        """Answers `waiter` once its entry is applied (or known lost): the batch's offsets, or
+        `NotCommitted`. Idempotent; the service settles a duplicate's waiter this way."""
         if waiter.future.done():
             return
         if not self.segmented.first_index <= waiter.index <= self.segmented.last_index:

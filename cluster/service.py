@@ -1,4 +1,4 @@
-"""The gRPC servicers: the client API (`Flotilla`) and the node-to-node API (`Peer`).
+"""The client gRPC servicer (`Flotilla`); the node-to-node one (`Peer`) is `cluster.peer_service`.
 
 Every request is validated here, at the edge (DESIGN §9), before anything changes: a bad request
 gets a precise status and changes nothing. Leadership errors carry the leader in trailing
@@ -11,19 +11,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import AsyncIterator
+from typing import NoReturn
 
 import grpc
 
+from cluster.errors import (
+    Invalid,
+)
 from cluster.logs import event
+from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
 from cluster.multiraft import Proposal
+from cluster.node_api import NodeApi
 from cluster.reads import (
     KEEPALIVE_MS,
     READ_YOUR_WRITES_WAIT_S,
-    Refusal,
     catch_up,
-    leaderless,
     offset_out_of_range,
     past_high_watermark,
     replica_closed,
@@ -36,106 +39,44 @@ from cluster.replica import (
     UnknownProducer,
     Waiter,
 )
-from cluster.topics import FORWARDED_FOR_KEY, requested_by
-from cluster.transport import serve_raft_stream
-from cluster.validation import Invalid, check_topic_name
+from cluster.statuses import (
+    abort,
+    client_of,
+    refuse,
+    refuse_if_leaderless,
+    status_name,
+    topic_change,
+)
+from cluster.validation import check_topic_name
 from proto import flotilla_pb2 as pb
-from proto import flotilla_pb2_grpc, peer_pb2
-from proto.reasons import REASON_KEY, UNKNOWN_PRODUCER_ID
+from proto import flotilla_pb2_grpc
+from proto.reasons import UNKNOWN_PRODUCER_ID
 from proto.records import CHECK_CHUNK_RECORDS, InvalidBatch, check_body, read_header
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
 from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
 
-if TYPE_CHECKING:
-    from cluster.node import Node
-
-__all__ = ["ClientService", "PeerService"]
+__all__ = ["ClientService"]
 
 DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_MAX_FETCH_BYTES = 4 * 1024 * 1024
 MAX_WAIT_MS = 60_000
-T = TypeVar("T")
 
 log = logging.getLogger("flotilla.service")
 
 
-def _requested_by(context: grpc.aio.ServicerContext) -> dict[str, Any]:
-    """Who asked for a topic change, for its log line: the client's address (the gRPC peer),
-    and `via` the node that forwarded it here; the client is also set for this task so that
-    a change this node forwards in turn names it (`cluster.topics.requested_by`)."""
-    peer = context.peer()
-    forwarded = dict(context.invocation_metadata() or ()).get(FORWARDED_FOR_KEY)
-    client = str(forwarded) if forwarded else peer
-    requested_by.set(client)
-    return {"client": client, "via": peer} if forwarded else {"client": client}
-
-
-def _status_name(context: grpc.aio.ServicerContext, error: BaseException) -> str:
-    """The gRPC status a call ended with, for metrics: what `context.abort` set, else
-    CANCELLED for a call the client gave up, else UNKNOWN (an unexpected error)."""
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return code.name
-    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
-        return "CANCELLED"
-    return "UNKNOWN"
-
-
-async def _refuse(context: grpc.aio.ServicerContext, refusal: Refusal) -> NoReturn:
-    await _abort(context, refusal.code, refusal.message, reason=refusal.reason)
-
-
-async def _topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) -> T:
-    """Runs a topic change, answering its failures with their gRPC status."""
-    try:
-        return await change
-    except Invalid as error:
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
-    except FileExistsError as error:
-        await _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(error))
-    except KeyError as error:
-        await _abort(context, grpc.StatusCode.NOT_FOUND, str(error.args[0]))
-    except ConnectionError as error:
-        await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
-
-
-async def _refuse_if_leaderless(
-    context: grpc.aio.ServicerContext, replica: Replica, offset: int, node_id: str
-) -> None:
-    refusal = leaderless(replica, offset, node_id)
-    if refusal is not None:
-        await _refuse(context, refusal)
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext,
-    code: grpc.StatusCode,
-    message: str,
-    leader: str = "",
-    reason: str = "",
-) -> NoReturn:
-    """Ends the call with `code`; `leader` and `reason` (an `ErrorReason` name) go in trailing
-    metadata `flotilla-leader` and `flotilla-error`."""
-    trailing = [("flotilla-leader", leader)] if leader else []
-    if reason:
-        trailing.append((REASON_KEY, reason))
-    if trailing:
-        context.set_trailing_metadata(tuple(trailing))
-    await context.abort(code, message)
-    raise AssertionError("unreachable")  # abort raises
-
-
 class ClientService(flotilla_pb2_grpc.FlotillaServicer):
-    def __init__(self, node: Node) -> None:
+    """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node)."""
+
+    def __init__(self, node: NodeApi) -> None:
         self.node = node
 
     # -- topics ---------------------------------------------------------------------------------
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        who = _requested_by(context)
-        info = await _topic_change(context, self.node.create_topic(request))
+        who = client_of(context)
+        info = await topic_change(context, self.node.create_topic(request))
         event(
             log, "topic_created", topic=request.name, partitions=len(info.partitions),
             replication_factor=info.replication_factor, retention_bytes=info.retention_bytes,
@@ -146,16 +87,16 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
-        who = _requested_by(context)
-        await _topic_change(context, self.node.delete_topic(request.name))
+        who = client_of(context)
+        await topic_change(context, self.node.delete_topic(request.name))
         event(log, "topic_deleted", topic=request.name, **who)
         return pb.DeleteTopicResponse()
 
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
-        who = _requested_by(context)
-        info = await _topic_change(context, self.node.alter_topic(request))
+        who = client_of(context)
+        info = await topic_change(context, self.node.alter_topic(request))
         changed = {
             field.name: value for field, value in request.ListFields() if field.name != "name"
         }
@@ -180,8 +121,10 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     ) -> pb.MetadataResponse:
         for name in request.topics:
             await self._topic(name, context)
+        # the gRPC metadata keys asked for the same before the request's fields did: still
+        # honoured for one release, so that a node or SDK of the last one gets what it asks for
         keys = {key for key, _ in context.invocation_metadata() or ()}
-        topics_only = "flotilla-topics-only" in keys
+        topics_only = request.topics_only or LEGACY_TOPICS_ONLY_KEY in keys
         if topics_only and not self.node.topics_loaded:
             # another node polls this controller for the topic table: an empty one it has not
             # loaded yet would read as "no topics" there (`cluster.topics`)
@@ -192,7 +135,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             )
         return await self.node.metadata(
             list(request.topics),
-            local_only="flotilla-local-only" in keys,
+            local_only=request.local_only or LEGACY_LOCAL_ONLY_KEY in keys,
             topics_only=topics_only,
         )
 
@@ -212,7 +155,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             code = "OK"
             return response
         except BaseException as error:
-            code = _status_name(context, error)
+            code = status_name(context, error)
             raise
         finally:
             self.node.metrics.observe_produce(code, time.perf_counter() - started)
@@ -223,7 +166,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         node = self.node
         if request.timeout_ms > node.config.max_produce_timeout_ms:
             # a waiter and its batch live until the deadline: a client may not pin them for long
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"timeout_ms={request.timeout_ms} exceeds max_produce_timeout_ms="
@@ -234,7 +177,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         batch = request.batch  # each access to a bytes field copies it: read it once
         size = len(batch)
         if size > node.config.max_batch_bytes:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"batch of {size} bytes exceeds max_batch_bytes={node.config.max_batch_bytes}",
@@ -249,7 +192,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             else:
                 await asyncio.to_thread(check_body, batch)
         except InvalidBatch as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
         timeout_s = (request.timeout_ms or node.config.produce_timeout_ms) / 1000
         earlier = replica.producers.lookup(header.producer_id, header.base_sequence)
         loop = asyncio.get_running_loop()
@@ -264,7 +207,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             on_append=request.acks == pb.ACKS_LEADER or node.unsafe_ack_before_commit,
         )
         waiter.future.add_done_callback(_retrieve)  # a waiter whose request gave up is no error
-        node.multiraft.propose(
+        node.propose(
             Proposal(
                 replica,
                 batch,
@@ -280,29 +223,29 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         try:
             result = await waiter.future
         except NotLeader as error:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 str(error),
                 node.leader_hint(error.leader_hint),
             )
         except ProposalDropped as error:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
         except UnknownProducer as error:
             # ABORTED as an out-of-order batch (an older SDK retries it until its deadline), with
             # a reason a current SDK recognises: it moves to a new producer id at once
-            await _abort(context, grpc.StatusCode.ABORTED, str(error), reason=UNKNOWN_PRODUCER_ID)
+            await abort(context, grpc.StatusCode.ABORTED, str(error), reason=UNKNOWN_PRODUCER_ID)
         except OutOfOrderSequence as error:
-            await _abort(context, grpc.StatusCode.ABORTED, str(error))
+            await abort(context, grpc.StatusCode.ABORTED, str(error))
         except NotCommitted as error:
             code = (
                 grpc.StatusCode.UNAVAILABLE
                 if error.definitely_not_written
                 else grpc.StatusCode.DEADLINE_EXCEEDED
             )
-            await _abort(context, code, str(error))
+            await abort(context, code, str(error))
         except TimeoutError:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"not committed within {timeout_s:.1f} s; the outcome is unknown (an idempotent retry is safe)",
@@ -319,7 +262,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         while replica.node.applied_index < waiter.index:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                await _abort(
+                await abort(
                     context,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     "the earlier copy of this batch has not committed yet; the outcome is unknown",
@@ -328,11 +271,11 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 await asyncio.wait_for(replica.hw_changed.wait(), remaining)
             except TimeoutError:
                 continue
-        replica._settle(waiter)
+        replica.settle(waiter)
         try:
             return waiter.future.result()
         except NotCommitted as error:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
@@ -345,7 +288,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             code = "OK"
             return response
         except BaseException as error:
-            code = _status_name(context, error)
+            code = status_name(context, error)
             raise
         finally:
             self.node.metrics.observe_fetch("fetch", code, time.perf_counter() - started)
@@ -358,7 +301,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             async for response in self._subscribe(request, context):
                 yield response
         except BaseException as error:
-            code = _status_name(context, error)
+            code = status_name(context, error)
             raise
         finally:
             self.node.metrics.observe_fetch("subscribe", code, None)
@@ -370,9 +313,8 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         poll = pb.FetchRequest()
         poll.CopyFrom(request)
         poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
-        hosted = self.node.multiraft.replicas
         while not context.cancelled():
-            if hosted.get(replica.group) is not replica:  # deleted, moved away, or reopened
+            if self.node.replica(replica.group) is not replica:  # deleted, moved away, reopened
                 await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
@@ -387,7 +329,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         """One read, by the rule stated at `FetchRequest` in proto/flotilla.proto."""
         node = self.node
         if request.max_wait_ms > MAX_WAIT_MS:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_wait_ms={request.max_wait_ms} exceeds {MAX_WAIT_MS}",
@@ -398,18 +340,16 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             if request.min_high_watermark > replica.high_watermark:
                 await catch_up(replica, request.min_high_watermark, READ_YOUR_WRITES_WAIT_S)
             if offset < replica.segmented.first_offset:
-                await _refuse(context, offset_out_of_range(replica, offset))
+                await refuse(context, offset_out_of_range(replica, offset))
             node_id = node.config.node_id
             # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
             if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
-                await _refuse_if_leaderless(context, replica, offset, node_id)
+                await refuse_if_leaderless(context, replica, offset, node_id)
                 await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
                     tick_s = node.config.tick_ms / 1000
-                    refusal = await past_high_watermark(
-                        replica, offset, node_id, node.multiraft.wake, tick_s
-                    )
-                    await _refuse(context, refusal)
+                    refusal = await past_high_watermark(replica, offset, node_id, node.wake, tick_s)
+                    await refuse(context, refusal)
             if offset == replica.high_watermark and wait_s:
                 # a long poll (a subscription's) at the tail of a replica out of touch with any
                 # leader would wait for nothing: its keepalives would keep a subscription on it
@@ -419,11 +359,11 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 # is what the chaos checker must see, also after a cut-off leader steps down)
                 unsafe = node.unsafe_read_uncommitted
                 if not unsafe:
-                    await _refuse_if_leaderless(context, replica, offset, node_id)
+                    await refuse_if_leaderless(context, replica, offset, node_id)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
                 if offset == replica.high_watermark and not unsafe:  # fell out of touch?
-                    await _refuse_if_leaderless(context, replica, offset, node_id)
+                    await refuse_if_leaderless(context, replica, offset, node_id)
             max_records = request.max_records or DEFAULT_MAX_RECORDS
             max_bytes = min(
                 request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536
@@ -434,7 +374,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             try:
                 batches = await node.read(replica, offset, max_records, max_bytes)
             except (OffsetOutOfRange, IndexOutOfRange):  # retention removed them meanwhile
-                await _refuse(context, offset_out_of_range(replica, offset))
+                await refuse(context, offset_out_of_range(replica, offset))
             return pb.FetchResponse(
                 batches=batches,
                 high_watermark=replica.high_watermark if batches else high_watermark,
@@ -448,22 +388,22 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def _refuse_closed(self, replica: Replica, context: grpc.aio.ServicerContext) -> NoReturn:
         spec = self.node.topics.get(replica.topic)
         uid = None if spec is None else spec.uid
-        await _refuse(context, replica_closed(replica, uid, self.node.config.node_id))
+        await refuse(context, replica_closed(replica, uid, self.node.config.node_id))
 
     # -- lookups ----------------------------------------------------------------------------------
     async def _topic(self, name: str, context: grpc.aio.ServicerContext) -> None:
         try:
             check_topic_name(name)
         except Invalid as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         if name not in self.node.topics:
             if not self.node.topics_loaded:
-                await _abort(
+                await abort(
                     context,
                     grpc.StatusCode.UNAVAILABLE,
                     f"node {self.node.config.node_id} is starting: topic metadata is not loaded yet",
                 )
-            await _abort(context, grpc.StatusCode.NOT_FOUND, f"topic {name!r} does not exist")
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"topic {name!r} does not exist")
 
     async def _partition(
         self, topic: str, partition: int, context: grpc.aio.ServicerContext
@@ -471,7 +411,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         await self._topic(topic, context)
         count = self.node.topics[topic].partitions
         if partition >= count:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
                 f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{count - 1}",
@@ -481,9 +421,9 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, topic: str, partition: int, context: grpc.aio.ServicerContext
     ) -> Replica:
         await self._partition(topic, partition, context)
-        replica = self.node.multiraft.replicas.get(f"{topic}/{partition}")
+        replica = self.node.replica(f"{topic}/{partition}")
         if replica is None:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"this node ({self.node.config.node_id}) holds no replica of {topic}/{partition}",
@@ -500,42 +440,13 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
             leader = raft.leader_id
             where = f"the leader is {leader}" if leader else "no leader is known yet; retry shortly"
             code = grpc.StatusCode.FAILED_PRECONDITION if leader else grpc.StatusCode.UNAVAILABLE
-            await _abort(
+            await abort(
                 context,
                 code,
                 f"this node ({self.node.config.node_id}) is not the leader of {replica.group}: {where}",
                 self.node.leader_hint(leader),
             )
         return replica
-
-
-class PeerService:
-    """`flotilla.v1.Peer`; registered with `cluster.transport.peer_handler` (Raft frames arrive
-    as bytes, not as protobuf objects)."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    async def Raft(
-        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[peer_pb2.RaftAck]:
-        node = self.node
-        await serve_raft_stream(
-            request_iterator,
-            node.config.node_id,
-            node.multiraft.deliver,
-            node.transport.heard_from,
-            node.transport.inbox,
-        )
-        return
-        yield  # an async generator that sends nothing back
-
-    async def Swim(
-        self, request: peer_pb2.SwimPacket, context: grpc.aio.ServicerContext
-    ) -> peer_pb2.SwimAck:
-        self.node.gossip.receive(request)
-        self.node.transport.heard_from(request.from_node)
-        return peer_pb2.SwimAck()
 
 
 def _expire(future: asyncio.Future[ProduceResult]) -> None:

@@ -7,7 +7,10 @@ next call to it sees the change (other nodes see it within a poll, `TOPICS_POLL_
 changes are placed here too: new partitions' initial voters come from rendezvous placement over
 the live members, with preferred leaders balanced across nodes (`cluster.placement`).
 
-Mixed into `cluster.node.Node`, whose state it uses (declared below).
+`TopicAdmin` owns the node's topic table (`topics`, `loaded`, `version`); it is built with only
+what it uses: the node's config, its peer transport (to forward and poll), the live members (for
+placement), the control plane once it started (`controller`, None on other nodes) and the
+metadata view (to answer a change with the topic's info). Its outcomes are `cluster.errors`.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from cluster.controller import (
     TopicSpec,
     UpdateOutcome,
 )
+from cluster.errors import ControlPlaneUnavailable, Invalid, TopicExists, TopicNotFound
+from cluster.metadata_view import LEGACY_TOPICS_ONLY_KEY
 from cluster.placement import Candidate, balance_leaders, partition_id, place
 from cluster.transport import PeerTransport
 from cluster.validation import (
-    Invalid,
     check_partition_count,
     check_replication_factor,
     check_topic_name,
@@ -55,6 +59,13 @@ requested_by: contextvars.ContextVar[str] = contextvars.ContextVar("requested_by
 FORWARDED_FOR_KEY = "flotilla-forwarded-for"
 
 T = TypeVar("T")
+
+# A controller's refusal of a forwarded change, as the error this node reports in turn.
+_ANSWERS: dict[grpc.StatusCode, type[Exception]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: Invalid,
+    grpc.StatusCode.ALREADY_EXISTS: TopicExists,
+    grpc.StatusCode.NOT_FOUND: TopicNotFound,
+}
 
 # How often a node that is not a controller asks a controller for the topic table.
 TOPICS_POLL_S = 1.0
@@ -81,23 +92,31 @@ def default_replication_factor(
 
 
 class TopicAdmin:
-    config: NodeConfig
-    controller: MetadataStore | None
-    transport: PeerTransport
-    topics: dict[str, TopicSpec]
-    topics_loaded: bool
-    _topics_version: object
-    _topics_polled_at: float
-    _topics_lock: asyncio.Lock
-    _local_checked_at: float
+    def __init__(
+        self,
+        config: NodeConfig,
+        transport: PeerTransport,
+        live_candidates: Callable[[], list[Candidate]],
+        controller: Callable[[], MetadataStore | None],
+        describe: Callable[[Iterable[str]], Awaitable[pb.MetadataResponse]],
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.live_candidates = live_candidates
+        self._controller = controller
+        self.describe = describe
+        self.topics: dict[str, TopicSpec] = {}
+        self.loaded = False  # until then, "unknown topic" means "not loaded yet"
+        # what the topic table was built from (the control plane's version, or a signature of
+        # a controller's answer): a change of it is a change of the topics
+        self.version: object = None
+        self._polled_at = 0.0
+        self._lock = asyncio.Lock()
 
-    def live_candidates(self) -> list[Candidate]:
-        raise NotImplementedError
-
-    async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
-    ) -> pb.MetadataResponse:
-        raise NotImplementedError
+    @property
+    def controller(self) -> MetadataStore | None:
+        """This node's control plane, once started; None on a node that is not a controller."""
+        return self._controller()
 
     async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
         check_topic_name(request.name)
@@ -127,11 +146,11 @@ class TopicAdmin:
                 if existing
                 else "another spec"
             )
-            raise FileExistsError(f"topic {request.name!r} already exists with {shape}")
+            raise TopicExists(f"topic {request.name!r} already exists with {shape}")
         deadline = time.monotonic() + 10
         while request.name not in self.topics and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        info = (await self.metadata([request.name])).topics[0]
+        info = (await self.describe([request.name])).topics[0]
         info.note = note
         return info
 
@@ -159,7 +178,7 @@ class TopicAdmin:
             return
         deleted = await _decided("delete", name, self.controller.delete_topic(name))
         if not deleted:
-            raise KeyError(f"topic {name!r} does not exist")
+            raise TopicNotFound(f"topic {name!r} does not exist")
 
     async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
         """Changes a topic's retention (every node applies it at its next retention check) or
@@ -181,7 +200,7 @@ class TopicAdmin:
         }
         spec = self.controller.topics().get(request.name)
         if spec is None:
-            raise KeyError(f"topic {request.name!r} does not exist")
+            raise TopicNotFound(f"topic {request.name!r} does not exist")
         assignment: tuple[tuple[str, ...], ...] = ()
         if partitions is not None and partitions > spec.partitions:
             check_replication_factor(spec.replication_factor, len(self.live_candidates()))
@@ -191,7 +210,7 @@ class TopicAdmin:
         change_made = self.controller.update_topic(request.name, assignment=assignment, **change)
         outcome = await _decided("alter", request.name, change_made)
         if outcome is UpdateOutcome.MISSING:
-            raise KeyError(f"topic {request.name!r} does not exist")
+            raise TopicNotFound(f"topic {request.name!r} does not exist")
         if outcome is UpdateOutcome.FEWER:
             now = self.controller.topics().get(request.name)
             raise Invalid(
@@ -202,7 +221,7 @@ class TopicAdmin:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not _has_change(self.topics, request.name, change):
             await asyncio.sleep(0.02)
-        return (await self.metadata([request.name])).topics[0]
+        return (await self.describe([request.name])).topics[0]
 
     async def _forward(self, call: Callable[[Any, Any], Awaitable[Any]]) -> Any:
         """Makes the change on a controller; the client's address goes along (`requested_by`)
@@ -218,45 +237,40 @@ class TopicAdmin:
             try:
                 answer = await call(stub, metadata)
             except grpc.aio.AioRpcError as error:
-                if error.code() in (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    grpc.StatusCode.ALREADY_EXISTS,
-                ):
-                    raise (
-                        Invalid
-                        if error.code() == grpc.StatusCode.INVALID_ARGUMENT
-                        else FileExistsError
-                    )(error.details()) from None
-                if error.code() == grpc.StatusCode.NOT_FOUND:
-                    raise KeyError(error.details()) from None
+                answered = _ANSWERS.get(error.code())
+                if answered is not None:  # the controller's own answer: pass it on
+                    raise answered(error.details()) from None
                 errors.append(f"{controller_id}: {error.details()}")
                 continue
             # the change is made: this node's view of the topics takes it in before it answers,
             # so the client's next call here sees what it just did (other nodes within a poll)
-            self._topics_polled_at = 0.0
-            await self._refresh_topics()
+            self._polled_at = 0.0
+            await self.refresh()
             return answer
-        raise ConnectionError(f"no controller reachable ({'; '.join(errors) or 'none known yet'})")
+        raise ControlPlaneUnavailable(
+            f"no controller reachable ({'; '.join(errors) or 'none known yet'})"
+        )
 
-    async def _refresh_topics(self) -> None:
+    async def refresh(self) -> None:
+        """Brings the topic table up to date: from the control plane on a controller, else
+        from a controller, at most every `TOPICS_POLL_S`."""
         # one poll at a time: a poll sent before a change must not land after one sent since
-        async with self._topics_lock:
-            await self._refresh_topics_now()
+        async with self._lock:
+            await self._refresh_now()
 
-    async def _refresh_topics_now(self) -> None:
+    async def _refresh_now(self) -> None:
         if self.controller is not None and self.controller.ready:
-            if self.controller.version != self._topics_version:
-                self._topics_version = self.controller.version
+            if self.controller.version != self.version:
+                self.version = self.controller.version
                 self.topics = self.controller.topics()
-                self.topics_loaded = True
-                self._local_checked_at = 0.0
+                self.loaded = True
             return
         # not a controller, or a controller whose control plane has not caught up yet: ask
         # the other controllers over gRPC, at most every TOPICS_POLL_S once loaded
         now = time.monotonic()
-        if self.topics_loaded and now - self._topics_polled_at < TOPICS_POLL_S:
+        if self.loaded and now - self._polled_at < TOPICS_POLL_S:
             return
-        self._topics_polled_at = now
+        self._polled_at = now
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
             if not address or controller_id == self.config.node_id:
@@ -264,14 +278,16 @@ class TopicAdmin:
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
                 response = await stub.Metadata(
-                    pb.MetadataRequest(), timeout=2, metadata=(("flotilla-topics-only", "1"),)
+                    pb.MetadataRequest(topics_only=True),
+                    timeout=2,
+                    # for a controller of the last release (`cluster.service`): drop after
+                    metadata=((LEGACY_TOPICS_ONLY_KEY, "1"),),
                 )
             except grpc.aio.AioRpcError:
                 continue
             signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
-            if signature != self._topics_version:
-                self._topics_version = signature
-                self._local_checked_at = 0.0
+            if signature != self.version:
+                self.version = signature
             self.topics = {
                 t.name: TopicSpec(
                     t.name,
@@ -284,16 +300,17 @@ class TopicAdmin:
                 )
                 for t in response.topics
             }
-            self.topics_loaded = True
+            self.loaded = True
             return
 
 
 async def _decided(verb: str, name: str, change: concurrent.futures.Future[T]) -> T:
-    """The control plane's answer to a change, or ConnectionError saying why there is none."""
+    """The control plane's answer to a change, or `ControlPlaneUnavailable` saying why there is
+    none."""
     try:
         return await asyncio.wait_for(asyncio.wrap_future(change), 15)
     except (ControlPlaneError, TimeoutError) as error:
-        raise ConnectionError(
+        raise ControlPlaneUnavailable(
             f"the control plane could not {verb} {name!r}: {error or 'timed out'}"
         ) from None
 

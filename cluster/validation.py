@@ -1,9 +1,12 @@
 """Validation at the edge (DESIGN §9): names, ranges and sizes, with messages that name the bad
-value and what is valid. Pure functions; the service turns `Invalid` into gRPC statuses."""
+value and what is valid. Pure functions; the service turns `Invalid` (`cluster.errors`) into
+gRPC statuses."""
 
 from __future__ import annotations
 
 import re
+
+from cluster.errors import Invalid
 
 __all__ = [
     "MAX_PARTITIONS",
@@ -19,10 +22,6 @@ TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 MEMBER_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 MAX_PARTITIONS = 10_000
 MAX_REPLICATION_FACTOR = 7
-
-
-class Invalid(ValueError):
-    """Bad input from a client or peer; nothing was changed."""
 
 
 def check_topic_name(name: str) -> str:

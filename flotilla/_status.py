@@ -153,8 +153,9 @@ def _ask(address: str) -> tuple[pb.HealthResponse, pb.MetadataResponse | None] |
             health = stub.Health(pb.HealthRequest(), timeout=ASK_TIMEOUT_S)
             try:
                 view = stub.Metadata(
-                    pb.MetadataRequest(),
+                    pb.MetadataRequest(local_only=True),
                     timeout=ASK_TIMEOUT_S,
+                    # what a node of the last release reads instead of the field (drop after)
                     metadata=(("flotilla-local-only", "1"),),
                 )
             except grpc.RpcError:

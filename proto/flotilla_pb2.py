@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/flotilla.proto\x12\x0b\x66lotilla.v1\"\x81\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa7\x01\n\x11\x41lterTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x0fretention_bytes\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x19\n\x0cretention_ms\x18\x03 \x01(\x04H\x01\x88\x01\x01\x12\x17\n\npartitions\x18\x04 \x01(\rH\x02\x88\x01\x01\x42\x12\n\x10_retention_bytesB\x0f\n\r_retention_msB\r\n\x0b_partitions\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"#\n\x12ListTopicsResponse\x12\r\n\x05names\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"}\n\rPartitionInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x11\n\tlog_start\x18\x05 \x01(\x04\x12\x10\n\x08learners\x18\x06 \x03(\t\"\xaf\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12replication_factor\x18\x02 \x01(\r\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.flotilla.v1.PartitionInfo\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\"l\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.flotilla.v1.MemberState\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x0c\n\x04rack\x18\x05 \x01(\t\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x8a\x01\n\x10MetadataResponse\x12$\n\x07members\x18\x01 \x03(\x0b\x32\x13.flotilla.v1.Member\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.flotilla.v1.TopicInfo\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x17\n\x0fmax_batch_bytes\x18\x04 \x01(\x04\"v\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x1f\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x11.flotilla.v1.Acks\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\"O\n\x0fProduceResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"\x99\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x13\n\x0bmax_records\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x1a\n\x12min_high_watermark\x18\x07 \x01(\x04\"F\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x86\x01\n\rFetchResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.flotilla.v1.StoredBatch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x04\x12\x11\n\tlog_start\x18\x03 \x01(\x04\x12\x0f\n\x07replica\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\x08\"\x0f\n\rHealthRequest\"\xf3\x01\n\x0eHealthResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x0f\n\x07leaders\x18\x04 \x01(\r\x12\x15\n\rmembers_alive\x18\x05 \x01(\r\x12\x15\n\ractive_groups\x18\x06 \x01(\r\x12\x34\n\x0bquarantined\x18\x07 \x03(\x0b\x32\x1f.flotilla.v1.QuarantinedReplica\x12\x36\n\rcontrol_plane\x18\x08 \x01(\x0b\x32\x1f.flotilla.v1.ControlPlaneStatus\"\x80\x01\n\x12\x43ontrolPlaneStatus\x12\x33\n\x0b\x63ontrollers\x18\x01 \x03(\x0b\x32\x1e.flotilla.v1.ControllerAddress\x12\x12\n\ncontroller\x18\x02 \x01(\x08\x12\x0e\n\x06leader\x18\x03 \x01(\t\x12\x11\n\tconnected\x18\x04 \x03(\t\"0\n\x11\x43ontrollerAddress\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"3\n\x12QuarantinedReplica\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t*W\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x0b\n\x07SUSPECT\x10\x02\x12\x08\n\x04\x44\x45\x41\x44\x10\x03\x12\x08\n\x04LEFT\x10\x04*%\n\x04\x41\x63ks\x12\x0c\n\x08\x41\x43KS_ALL\x10\x00\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x01*\x82\x01\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14OFFSET_NOT_AVAILABLE\x10\x01\x12\x12\n\x0eREPLICA_CLOSED\x10\x02\x12\x17\n\x13UNKNOWN_PRODUCER_ID\x10\x03\x12\x0e\n\nOVERLOADED\x10\x04\x32\xdd\x05\n\x08\x46lotilla\x12\x46\n\x0b\x43reateTopic\x12\x1f.flotilla.v1.CreateTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.flotilla.v1.DeleteTopicRequest\x1a .flotilla.v1.DeleteTopicResponse\x12\x44\n\nAlterTopic\x12\x1e.flotilla.v1.AlterTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12M\n\nListTopics\x12\x1e.flotilla.v1.ListTopicsRequest\x1a\x1f.flotilla.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.flotilla.v1.DescribeTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12G\n\x08Metadata\x12\x1c.flotilla.v1.MetadataRequest\x1a\x1d.flotilla.v1.MetadataResponse\x12\x44\n\x07Produce\x12\x1b.flotilla.v1.ProduceRequest\x1a\x1c.flotilla.v1.ProduceResponse\x12>\n\x05\x46\x65tch\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse\x12\x44\n\tSubscribe\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse0\x01\x12\x41\n\x06Health\x12\x1a.flotilla.v1.HealthRequest\x1a\x1b.flotilla.v1.HealthResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/flotilla.proto\x12\x0b\x66lotilla.v1\"\x81\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa7\x01\n\x11\x41lterTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x0fretention_bytes\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x19\n\x0cretention_ms\x18\x03 \x01(\x04H\x01\x88\x01\x01\x12\x17\n\npartitions\x18\x04 \x01(\rH\x02\x88\x01\x01\x42\x12\n\x10_retention_bytesB\x0f\n\r_retention_msB\r\n\x0b_partitions\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"#\n\x12ListTopicsResponse\x12\r\n\x05names\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"}\n\rPartitionInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x11\n\tlog_start\x18\x05 \x01(\x04\x12\x10\n\x08learners\x18\x06 \x03(\t\"\xaf\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12replication_factor\x18\x02 \x01(\r\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.flotilla.v1.PartitionInfo\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cretention_ms\x18\x05 \x01(\x04\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\"l\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.flotilla.v1.MemberState\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x0c\n\x04rack\x18\x05 \x01(\t\"J\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\nlocal_only\x18\x02 \x01(\x08\x12\x13\n\x0btopics_only\x18\x03 \x01(\x08\"\x8a\x01\n\x10MetadataResponse\x12$\n\x07members\x18\x01 \x03(\x0b\x32\x13.flotilla.v1.Member\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.flotilla.v1.TopicInfo\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x17\n\x0fmax_batch_bytes\x18\x04 \x01(\x04\"v\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x1f\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x11.flotilla.v1.Acks\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\"O\n\x0fProduceResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"\x99\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x13\n\x0bmax_records\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x1a\n\x12min_high_watermark\x18\x07 \x01(\x04\"F\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x04\x12\x14\n\x0crecord_count\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x86\x01\n\rFetchResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.flotilla.v1.StoredBatch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x04\x12\x11\n\tlog_start\x18\x03 \x01(\x04\x12\x0f\n\x07replica\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\x08\"\x0f\n\rHealthRequest\"\xf3\x01\n\x0eHealthResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x0f\n\x07leaders\x18\x04 \x01(\r\x12\x15\n\rmembers_alive\x18\x05 \x01(\r\x12\x15\n\ractive_groups\x18\x06 \x01(\r\x12\x34\n\x0bquarantined\x18\x07 \x03(\x0b\x32\x1f.flotilla.v1.QuarantinedReplica\x12\x36\n\rcontrol_plane\x18\x08 \x01(\x0b\x32\x1f.flotilla.v1.ControlPlaneStatus\"\x80\x01\n\x12\x43ontrolPlaneStatus\x12\x33\n\x0b\x63ontrollers\x18\x01 \x03(\x0b\x32\x1e.flotilla.v1.ControllerAddress\x12\x12\n\ncontroller\x18\x02 \x01(\x08\x12\x0e\n\x06leader\x18\x03 \x01(\t\x12\x11\n\tconnected\x18\x04 \x03(\t\"0\n\x11\x43ontrollerAddress\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"3\n\x12QuarantinedReplica\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t*W\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x0b\n\x07SUSPECT\x10\x02\x12\x08\n\x04\x44\x45\x41\x44\x10\x03\x12\x08\n\x04LEFT\x10\x04*%\n\x04\x41\x63ks\x12\x0c\n\x08\x41\x43KS_ALL\x10\x00\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x01*\x82\x01\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14OFFSET_NOT_AVAILABLE\x10\x01\x12\x12\n\x0eREPLICA_CLOSED\x10\x02\x12\x17\n\x13UNKNOWN_PRODUCER_ID\x10\x03\x12\x0e\n\nOVERLOADED\x10\x04\x32\xdd\x05\n\x08\x46lotilla\x12\x46\n\x0b\x43reateTopic\x12\x1f.flotilla.v1.CreateTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.flotilla.v1.DeleteTopicRequest\x1a .flotilla.v1.DeleteTopicResponse\x12\x44\n\nAlterTopic\x12\x1e.flotilla.v1.AlterTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12M\n\nListTopics\x12\x1e.flotilla.v1.ListTopicsRequest\x1a\x1f.flotilla.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.flotilla.v1.DescribeTopicRequest\x1a\x16.flotilla.v1.TopicInfo\x12G\n\x08Metadata\x12\x1c.flotilla.v1.MetadataRequest\x1a\x1d.flotilla.v1.MetadataResponse\x12\x44\n\x07Produce\x12\x1b.flotilla.v1.ProduceRequest\x1a\x1c.flotilla.v1.ProduceResponse\x12>\n\x05\x46\x65tch\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse\x12\x44\n\tSubscribe\x12\x19.flotilla.v1.FetchRequest\x1a\x1a.flotilla.v1.FetchResponse0\x01\x12\x41\n\x06Health\x12\x1a.flotilla.v1.HealthRequest\x1a\x1b.flotilla.v1.HealthResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.flotilla_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMBERSTATE']._serialized_start=2148
-  _globals['_MEMBERSTATE']._serialized_end=2235
-  _globals['_ACKS']._serialized_start=2237
-  _globals['_ACKS']._serialized_end=2274
-  _globals['_ERRORREASON']._serialized_start=2277
-  _globals['_ERRORREASON']._serialized_end=2407
+  _globals['_MEMBERSTATE']._serialized_start=2189
+  _globals['_MEMBERSTATE']._serialized_end=2276
+  _globals['_ACKS']._serialized_start=2278
+  _globals['_ACKS']._serialized_end=2315
+  _globals['_ERRORREASON']._serialized_start=2318
+  _globals['_ERRORREASON']._serialized_end=2448
   _globals['_CREATETOPICREQUEST']._serialized_start=38
   _globals['_CREATETOPICREQUEST']._serialized_end=167
   _globals['_DELETETOPICREQUEST']._serialized_start=169
@@ -58,29 +58,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMBER']._serialized_start=799
   _globals['_MEMBER']._serialized_end=907
   _globals['_METADATAREQUEST']._serialized_start=909
-  _globals['_METADATAREQUEST']._serialized_end=942
-  _globals['_METADATARESPONSE']._serialized_start=945
-  _globals['_METADATARESPONSE']._serialized_end=1083
-  _globals['_PRODUCEREQUEST']._serialized_start=1085
-  _globals['_PRODUCEREQUEST']._serialized_end=1203
-  _globals['_PRODUCERESPONSE']._serialized_start=1205
-  _globals['_PRODUCERESPONSE']._serialized_end=1284
-  _globals['_FETCHREQUEST']._serialized_start=1287
-  _globals['_FETCHREQUEST']._serialized_end=1440
-  _globals['_STOREDBATCH']._serialized_start=1442
-  _globals['_STOREDBATCH']._serialized_end=1512
-  _globals['_FETCHRESPONSE']._serialized_start=1515
-  _globals['_FETCHRESPONSE']._serialized_end=1649
-  _globals['_HEALTHREQUEST']._serialized_start=1651
-  _globals['_HEALTHREQUEST']._serialized_end=1666
-  _globals['_HEALTHRESPONSE']._serialized_start=1669
-  _globals['_HEALTHRESPONSE']._serialized_end=1912
-  _globals['_CONTROLPLANESTATUS']._serialized_start=1915
-  _globals['_CONTROLPLANESTATUS']._serialized_end=2043
-  _globals['_CONTROLLERADDRESS']._serialized_start=2045
-  _globals['_CONTROLLERADDRESS']._serialized_end=2093
-  _globals['_QUARANTINEDREPLICA']._serialized_start=2095
-  _globals['_QUARANTINEDREPLICA']._serialized_end=2146
-  _globals['_FLOTILLA']._serialized_start=2410
-  _globals['_FLOTILLA']._serialized_end=3143
+  _globals['_METADATAREQUEST']._serialized_end=983
+  _globals['_METADATARESPONSE']._serialized_start=986
+  _globals['_METADATARESPONSE']._serialized_end=1124
+  _globals['_PRODUCEREQUEST']._serialized_start=1126
+  _globals['_PRODUCEREQUEST']._serialized_end=1244
+  _globals['_PRODUCERESPONSE']._serialized_start=1246
+  _globals['_PRODUCERESPONSE']._serialized_end=1325
+  _globals['_FETCHREQUEST']._serialized_start=1328
+  _globals['_FETCHREQUEST']._serialized_end=1481
+  _globals['_STOREDBATCH']._serialized_start=1483
+  _globals['_STOREDBATCH']._serialized_end=1553
+  _globals['_FETCHRESPONSE']._serialized_start=1556
+  _globals['_FETCHRESPONSE']._serialized_end=1690
+  _globals['_HEALTHREQUEST']._serialized_start=1692
+  _globals['_HEALTHREQUEST']._serialized_end=1707
+  _globals['_HEALTHRESPONSE']._serialized_start=1710
+  _globals['_HEALTHRESPONSE']._serialized_end=1953
+  _globals['_CONTROLPLANESTATUS']._serialized_start=1956
+  _globals['_CONTROLPLANESTATUS']._serialized_end=2084
+  _globals['_CONTROLLERADDRESS']._serialized_start=2086
+  _globals['_CONTROLLERADDRESS']._serialized_end=2134
+  _globals['_QUARANTINEDREPLICA']._serialized_start=2136
+  _globals['_QUARANTINEDREPLICA']._serialized_end=2187
+  _globals['_FLOTILLA']._serialized_start=2451
+  _globals['_FLOTILLA']._serialized_end=3184
 # @@protoc_insertion_point(module_scope)

@@ -141,10 +141,14 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[MemberState, str]] = ..., weight: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "local_only", "topics_only")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_ONLY_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    local_only: bool
+    topics_only: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., local_only: _Optional[bool] = ..., topics_only: _Optional[bool] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("members", "topics", "node_id", "max_batch_bytes")

@@ -38,8 +38,6 @@ ALLOWED: dict[str, set[str]] = {
 # the set of modules in the cycle. The lead empties this at merge: an entry whose cycle is gone
 # fails `test_no_import_cycles_between_modules` too, so the list cannot go stale.
 KNOWN_CYCLES: dict[frozenset[str], str] = {
-    # the servicer takes the whole Node; `NodeApi` (the i23node change) breaks it
-    frozenset({"cluster.node", "cluster.service"}): "i23node: service depends on NodeApi",
     # type-only (TYPE_CHECKING): churn drives the simulation it belongs to through its privates;
     # a narrow Protocol for what churn uses (about fifteen members) would break it. No one owns
     # raft/sim in issue 23: left for the next change there.

@@ -48,7 +48,7 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
 
     async def scenario() -> None:
         node = _node(tmp_path)
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         assert len(node.opener.pending) == PARTITIONS and not node.multiraft.replicas
         await node.opener.open_pending()
         assert len(node.multiraft.replicas) == 8  # two batches, then the limit holds
@@ -94,7 +94,7 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
 def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: Path) -> None:
     async def scenario() -> None:
         node = _node(tmp_path)
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         election_ticks = node.config.election_ticks
         for replica in node.multiraft.replicas.values():
@@ -127,7 +127,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
 
     async def scenario() -> None:
         node = _node(tmp_path)
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         replica = node.multiraft.replicas["t/0"]
         directory = Path(replica.directory)
@@ -137,7 +137,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         replica.node.removed_at = 5  # as a member's `Removed` sets it
         node._after_round({replica})
         await _wait((directory / opener_module.RETIRED).exists, "the marker")
-        await _wait(lambda: not node._retiring, "the retirement")
+        await _wait(lambda: not node.collector.retiring, "the retirement")
         assert "t/0" not in node.multiraft.replicas and not (directory / "log").exists()
         assert node.journal.load("t/0") == HardState(7, "n2", 0)
         retired = node.metrics.registry.get_sample_value(
@@ -146,8 +146,8 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         assert retired == 1.0
 
         node.opener.retired.clear()  # as after a restart: the marker alone must keep it shut
-        node._local_checked_at = 0.0
-        await node._reconcile_local()
+        node.partitions.local_checked_at = 0.0
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         assert "t/0" not in node.multiraft.replicas and "t/0" in node.opener.retired
         node.opener.open_on_message(
@@ -190,12 +190,12 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
     def incarnation(node: Node, uid: str) -> None:
         spec = node.topics["t"]
         node.topics = {"t": TopicSpec("t", spec.partitions, 3, assignment=spec.assignment, uid=uid)}
-        node._local_checked_at = 0.0
+        node.partitions.local_checked_at = 0.0
 
     async def first_life() -> None:
         node = _node(tmp_path)
         incarnation(node, "old")
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         replica = node.multiraft.replicas["t/0"]
         assert Path(replica.directory, opener_module.TOPIC_UID).read_text() == "old"
@@ -205,10 +205,12 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         t1 = node.multiraft.replicas["t/1"]
         t1.node.removed_at = 3
         node._after_round({t1})
-        await _wait(lambda: not node._retiring and "t/1" in node.opener.retired, "t/1 retired")
+        await _wait(
+            lambda: not node.collector.retiring and "t/1" in node.opener.retired, "t/1 retired"
+        )
 
         incarnation(node, "new")  # while this node runs: the hosted replicas go at once
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         assert "t/0" not in node.multiraft.replicas or node.multiraft.replicas["t/0"] is not replica
         await node.opener.open_pending()
         fresh = node.multiraft.replicas["t/0"]
@@ -226,7 +228,7 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         assert (replica_dir / opener_module.TOPIC_UID).read_text() == "new"
         node.journal.save_many({"t/2": HardState(6, "n3", 0)})
         incarnation(node, "newest")
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         again = node.multiraft.replicas["t/2"]
         assert (again.node.term, again.node.vote) == (0, None)
@@ -261,7 +263,7 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
 ) -> None:
     async def scenario() -> None:
         node = _node(tmp_path)
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         await node.opener.open_pending()
         await node.opener.open_pending()
         replicas = list(node.multiraft.replicas.values())
@@ -270,13 +272,13 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
             replica.node.quiesced = True  # as a follower of a quiesced group is
         placed = [Candidate(n) for n in ("n1", "n2", "n3")]
         elsewhere = [Candidate(n) for n in ("n2", "n3", "n4", "n5")]
-        monkeypatch.setattr(node, "placement_candidates", lambda: placed)
-        assert await node._probe_unplaced() == 0  # every partition still placed here
-        monkeypatch.setattr(node, "placement_candidates", lambda: elsewhere)
+        monkeypatch.setattr(node.collector, "placement_candidates", lambda: placed)
+        assert await node.collector.probe_unplaced() == 0  # every partition still placed here
+        monkeypatch.setattr(node.collector, "placement_candidates", lambda: elsewhere)
         sent: list[Message] = []
         node.multiraft.send = lambda to, group, parts: sent.append(decode_message(b"".join(parts)))
         node.multiraft._inbox.clear()
-        assert await node._probe_unplaced() == PARTITIONS - 1  # not the one still ticking
+        assert await node.collector.probe_unplaced() == PARTITIONS - 1  # not the one still ticking
         await node.multiraft._round()
         probes = [m for m in sent if isinstance(m, VoteRequest)]
         assert len(probes) == 2 * (PARTITIONS - 1)  # to its two fellow voters each

@@ -156,7 +156,7 @@ def test_one_unopenable_replica_does_not_stop_the_others_of_its_batch(tmp_path: 
         damaged = Path(node.opener.replica_dir("t", 3))
         damaged.mkdir(parents=True)
         (damaged / "log").write_bytes(b"not a log directory")
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         assert len(node.opener.pending) == PARTITIONS
         try:
             await node.opener.open_pending()
@@ -171,7 +171,7 @@ def test_one_unopenable_replica_does_not_stop_the_others_of_its_batch(tmp_path: 
         assert not node.fail_stop.stopped
         # not opened again: neither by the partition manager nor by a peer's message
         assert node.opener.knows("t/3")
-        await node._reconcile_local()
+        await node.partitions.reconcile_local()
         assert "t/3" not in node.opener.pending
         vote = encode_message(VoteRequest(1, "n2", "n1", 0, 0))
         node.opener.open_on_message("t/3", "", "n2", vote)

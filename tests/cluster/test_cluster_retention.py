@@ -155,9 +155,7 @@ def _view(address: str, topic: str) -> tuple[int, int, int]:
     """One node's own view of a topic: partitions, retention_bytes, retention_ms."""
     with grpc.insecure_channel(address) as channel:
         response = flotilla_pb2_grpc.FlotillaStub(channel).Metadata(
-            pb.MetadataRequest(topics=[topic]),
-            timeout=10,
-            metadata=(("flotilla-topics-only", "1"),),
+            pb.MetadataRequest(topics=[topic], topics_only=True), timeout=10
         )
     info = response.topics[0]
     return len(info.partitions), info.retention_bytes, info.retention_ms

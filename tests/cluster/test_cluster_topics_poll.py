@@ -37,7 +37,7 @@ def test_a_controller_that_has_not_loaded_the_topics_refuses_the_poll(tmp_path: 
 
             def poll() -> pb.MetadataResponse:
                 response: pb.MetadataResponse = stub.Metadata(
-                    pb.MetadataRequest(), timeout=5, metadata=(("flotilla-topics-only", "1"),)
+                    pb.MetadataRequest(topics_only=True), timeout=5
                 )
                 return response
 

@@ -1,0 +1,217 @@
+"""The node's metadata view: what `Metadata`, `DescribeTopic` and `Health` answer, and the
+leader hints a refusal carries.
+
+Each partition's live view (leader, voters, high watermark) comes from this node's replica and,
+unless the caller asks for the local view only, from every other live member's (the leader's
+view wins). Built with only what it reads: the config, the topic table, the MultiRaft driver's
+replicas, the SWIM host, the peer transport (to ask the other members) and the control plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+
+import grpc
+
+from cluster.config import NodeConfig
+from cluster.controller import MetadataStore, TopicSpec
+from cluster.gossip import GossipHost
+from cluster.multiraft import MultiRaft
+from cluster.transport import PeerTransport
+from membership import Member, MemberState
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+from raft.types import Role
+
+__all__ = ["LEGACY_LOCAL_ONLY_KEY", "LEGACY_TOPICS_ONLY_KEY", "MetadataView"]
+
+# gRPC metadata keys that stood for `MetadataRequest.local_only` and `topics_only` before those
+# fields; honoured (`cluster.service`), and sent along with the fields to other nodes, for one
+# release so that a node of the last one gets what it asks for and is asked (drop after)
+LEGACY_LOCAL_ONLY_KEY = "flotilla-local-only"
+LEGACY_TOPICS_ONLY_KEY = "flotilla-topics-only"
+
+_STATE = {
+    MemberState.ALIVE: pb.ALIVE,
+    MemberState.SUSPECT: pb.SUSPECT,
+    MemberState.DEAD: pb.DEAD,
+    MemberState.LEFT: pb.LEFT,
+}
+
+
+class MetadataView:
+    def __init__(
+        self,
+        config: NodeConfig,
+        topics: Callable[[], Mapping[str, TopicSpec]],
+        multiraft: MultiRaft,
+        gossip: GossipHost,
+        transport: PeerTransport,
+        controller: Callable[[], MetadataStore | None],
+        serving: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self._topics = topics
+        self.multiraft = multiraft
+        self.gossip = gossip
+        self.transport = transport
+        self._controller = controller
+        self._serving = serving
+
+    @property
+    def topics(self) -> Mapping[str, TopicSpec]:
+        return self._topics()
+
+    def leader_hint(self, leader_id: str | None) -> str:
+        if not leader_id:
+            return ""
+        address = self.gossip.address_of(leader_id)
+        return f"{leader_id}={address}" if address else ""
+
+    def preferred_hint(self, topic: str, partition: int) -> str:
+        spec = self.topics.get(topic)
+        if spec is None or partition >= len(spec.assignment):
+            return ""
+        for member in spec.assignment[partition]:
+            hint = self.leader_hint(member)
+            if hint:
+                return hint
+        return ""
+
+    # -- metadata ----------------------------------------------------------------------------------
+    def _local_partition(self, topic: str, index: int) -> pb.PartitionInfo | None:
+        replica = self.multiraft.replicas.get(f"{topic}/{index}")
+        if replica is None:
+            return None
+        node = replica.node
+        voters = sorted(node.configuration.voters, key=lambda v: (v != node.leader_id, v))
+        return pb.PartitionInfo(
+            index=index,
+            leader=node.leader_id or "",
+            replicas=voters,
+            learners=sorted(node.configuration.learners),
+            high_watermark=replica.high_watermark,
+            log_start=replica.segmented.first_offset,
+        )
+
+    async def metadata(
+        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
+    ) -> pb.MetadataResponse:
+        """Members and topics. Each partition's live view (leader, voters, high watermark) comes
+        from this node's replica, and unless `local_only` from the other members' too;
+        `topics_only` skips all that and gives each partition its assigned replicas (what a
+        node that is not a controller needs to build its topic table: cheap to poll)."""
+        names = list(topics) or sorted(self.topics)
+        infos: dict[tuple[str, int], pb.PartitionInfo] = {}
+        if not topics_only:
+            for name in names:
+                for index in range(self.topics[name].partitions):
+                    info = self._local_partition(name, index)
+                    if info is not None:
+                        infos[(name, index)] = info
+            if not local_only:
+                await self._gather_remote(names, infos)
+        response = pb.MetadataResponse(
+            node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
+        )
+        for record in self.gossip.swim.records():
+            member = record.member
+            response.members.append(
+                pb.Member(
+                    id=member.id,
+                    address=member.address,
+                    state=_STATE[record.state],
+                    weight=member.weight,
+                    rack=member.rack,
+                )
+            )
+        for name in names:
+            spec = self.topics[name]
+            topic = pb.TopicInfo(
+                name=name, replication_factor=spec.replication_factor,
+                retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms, uid=spec.uid,
+            )  # fmt: skip
+            for index in range(spec.partitions):
+                info = infos.get((name, index))
+                if info is None:
+                    assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+                    info = pb.PartitionInfo(index=index, replicas=list(assigned))
+                topic.partitions.append(info)
+            response.topics.append(topic)
+        return response
+
+    async def _gather_remote(
+        self, names: list[str], infos: dict[tuple[str, int], pb.PartitionInfo]
+    ) -> None:
+        """Asks the other live members for their replicas' view; the leader's view wins."""
+        others = [m for m in self.gossip.swim.live_members() if m.id != self.config.node_id]
+
+        async def ask(member: Member) -> pb.MetadataResponse | None:
+            address = self.transport.address_of(member.id)
+            if not address:
+                return None
+            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
+            try:
+                return await stub.Metadata(
+                    pb.MetadataRequest(topics=names, local_only=True),
+                    timeout=1.0,
+                    metadata=((LEGACY_LOCAL_ONLY_KEY, "1"),),  # for a node of the last release
+                )
+            except grpc.aio.AioRpcError:
+                return None
+
+        for response in await asyncio.gather(*(ask(m) for m in others)):
+            if response is None:
+                continue
+            for topic in response.topics:
+                for info in topic.partitions:
+                    key = (topic.name, info.index)
+                    if (
+                        not info.high_watermark
+                        and not info.leader
+                        and not info.learners
+                        and key in infos
+                    ):
+                        continue
+                    current = infos.get(key)
+                    mine = current is not None and current.leader == self.config.node_id
+                    theirs = info.leader == response.node_id
+                    if (
+                        current is None
+                        or (theirs and not mine)
+                        or (not current.leader and info.leader)
+                    ):
+                        infos[key] = info
+
+    # -- health ------------------------------------------------------------------------------------
+    def health(self) -> pb.HealthResponse:
+        replicas = self.multiraft.replicas.values()
+        return pb.HealthResponse(
+            node_id=self.config.node_id,
+            serving=self._serving(),
+            partitions=len(self.multiraft.replicas),
+            leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
+            members_alive=self.gossip.swim.live_count(),
+            active_groups=self.multiraft.active_count,
+            quarantined=[
+                pb.QuarantinedReplica(group=entry.group, reason=entry.reason)
+                for entry in self.multiraft.quarantine.entries()
+            ],
+            control_plane=self._control_plane_status(),
+        )
+
+    def _control_plane_status(self) -> pb.ControlPlaneStatus:
+        status = pb.ControlPlaneStatus(
+            controllers=[
+                pb.ControllerAddress(id=node_id, address=address)
+                for node_id, address in sorted(self.config.controllers.items())
+            ],
+            controller=self._controller() is not None,
+        )
+        controller = self._controller()
+        if controller is not None:
+            view = controller.view()
+            status.leader = view.leader
+            status.connected.extend(view.connected)
+        return status

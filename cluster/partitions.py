@@ -1,0 +1,170 @@
+"""The partition manager: every `interval_s` the node compares the topics it knows with its
+local replicas.
+
+It opens a replica for every partition whose initial assignment names it (with that assignment
+as the bootstrap configuration), re-opens replicas found on disk, and deletes the replicas of
+deleted topics (`reconcile_local`, every 5 s or when the topics change). A Raft message for a
+partition this node does not host yet (a leader adding it as a learner) opens the replica on
+the spot (`cluster.opener`). Each pass also refreshes the topic table, applies retention every
+`retention_check_s`, lets replica GC probe (`cluster.collector`) and the group steward move
+replicas and leaders (`cluster.steward`).
+
+Built with only what it uses: the node's id and config, the topic admin (the table and its
+refresh), the MultiRaft driver, the opener, the steward, the collector, the state journal and
+the partitions directory, and the placement candidates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+
+from cluster.collector import ReplicaCollector
+from cluster.config import NodeConfig
+from cluster.controller import TopicSpec
+from cluster.failstop import NodeFailStopped
+from cluster.logs import EventBudget
+from cluster.multiraft import MultiRaft
+from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
+from cluster.placement import Candidate
+from cluster.replica import Replica
+from cluster.retention import apply_retention
+from cluster.steward import GroupSteward
+from cluster.topics import TopicAdmin
+from raft.types import Configuration
+from storage import StateJournal
+
+__all__ = ["PartitionManager"]
+
+log = logging.getLogger("flotilla.node")
+
+# the longest between two comparisons of the local replicas with the topics (a change of the
+# topics brings the next one forward)
+RECONCILE_EVERY_S = 5.0
+
+
+class PartitionManager:
+    interval_s = 0.2  # one pass
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        topic_admin: TopicAdmin,
+        multiraft: MultiRaft,
+        opener: ReplicaOpener,
+        steward: GroupSteward,
+        collector: ReplicaCollector,
+        elections: EventBudget,
+        journal: StateJournal,
+        partitions_dir: str,
+        placement_candidates: Callable[[], list[Candidate]],
+    ) -> None:
+        self.config = config
+        self.topic_admin = topic_admin
+        self.multiraft = multiraft
+        self.opener = opener
+        self.steward = steward
+        self.collector = collector
+        self.elections = elections
+        self.journal = journal
+        self.partitions_dir = partitions_dir
+        self.placement_candidates = placement_candidates
+        self.local_checked_at = 0.0  # when local replicas were last compared with the topics
+        self._reconciled_version: object = None  # the topics' version they were compared with
+        self._retention_checked_at = time.monotonic()  # when retention was last applied
+        self._probed_at = time.monotonic()  # when unplaced quiesced followers were last probed
+
+    @property
+    def topics(self) -> Mapping[str, TopicSpec]:
+        return self.topic_admin.topics
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.topic_admin.refresh()
+                version = self.topic_admin.version
+                if (
+                    version != self._reconciled_version
+                    or time.monotonic() - self.local_checked_at > RECONCILE_EVERY_S
+                ):
+                    self._reconciled_version = version
+                    self.local_checked_at = time.monotonic()
+                    await self.reconcile_local()
+                    self.opener.probe_rebuilding()
+                if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
+                    self._retention_checked_at = time.monotonic()
+                    await apply_retention(self.multiraft, self.topics)
+                if time.monotonic() - self._probed_at > self.collector.probe_interval_s:
+                    self._probed_at = time.monotonic()
+                    await self.collector.probe_unplaced()
+                await self.opener.open_pending()
+                self.elections.tick()
+                self.steward.change_log.tick()
+                self.steward.reconcile(
+                    self.placement_candidates(), self.topics, self.topic_admin.version
+                )
+            except (asyncio.CancelledError, NodeFailStopped):
+                raise  # fail-stop: the process is exiting (`cluster.failstop`)
+            except Exception:
+                log.exception("partition manager round failed")
+            await asyncio.sleep(self.interval_s)
+
+    async def reconcile_local(self) -> None:
+        """Queues for opening every replica the topics assign here or that is on disk, and
+        drops the replicas of deleted topics. O(partitions), so it runs every 5 s or when the
+        topics change, not every pass."""
+        # Replicas of deleted topics (or of an earlier incarnation of a topic deleted and
+        # created again) stop first, before anything here awaits; their files go next. A
+        # replica removed from its group is retired when a member tells it so (`cluster.collector`):
+        # only then, because Raft's safety assumes no voter forgets what it voted and stored,
+        # and only a committed configuration that leaves it out, newer than its own, proves it
+        # is no voter any more. Its term and vote outlive it in the journal, and it never
+        # rejoins with the initial assignment.
+        gone = [g for g, r in self.multiraft.replicas.items() if self.deleted(r)]
+        stopped = [self.multiraft.remove(group) for group in gone]
+        for group in gone:
+            self.steward.forget(group)
+        for replica in stopped:
+            if replica is not None:
+                await self.multiraft.run_storage(partial(delete_replica, replica, self.journal))
+        opener, node_id = self.opener, self.config.node_id
+        on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
+        opener.forget_deleted()
+        for spec in self.topics.values():
+            present = on_disk.get(spec.name, set())
+            for index in range(spec.partitions):
+                if opener.knows(f"{spec.name}/{index}"):
+                    continue
+                assigned = spec.assignment[index] if index < len(spec.assignment) else ()
+                if node_id in assigned:
+                    opener.queue(spec, index, Configuration(voters=frozenset(assigned)))
+                elif str(index) in present:
+                    opener.queue(spec, index, Configuration())
+        if self.topics:
+            for topic in os.listdir(self.partitions_dir):
+                if topic not in self.topics:
+                    path = os.path.join(self.partitions_dir, topic)
+                    if not any(r.topic == topic for r in self.multiraft.replicas.values()):
+                        await asyncio.to_thread(shutil.rmtree, path, True)
+            # the hard states kept for retired replicas (and any other left behind) of topics
+            # that no longer exist
+            await self.multiraft.run_storage(
+                partial(
+                    forget_states_of_deleted_topics,
+                    self.journal,
+                    set(self.topics),
+                    set(self.multiraft.replicas),
+                )
+            )
+
+    def deleted(self, replica: Replica) -> bool:
+        """Is the replica's topic gone, or deleted and created again (another uid)?"""
+        spec = self.topics.get(replica.topic)
+        if spec is None:
+            return True
+        return bool(replica.topic_uid and spec.uid and replica.topic_uid != spec.uid)
