@@ -3,6 +3,9 @@
 Every request is validated here, at the edge (DESIGN §9), before anything changes: a bad request
 gets a precise status and changes nothing. Leadership errors carry the leader in trailing
 metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
+
+One module of about 460 lines: the calls of one servicer, which share its request checks
+(`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`.
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         if topics_only and not self.node.topics_loaded:
             # another node polls this controller for the topic table: an empty one it has not
             # loaded yet would read as "no topics" there (`cluster.topics`)
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.UNAVAILABLE,
                 f"node {self.node.config.node_id} has not loaded the topic table yet",
