@@ -28,15 +28,17 @@ cannot make progress (no leader, a change that does not commit) is abandoned aft
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import random
+from typing import TYPE_CHECKING, Protocol
 
 from raft.codec import decode_config_entry
 from raft.errors import RaftError
 from raft.types import ConfigChange, ConfigChangeOp, EntryKind, NodeId
 
 if TYPE_CHECKING:
-    from raft.sim.cluster import Simulation
     from raft.sim.host import SimHost
+    from raft.sim.network import Network
+    from raft.sim.profile import SimProfile
 
 __all__ = ["Churn"]
 
@@ -44,12 +46,34 @@ _STAGE_TICKS = 20  # election timeouts an episode's stage may take before it is 
 _PROPOSALS = (1, 4)  # proposals made while S is cut off (min, max)
 
 
+class Simulated(Protocol):
+    """What an episode drives: the simulation (`raft.sim.cluster.Simulation`), named here
+    rather than imported, so the simulation and its nemesis do not import each other."""
+
+    profile: SimProfile
+    goal: tuple[str, NodeId] | None
+    rng: random.Random
+    now: int
+    retired: set[NodeId]
+    collected: set[NodeId]
+    network: Network
+    hosts: dict[NodeId, SimHost]
+    stats: dict[str, int]
+
+    def _leader(self) -> SimHost | None: ...
+    def _propose(self, host: SimHost, data: bytes) -> bool: ...
+    def _new_data(self) -> bytes: ...
+    def _host_to_add(self) -> NodeId: ...
+    def _revive(self, node_id: NodeId) -> None: ...
+    def _crash(self, host: SimHost | None) -> None: ...
+
+
 class Churn:
     """One membership-churn episode at a time (see the module docstring)."""
 
     __slots__ = ("cut_at", "newcomer", "sim", "stage", "stage_deadline", "stale", "target")
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Simulated) -> None:
         self.sim = sim
         self.stage: str | None = None
         self.stale: NodeId = ""
