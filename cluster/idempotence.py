@@ -31,7 +31,6 @@ timer features use it the same way for exactly-once dead-lettering and firing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,12 +168,6 @@ class Idempotence:
     def written(self, producer_id: int, base_sequence: int, ref: BatchRef) -> None:
         """The log holds this batch at `ref` (in log order, every entry holding records)."""
         self.table.note(producer_id, base_sequence, ref)
-
-    def written_all(self, batches: Iterable[tuple[int, int, BatchRef]]) -> None:
-        """`written` for each (producer id, base sequence, where), in log order."""
-        note = self.table.note
-        for producer_id, base_sequence, ref in batches:
-            note(producer_id, base_sequence, ref)
 
     def truncated(self, index: int) -> None:
         """Log entries from `index` on were cut (a Raft conflict; 0: the whole log was reset)."""

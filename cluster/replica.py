@@ -1,5 +1,7 @@
 """One local replica of one partition: its Raft node, its log and hard state on disk, the
-waiters of produce requests, the high watermark readers see, and the idempotent-producer table.
+waiters of produce requests, the high watermark readers see, and its `Idempotence` (the owner of
+the idempotent-producer verdicts, `cluster.idempotence`), which the replica feeds the entries
+its log writes and truncates, and rebuilds on a restart from its saved table and log.
 
 Threading: the MultiRaft driver (one asyncio task) is the only caller of the Raft node. Disk work
 for a Ready (`write_ready`) runs in the driver's storage thread; everything else runs on the
