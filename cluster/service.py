@@ -22,7 +22,7 @@ import grpc
 from cluster.errors import (
     Invalid,
 )
-from cluster.idempotence import Duplicate, OutOfOrderSequence, UnknownProducer
+from cluster.idempotence import Duplicate
 from cluster.logs import event
 from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
 from cluster.multiraft import Proposal
@@ -35,7 +35,14 @@ from cluster.reads import (
     past_high_watermark,
     replica_closed,
 )
-from cluster.replica import NotCommitted, ProduceResult, Replica, Waiter
+from cluster.replica import (
+    NotCommitted,
+    OutOfOrderSequence,
+    ProduceResult,
+    Replica,
+    UnknownProducer,
+    Waiter,
+)
 from cluster.statuses import (
     abort,
     client_of,
