@@ -19,7 +19,7 @@ found").
     ├── ControlPlaneError     (RuntimeError) cluster.controller   the control plane refused
     ├── JournalCorrupt        (RuntimeError) cluster.controller_journal
     ├── FrameError            (ValueError)   cluster.frames       a malformed peer frame
-    ├── OutOfOrderSequence                   cluster.replica      UnknownProducer
+    ├── OutOfOrderSequence                   cluster.idempotence  UnknownProducer
     └── NotCommitted                         cluster.replica      a produce's outcome
 
 Not under the root: `cluster.failstop.NodeFailStopped`, the process exiting on a storage

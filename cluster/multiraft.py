@@ -44,13 +44,13 @@ from functools import partial
 from typing import Any
 
 from cluster.failstop import FailStop, NodeFailStopped, disk_failure
+from cluster.idempotence import Fresh, OutOfOrderSequence, Verdict
 from cluster.persist import describe, has_disk_work, write_all
 from cluster.quarantine import Quarantine
 from cluster.replica import (
     COMMIT_SAVE_INTERVAL_S,
     SNAPSHOT_EVERY_ENTRIES,
     NotCommitted,
-    OutOfOrderSequence,
     Replica,
     Waiter,
     same_incarnation,
@@ -377,9 +377,17 @@ class MultiRaft:
                 NotCommitted(f"replica {replica.group} is not hosted", definitely_not_written=True)
             )
             return
+        idempotence, producer_id = replica.idempotence, proposal.producer_id
+        verdict: Verdict | None = None
         try:
             if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
-                replica.check_sequence(proposal.producer_id, proposal.base_sequence)
+                term, base_sequence = replica.node.term, proposal.base_sequence
+                verdict = idempotence.admit(producer_id, base_sequence, proposal.record_count, term)
+                refusal = idempotence.refusal(
+                    verdict, producer_id, base_sequence, term, replica.group
+                )
+                if refusal is not None:
+                    raise refusal
             index = replica.node.propose(
                 proposal.batch, proposal.record_count, proposal.timestamp_ms
             )
@@ -392,7 +400,8 @@ class MultiRaft:
             )
             self._isolate(replica, "proposing to", error)
             return
-        replica.proposed(proposal.producer_id, proposal.base_sequence + proposal.record_count)
+        if isinstance(verdict, Fresh):  # always, once propose succeeded (only a leader's does)
+            idempotence.proposed(producer_id, verdict.next_sequence, replica.node.term)
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
         replica.idle_ticks = 0

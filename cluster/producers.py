@@ -5,6 +5,7 @@ record (`proto.records`). The table remembers, per producer, the last `WINDOW` b
 the log, keyed by base sequence, with the Raft index and term that hold them. A retried batch
 (same producer, same base sequence) is answered with the offsets of the first copy instead of
 being written twice — also when the first copy is still uncommitted (the retry waits for it).
+The verdicts drawn from the table are `cluster.idempotence`'s, the only reader of this table.
 
 The table is fed from the log itself, entry by entry, on every replica (`note` when entries are
 appended, `forget_from` when a conflict truncates them), so a new leader has it already. A

@@ -1,5 +1,7 @@
 """One local replica of one partition: its Raft node, its log and hard state on disk, the
-waiters of produce requests, the high watermark readers see, and the idempotent-producer table.
+waiters of produce requests, the high watermark readers see, and its `Idempotence` (the owner of
+the idempotent-producer verdicts, `cluster.idempotence`), which the replica feeds the entries
+its log writes and truncates, and rebuilds on a restart from its saved table and log.
 
 Threading: the MultiRaft driver (one asyncio task) is the only caller of the Raft node. Disk work
 for a Ready (`write_ready`) runs in the driver's storage thread; everything else runs on the
@@ -29,6 +31,7 @@ import msgpack
 import xxhash
 
 from cluster.errors import ClusterError
+from cluster.idempotence import Idempotence, OutOfOrderSequence, UnknownProducer
 from cluster.producers import EXPIRATION_MS, Batches, BatchRef, ProducerTable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
@@ -81,19 +84,6 @@ def same_incarnation(tag: str, uid: str) -> bool:
     return not tag or not uid or tag == incarnation_tag(uid)
 
 
-class OutOfOrderSequence(ClusterError):
-    """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
-    of the same producer is not written yet (it is in flight or being retried). Retriable."""
-
-
-class UnknownProducer(OutOfOrderSequence):
-    """A batch with a non-zero first sequence from a producer this partition does not know (its
-    state expired or was evicted, or it never wrote here): the batch may follow batches the
-    partition has forgotten, so it is refused, unwritten. Retriable under a new producer id
-    (Kafka's UNKNOWN_PRODUCER_ID). A kind of
-    OutOfOrderSequence: the sequence follows nothing this partition knows."""
-
-
 class NotCommitted(ClusterError):
     """The batch was not committed: `definitely_not_written` says whether a retry can only
     help, or whether the outcome is unknown (an idempotent retry is still safe)."""
@@ -139,7 +129,7 @@ class Replica:
     node: RaftNode
     segmented: SegmentedLog
     log: SegmentedRaftLog
-    producers: ProducerTable = field(default_factory=ProducerTable)
+    idempotence: Idempotence = field(default_factory=Idempotence)  # decides every produce
     waiters: dict[int, Waiter] = field(default_factory=dict)
     high_watermark: int = 0
     hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -151,9 +141,6 @@ class Replica:
     # the group as its Raft messages name it on the wire: `group@tag`, the tag a prefix of the
     # topic uid, so a peer hosting another incarnation of the topic drops them (`incarnation_tag`)
     wire_group: str = ""
-    # producer id -> (term, sequence after its latest batch proposed in that term): what the
-    # leader expects next before the batch reaches the producer table (which follows the log)
-    proposed_next: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -184,7 +171,7 @@ class Replica:
             segmented=segmented,
             log=raft_log,
             saved_term_vote=(hard_state.term, hard_state.vote),
-            producers=ProducerTable(expiration_ms=producer_expiration_ms),
+            idempotence=Idempotence.with_expiration(producer_expiration_ms),
             saved_commit=hard_state.commit,
         )
         replica.wire_group = replica.group
@@ -209,7 +196,7 @@ class Replica:
         for entry in self.segmented.read_from(first, 1 << 62):
             if entry.record_count > 0:
                 producer_id, sequence = peek_producer(entry.data)
-                self.producers.note(
+                self.idempotence.written(
                     producer_id,
                     sequence,
                     BatchRef(entry.index, entry.term, entry.record_count, entry.timestamp_ms),
@@ -243,10 +230,10 @@ class Replica:
                 dumped = [[pid, [[*b, clock_ms] for b in batches]] for pid, batches in dumped]
             else:
                 clock_ms, dumped = rest
-            self.producers.load(dumped, clock_ms)
+            self.idempotence.restore(dumped, clock_ms)
             return int(index)
         except Exception as error:  # a torn or foreign file: the bounded scan instead
-            self.producers = ProducerTable(expiration_ms=self.producers.expiration_ms)
+            self.idempotence.reset()
             logger.warning("ignored the producer snapshot of %s: %s", self.group, error)
             return None
 
@@ -260,8 +247,8 @@ class Replica:
         if log.last_index < log.first_index:
             return None
         index = log.last_index
-        table = self.producers
-        return ProducerSnapshot(index, log.term_at(index), table.clock_ms, table.copy_rows())
+        clock_ms, rows = self.idempotence.copy_rows()
+        return ProducerSnapshot(index, log.term_at(index), clock_ms, rows)
 
     def save_snapshot(self, snapshot: ProducerSnapshot) -> None:
         """Storage thread: replaces the saved producer table (atomically). A write or fsync
@@ -278,41 +265,19 @@ class Replica:
         except FileNotFoundError as error:  # the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
-    def check_sequence(self, producer_id: int, base_sequence: int) -> None:
-        """Leader, in the driver, right before proposing: a producer's batches are written in
-        sequence order, so batches it pipelines (several in flight) or retries cannot overtake
-        each other, and a retry racing its first copy is refused rather than written twice.
-        A producer not known here (new, or its state expired or was evicted) must start at
-        sequence 0: any other first sequence may follow batches this partition has forgotten,
-        and is refused as UnknownProducer (the client moves to a new producer id). Raises
-        OutOfOrderSequence or UnknownProducer."""
-        if not producer_id:
-            return
-        proposed = self.proposed_next.get(producer_id)
-        if proposed is not None and proposed[0] == self.node.term:
-            expected: int | None = proposed[1]
-        else:
-            expected = self.producers.next_sequence(producer_id)
-        if expected is None:
-            if base_sequence != 0:
-                raise UnknownProducer(
-                    f"producer {producer_id} is not known on {self.group} (new, or its state "
-                    f"expired), so its first batch must start at sequence 0, not sequence "
-                    f"{base_sequence}; nothing was written: send it again under a new producer id"
-                )
-        elif base_sequence != expected:
-            raise OutOfOrderSequence(
-                f"batch of producer {producer_id} on {self.group} starts at sequence "
-                f"{base_sequence}, but {expected} comes next: an earlier batch of this producer "
-                "is not written yet; retry once it is"
-            )
+    @property
+    def producers(self) -> ProducerTable:
+        """The producer table (what the log holds), read-only for callers: `idempotence` owns it."""
+        return self.idempotence.table
 
-    def proposed(self, producer_id: int, next_sequence: int) -> None:
-        """A batch of this producer was proposed (appended to the leader's log)."""
-        if producer_id:
-            if len(self.proposed_next) >= 2 * self.producers.max_producers:
-                self.proposed_next.clear()  # bounded; the producer table still knows the log
-            self.proposed_next[producer_id] = (self.node.term, next_sequence)
+    def check_sequence(self, producer_id: int, base_sequence: int, record_count: int = 0) -> None:
+        """Leader, right before proposing: raises what `Idempotence.refusal` says for this batch
+        in the current term (OutOfOrderSequence or UnknownProducer), nothing when it is fresh."""
+        term = self.node.term
+        verdict = self.idempotence.admit(producer_id, base_sequence, record_count, term)
+        error = self.idempotence.refusal(verdict, producer_id, base_sequence, term, self.group)
+        if error is not None:
+            raise error
 
     # -- the storage thread -------------------------------------------------------------------
     def write_ready(self, ready: Ready) -> HardState | None:
@@ -338,11 +303,11 @@ class Replica:
     def note_appended(self, ready: Ready) -> None:
         """Feeds the producer table from entries just written (and forgets truncated ones)."""
         if ready.boundary is not None:
-            self.producers.forget_from(0)
+            self.idempotence.truncated(0)
             # everything up to the boundary is committed: readers may see up to its offset
             self.high_watermark = max(self.high_watermark, ready.boundary.next_offset)
         if ready.truncate_from is not None:
-            self.producers.forget_from(ready.truncate_from)
+            self.idempotence.truncated(ready.truncate_from)
             for index in [i for i in self.waiters if i >= ready.truncate_from]:
                 future = self.waiters.pop(index).future
                 if not future.done():
@@ -357,7 +322,7 @@ class Replica:
         for entry in ready.entries:
             if entry.kind is EntryKind.NORMAL:
                 producer_id, sequence = peek_producer(entry.data)
-                self.producers.note(
+                self.idempotence.written(
                     producer_id,
                     sequence,
                     BatchRef(entry.index, entry.term, entry.record_count, entry.timestamp_ms),

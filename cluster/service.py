@@ -22,6 +22,7 @@ import grpc
 from cluster.errors import (
     Invalid,
 )
+from cluster.idempotence import Duplicate
 from cluster.logs import event
 from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
 from cluster.multiraft import Proposal
@@ -197,9 +198,13 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         except InvalidBatch as error:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
         timeout_s = (request.timeout_ms or node.config.produce_timeout_ms) / 1000
-        earlier = replica.producers.lookup(header.producer_id, header.base_sequence)
+        # only a Duplicate is final on receipt; the driver settles the rest when it proposes
+        verdict = replica.idempotence.admit(
+            header.producer_id, header.base_sequence, header.record_count, replica.node.term
+        )
         loop = asyncio.get_running_loop()
-        if earlier is not None:
+        if isinstance(verdict, Duplicate):
+            earlier = verdict.ref
             waiter = Waiter(loop.create_future(), earlier.index, earlier.term, duplicate=True)
             result = await self._await_duplicate(replica, waiter, timeout_s, context)
             return pb.ProduceResponse(
