@@ -32,6 +32,7 @@ from functools import partial
 
 import grpc
 
+from cluster.clock import LoopTicker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import MetadataStore, TopicSpec
@@ -98,6 +99,7 @@ class Node:
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
             fail_stop=self.fail_stop,
+            ticker=LoopTicker(config.tick_ms / 1000),
         )
         self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(
@@ -110,7 +112,11 @@ class Node:
         )
         member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
         self.gossip = GossipHost(
-            member, SwimConfig.lan(tick_ms=config.swim_tick_ms), self.transport, self._on_members
+            member,
+            SwimConfig.lan(tick_ms=config.swim_tick_ms),
+            self.transport,
+            self._on_members,
+            ticker=LoopTicker(config.swim_tick_ms / 1000),
         )
         self.metrics = Metrics(
             config.node_id,
