@@ -111,13 +111,9 @@ class Node:
             fsync=FsyncPolicy.parse(config.fsync),
         )
         member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
-        self.gossip = GossipHost(
-            member,
-            SwimConfig.lan(tick_ms=config.swim_tick_ms),
-            self.transport,
-            self._on_members,
-            ticker=LoopTicker(config.swim_tick_ms / 1000),
-        )
+        swim = SwimConfig.lan(tick_ms=config.swim_tick_ms)
+        ticker = LoopTicker(swim.tick_ms / 1000)
+        self.gossip = GossipHost(member, swim, self.transport, self._on_members, ticker=ticker)
         self.metrics = Metrics(
             config.node_id,
             lambda: list(self.multiraft.replicas.values()),
