@@ -22,6 +22,10 @@ every future the node still holds (produce waiters, `maintain`, proposals queued
 One group's unexpected error (in its step, tick, Ready, writes or apply) quarantines that group
 alone (`cluster.quarantine`): every other group's inputs of the round are still handled.
 
+Time: a `Ticker` (`cluster.clock`; real on the event loop, or a test's `FakeTicker`) paces the
+ticks and the lazy commit-index saves (one every `COMMIT_SAVE_INTERVAL_S` of ticks); nothing here
+reads the clock to decide anything.
+
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
