@@ -27,7 +27,14 @@ from typing import Protocol
 
 from cluster.errors import ClusterError
 
-__all__ = ["MAX_BEHIND_TICKS", "FakeTicker", "LoopTicker", "Ticker", "TickerError"]
+__all__ = [
+    "MAX_BEHIND_TICKS",
+    "FakeTicker",
+    "LoopTicker",
+    "Ticker",
+    "TickerError",
+    "ticker_or_loop",
+]
 
 # a loop later than this many intervals restarts its schedule instead of catching up
 MAX_BEHIND_TICKS = 10
@@ -144,3 +151,15 @@ class FakeTicker:
 
     async def stop(self) -> None:
         self._stopped = True
+
+
+def ticker_or_loop(ticker: Ticker | None, interval_s: float) -> Ticker:
+    """`ticker` (checked to tick every `interval_s`), or a `LoopTicker` of `interval_s`."""
+    if ticker is None:
+        return LoopTicker(interval_s)
+    if ticker.interval_s != interval_s:
+        raise TickerError(
+            f"ticker interval {ticker.interval_s!r} s is not the tick {interval_s!r} s: "
+            "give a ticker of the tick"
+        )
+    return ticker

@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from cluster.clock import LoopTicker, Ticker, TickerError
+from cluster.clock import Ticker, ticker_or_loop
 from cluster.logs import event, log_event
 from cluster.transport import PeerTransport
 from membership import (
@@ -58,13 +58,7 @@ class GossipHost:
     ) -> None:
         self.member = member
         self.swim = Swim(member, config, rng or random.Random())
-        tick_s = config.tick_ms / 1000
-        self.ticker = ticker if ticker is not None else LoopTicker(tick_s)
-        if self.ticker.interval_s != tick_s:
-            raise TickerError(
-                f"ticker interval {self.ticker.interval_s!r} s is not the SWIM tick {tick_s!r} s"
-                " (tick_ms / 1000): give a ticker of the SWIM tick"
-            )
+        self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
         self.transport = transport
         self.on_events = on_events
         self._sends: set[asyncio.Task[bool]] = set()

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cluster.clock import LoopTicker, Ticker, TickerError
+from cluster.clock import Ticker, ticker_or_loop
 from cluster.failstop import FailStop, NodeFailStopped, disk_failure
 from cluster.persist import describe, has_disk_work, write_all
 from cluster.quarantine import Quarantine
@@ -104,12 +104,7 @@ class MultiRaft:
     ) -> None:
         """`ticker` paces the ticks (default: a `LoopTicker` of `tick_s`; a test passes a
         `FakeTicker`); its interval must be `tick_s`."""
-        self.ticker = ticker if ticker is not None else LoopTicker(tick_s)
-        if self.ticker.interval_s != tick_s:
-            raise TickerError(
-                f"ticker interval {self.ticker.interval_s!r} s is not the tick {tick_s!r} s: "
-                "give a ticker of tick_s"
-            )
+        self.ticker = ticker_or_loop(ticker, tick_s)
         self.node_id = node_id
         self.fail_stop = fail_stop or FailStop()
         self.quarantine = Quarantine()

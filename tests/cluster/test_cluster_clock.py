@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster.clock import MAX_BEHIND_TICKS, FakeTicker, LoopTicker, TickerError
+from cluster.clock import MAX_BEHIND_TICKS, FakeTicker, LoopTicker, TickerError, ticker_or_loop
 
 INTERVAL_S = 0.05
 
@@ -135,3 +135,11 @@ def test_a_ticker_used_out_of_turn_or_given_a_bad_interval_says_so() -> None:
     for interval_s in (0.0, -0.1, float("nan")):
         with pytest.raises(TickerError, match="tick interval"):
             LoopTicker(interval_s)
+
+
+def test_a_host_refuses_a_ticker_of_another_interval() -> None:
+    assert isinstance(ticker_or_loop(None, INTERVAL_S), LoopTicker)
+    fake = FakeTicker(INTERVAL_S)
+    assert ticker_or_loop(fake, INTERVAL_S) is fake
+    with pytest.raises(TickerError, match=r"ticker interval 0.1 s is not the tick 0.05 s"):
+        ticker_or_loop(FakeTicker(0.1), INTERVAL_S)
