@@ -1,6 +1,7 @@
 """The SWIM host: drives the pure `membership.Swim` core from the event loop.
 
-A timer calls `tick()` every `SwimConfig.tick_ms`; received packets are decoded and handed to the
+A `Ticker` (`cluster.clock`; a `LoopTicker` unless a test passes a `FakeTicker`) calls `tick()`
+every `SwimConfig.tick_ms`; received packets are decoded and handed to the
 core; after each input the core's outbox is sent (one unary `Peer.Swim` call per message, fire
 and forget, as over UDP) and its events are passed to `on_events`. A message to a known member is
 dialled through the dial map, so chaos proxies cut gossip as well as Raft.
@@ -14,11 +15,11 @@ host compares the suspects once per tick (O(members) every `tick_ms`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
 
+from cluster.clock import Ticker, ticker_or_loop
 from cluster.logs import event, log_event
 from cluster.transport import PeerTransport
 from membership import (
@@ -53,12 +54,13 @@ class GossipHost:
         transport: PeerTransport,
         on_events: Callable[[list[MembershipEvent]], None],
         rng: random.Random | None = None,
+        ticker: Ticker | None = None,
     ) -> None:
         self.member = member
         self.swim = Swim(member, config, rng or random.Random())
+        self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
         self.transport = transport
         self.on_events = on_events
-        self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[bool]] = set()
         self.malformed_packets = 0
         self.suspects: set[str] = set()  # as last logged
@@ -66,7 +68,7 @@ class GossipHost:
     def start(self, seeds: list[str]) -> None:
         if seeds:
             self.swim.join(seeds)
-        self._task = asyncio.get_running_loop().create_task(self._ticker())
+        self.ticker.start(self._on_tick)
         self._flush()
 
     def address_of(self, member_id: str) -> str | None:
@@ -87,18 +89,10 @@ class GossipHost:
         self.swim.leave()
         self._flush()
 
-    async def _ticker(self) -> None:
-        tick_s = self.swim.config.tick_ms / 1000
-        loop = asyncio.get_running_loop()
-        next_at = loop.time()
-        while True:
-            next_at += tick_s
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-            if loop.time() - next_at > 10 * tick_s:
-                next_at = loop.time()  # we were paused: do not replay the missed ticks in a burst
-            self.swim.tick()
-            self._flush()
-            self._log_suspicions()
+    def _on_tick(self, at: float) -> None:
+        self.swim.tick()
+        self._flush()
+        self._log_suspicions()
 
     def _flush(self) -> None:
         for outgoing in self.swim.take_outbox():
@@ -131,10 +125,7 @@ class GossipHost:
         self.suspects = suspects
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.ticker.stop()
         for task in list(self._sends):
             task.cancel()
 

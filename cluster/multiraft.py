@@ -22,6 +22,10 @@ every future the node still holds (produce waiters, `maintain`, proposals queued
 One group's unexpected error (in its step, tick, Ready, writes or apply) quarantines that group
 alone (`cluster.quarantine`): every other group's inputs of the round are still handled.
 
+Time: a `Ticker` (`cluster.clock`; real on the event loop, or a test's `FakeTicker`) paces the
+ticks and the lazy commit-index saves (one every `COMMIT_SAVE_INTERVAL_S` of ticks); nothing here
+reads the clock to decide anything.
+
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from cluster.clock import Ticker, ticker_or_loop
 from cluster.failstop import FailStop, NodeFailStopped, disk_failure
 from cluster.idempotence import Fresh, OutOfOrderSequence, Verdict
 from cluster.persist import describe, has_disk_work, write_all
@@ -95,7 +100,11 @@ class MultiRaft:
         journal: StateJournal,
         quiesce_after_ticks: int = 20,
         fail_stop: FailStop | None = None,
+        ticker: Ticker | None = None,
     ) -> None:
+        """`ticker` paces the ticks (default: a `LoopTicker` of `tick_s`; a test passes a
+        `FakeTicker`); its interval must be `tick_s`."""
+        self.ticker = ticker_or_loop(ticker, tick_s)
         self.node_id = node_id
         self.fail_stop = fail_stop or FailStop()
         self.quarantine = Quarantine()
@@ -123,6 +132,7 @@ class MultiRaft:
             deque()
         )
         self._ticks_due = 0
+        self._commits_saved_at = 0.0  # on the ticker's clock
         self._active: set[Replica] = set()
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
@@ -184,9 +194,15 @@ class MultiRaft:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._ticker()), loop.create_task(self._driver())]
+        self.ticker.start(self._on_tick)
+        self._commits_saved_at = self.ticker.started_at
+        self._tasks = [loop.create_task(self._driver())]
 
     async def stop(self) -> None:
+        try:
+            await self.ticker.stop()
+        except Exception:
+            pass
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -240,20 +256,13 @@ class MultiRaft:
             future = self.maintain(lambda: save_commit_indexes(moved, self.journal, hosted))
             future.add_done_callback(_log_failure)
 
-    async def _ticker(self) -> None:
-        next_at = time.monotonic()
-        commits_saved_at = next_at
-        while True:
-            if next_at - commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
-                commits_saved_at = next_at
-                self._save_commits_soon()
-            next_at += self.tick_s
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            if self._active:
-                self._ticks_due += 1
-                self._wake.set()
-            if time.monotonic() - next_at > 10 * self.tick_s:
-                next_at = time.monotonic()  # we fell far behind (a pause): do not burst
+    def _on_tick(self, at: float) -> None:
+        if self._active:
+            self._ticks_due += 1
+            self._wake.set()
+        if at - self._commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
+            self._commits_saved_at = at
+            self._save_commits_soon()
 
     async def _driver(self) -> None:
         while not self.fail_stop.stopped:

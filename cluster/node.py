@@ -32,6 +32,7 @@ from functools import partial
 
 import grpc
 
+from cluster.clock import LoopTicker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import MetadataStore, TopicSpec
@@ -98,6 +99,7 @@ class Node:
             self.journal,
             quiesce_after_ticks=2 * config.election_ticks,
             fail_stop=self.fail_stop,
+            ticker=LoopTicker(config.tick_ms / 1000),
         )
         self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(
@@ -109,9 +111,9 @@ class Node:
             fsync=FsyncPolicy.parse(config.fsync),
         )
         member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
-        self.gossip = GossipHost(
-            member, SwimConfig.lan(tick_ms=config.swim_tick_ms), self.transport, self._on_members
-        )
+        swim = SwimConfig.lan(tick_ms=config.swim_tick_ms)
+        ticker = LoopTicker(swim.tick_ms / 1000)
+        self.gossip = GossipHost(member, swim, self.transport, self._on_members, ticker=ticker)
         self.metrics = Metrics(
             config.node_id,
             lambda: list(self.multiraft.replicas.values()),

@@ -8,8 +8,9 @@ import asyncio
 import random
 from pathlib import Path
 
+from cluster.clock import FakeTicker
 from cluster.multiraft import MultiRaft
-from cluster.replica import Replica
+from cluster.replica import COMMIT_SAVE_INTERVAL_S, Replica
 from proto.records import encode_batch
 from raft.codec import encode_message
 from raft.config import RaftConfig
@@ -103,5 +104,49 @@ def test_a_replica_removed_before_the_save_runs_is_not_saved(tmp_path: Path) -> 
         assert GROUP not in journal.states()
         await multiraft.stop()
         replica.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_commit_index_is_saved_once_a_save_interval_of_ticks_has_passed(
+    tmp_path: Path,
+) -> None:
+    """On a fake clock, through the driver's own rounds: the periodic save comes with the tick
+    that completes COMMIT_SAVE_INTERVAL_S, not one tick before."""
+
+    async def scenario() -> None:
+        tick_s = 0.05
+        ticker = FakeTicker(tick_s)
+        journal = StateJournal(tmp_path / "journal")
+        multiraft = MultiRaft("b", lambda to, group, parts: None, tick_s, journal, ticker=ticker)
+        replica = _open(tmp_path, HardState())
+        multiraft.add(replica)
+        multiraft.start()
+        try:
+            entries = (
+                Entry(1, 1, EntryKind.NOOP, 0, b""),
+                Entry(2, 1, EntryKind.NORMAL, 3, _batch(3)),
+            )
+            append = AppendRequest(1, "a", "b", 0, 0, 0, entries)
+            multiraft.deliver("a", [(GROUP, encode_message(append))])
+            await multiraft.maintain(lambda: None)  # done with the append's disk work
+            assert journal.load(GROUP) == HardState(1, None, 0)  # the term, before answering
+            multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 2)))])
+            deadline = asyncio.get_running_loop().time() + 10
+            while replica.high_watermark != 3:
+                assert asyncio.get_running_loop().time() < deadline, "the commit was not applied"
+                await asyncio.sleep(0.001)
+            ticks_per_save = round(COMMIT_SAVE_INTERVAL_S / tick_s)
+            for _ in range(ticks_per_save - 1):
+                # the leader's heartbeats keep the follower from campaigning as time passes
+                multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 2)))])
+                ticker.advance(1)
+            await multiraft.maintain(lambda: None)  # after any save those ticks queued
+            assert journal.load(GROUP).commit == 0, "saved before the interval had passed"
+            ticker.advance(1)
+            await multiraft.maintain(lambda: None)
+            assert journal.load(GROUP) == HardState(1, None, 2)
+        finally:
+            await multiraft.stop()
 
     asyncio.run(scenario())

@@ -4,10 +4,12 @@ Ready's messages may leave before the round's disk work."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import open_replica
 
+from cluster.clock import FakeTicker
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from raft.codec import decode_message, encode_message
@@ -42,24 +44,49 @@ def _host(tmp_path: Path) -> tuple[MultiRaft, Replica, list[tuple[str, object]]]
     return multiraft, replica, sent
 
 
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Waits for the driver (it runs its rounds as tasks) to make `condition` true."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout_s} s"
+        await asyncio.sleep(0.001)
+
+
 def test_a_follower_quiesced_in_a_round_with_ticks_due_stays_quiesced(tmp_path: Path) -> None:
+    """On a fake clock: the driver runs its own rounds, and only the test makes time pass."""
+
     async def scenario() -> None:
-        multiraft, replica, sent = _host(tmp_path)
-        await multiraft._round()
-        # the leader's quiescing heartbeat arrives in the same round as a tick
-        heartbeat = Heartbeat(1, "a", "b", 0, quiesce=True, lease_tick=7)
-        multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
-        multiraft._ticks_due = 1
-        await multiraft._round()
-        assert replica.node.quiesced and multiraft.active_count == 0
-        assert ("a", HeartbeatResponse(1, "b", "a", 7)) in sent
-        # later ticks leave it alone: a quiesced follower never times out and campaigns
-        for _ in range(5 * RaftConfig().election_ticks):
-            multiraft._ticks_due = 1
-            await multiraft._round()
-        assert replica.node.quiesced and replica.node.leader_id == "a"
-        assert not any(isinstance(m, VoteRequest) for _, m in sent)
-        await multiraft.stop()
+        ticker = FakeTicker(0.05)
+        sent: list[tuple[str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+            ticker=ticker,
+        )
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        multiraft.start()
+        try:
+            # the leader's quiescing heartbeat arrives in the same round as a tick
+            heartbeat = Heartbeat(1, "a", "b", 0, quiesce=True, lease_tick=7)
+            multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
+            ticker.advance(1)
+            await _until(lambda: ("a", HeartbeatResponse(1, "b", "a", 7)) in sent, "answer")
+            assert replica.node.quiesced and multiraft.active_count == 0
+            # later ticks leave it alone: a quiesced follower never times out and campaigns
+            for lease_tick in range(8, 8 + 5 * RaftConfig().election_ticks):
+                ticker.advance(1)
+                # another quiescing heartbeat, answered after the tick's round: a barrier
+                heartbeat = Heartbeat(1, "a", "b", 0, quiesce=True, lease_tick=lease_tick)
+                multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
+                answer = ("a", HeartbeatResponse(1, "b", "a", lease_tick))
+                await _until(lambda answer=answer: answer in sent, "answer")  # type: ignore[misc]
+            assert replica.node.quiesced and replica.node.leader_id == "a"
+            assert not any(isinstance(m, VoteRequest) for _, m in sent)
+        finally:
+            await multiraft.stop()
 
     asyncio.run(scenario())
 
