@@ -1,5 +1,8 @@
 """The MultiRaft host: many Raft groups on one node, driven by one asyncio task.
 
+(One module of ~570 lines: the driver's round below is one sequence whose steps share its
+inbox, its dirty set and the ordering contract; split, each part would reach into the others.)
+
 The driver is the only caller of every `RaftNode`. Inputs (ticks, peer messages, proposals)
 queue in an inbox; each round the driver:
 
