@@ -71,13 +71,12 @@ def _check_interval(interval_s: float) -> float:
     return interval_s
 
 
-class LoopTicker:
-    """The real ticker: one asyncio task on the running loop (clock: `loop.time()`)."""
+class _Interval:
+    """What both tickers state alike: their interval, and when their clock started."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, started_at: float) -> None:
         self._interval_s = _check_interval(interval_s)
-        self._started_at = 0.0
-        self._task: asyncio.Task[None] | None = None
+        self._started_at = started_at
 
     @property
     def interval_s(self) -> float:
@@ -86,6 +85,14 @@ class LoopTicker:
     @property
     def started_at(self) -> float:
         return self._started_at
+
+
+class LoopTicker(_Interval):
+    """The real ticker: one asyncio task on the running loop (clock: `loop.time()`)."""
+
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(interval_s, 0.0)
+        self._task: asyncio.Task[None] | None = None
 
     def start(self, on_tick: OnTick) -> None:
         if self._task is not None:
@@ -113,25 +120,16 @@ class LoopTicker:
             await task
 
 
-class FakeTicker:
+class FakeTicker(_Interval):
     """A ticker a test drives: `advance(ticks)` ticks that many times, now, one interval apart
     on its own clock (which starts at `started_at`); nothing else makes it tick."""
 
     def __init__(self, interval_s: float, started_at: float = 0.0) -> None:
-        self._interval_s = _check_interval(interval_s)
-        self._started_at = started_at
+        super().__init__(interval_s, started_at)
         self.now = started_at  # the clock: started_at + ticks so far * interval_s
         self.ticks = 0
         self._on_tick: OnTick | None = None
         self._stopped = False
-
-    @property
-    def interval_s(self) -> float:
-        return self._interval_s
-
-    @property
-    def started_at(self) -> float:
-        return self._started_at
 
     def start(self, on_tick: OnTick) -> None:
         if self._on_tick is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -174,9 +175,9 @@ class Server:
 
 def _ports_free(timeout_s: float) -> None:
     """`flotilla dev` takes fixed ports: wait (bounded) while another run holds them."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        taken = []
+
+    def taken() -> list[str]:
+        held = []
         for host, port in DEV_ADDRESSES:
             with socket.socket() as probe:
                 # as a server binds: a closed connection's TIME_WAIT does not hold the port
@@ -184,12 +185,10 @@ def _ports_free(timeout_s: float) -> None:
                 try:
                     probe.bind((host, port))
                 except OSError:
-                    taken.append(f"{host}:{port}")
-        if not taken:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"the dev cluster's addresses {taken} stayed in use for {timeout_s} s")
-        time.sleep(0.5)
+                    held.append(f"{host}:{port}")
+        return held
+
+    wait_until(lambda: not taken(), timeout_s, "the dev cluster's addresses to be free", taken)
 
 
 def _environment() -> dict[str, str]:
@@ -228,19 +227,21 @@ def _start_server(code: str, comment: str, cwd: Path, env: dict[str, str]) -> Se
             start_new_session=True,
         )
     server = Server(code, process, output, set())
-    deadline = time.monotonic() + SERVER_READY_S
-    while wanted.group(1) not in output.read_text(errors="replace"):
+
+    def ready() -> bool:
         assert process.poll() is None, (
             f"{code!r} exited with {process.returncode} before printing {wanted.group(1)!r}:\n"
             + output.read_text(errors="replace")
             + _logs(cwd)
         )
-        assert time.monotonic() < deadline, (
-            f"{code!r} did not print {wanted.group(1)!r} within {SERVER_READY_S} s:\n"
-            + output.read_text(errors="replace")
-            + _logs(cwd)
-        )
-        time.sleep(0.1)
+        return wanted.group(1) in output.read_text(errors="replace")
+
+    wait_until(
+        ready,
+        SERVER_READY_S,
+        f"{code!r} to print {wanted.group(1)!r}",
+        lambda: output.read_text(errors="replace") + _logs(cwd),
+    )
     server.started = descendants(process.pid)
     return server
 
@@ -257,9 +258,12 @@ def _stop_server(server: Server) -> list[str]:
             problems.append(f"{server.command!r} exited with {code} on SIGTERM")
     except subprocess.TimeoutExpired:
         problems.append(f"{server.command!r} did not stop within {SERVER_STOP_S} s of SIGTERM")
-    deadline = time.monotonic() + LEFT_BEHIND_GRACE_S
-    while any(_alive(pid) for pid in server.started) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):  # what is still alive then is reported below
+        wait_until(
+            lambda: not any(_alive(pid) for pid in server.started),
+            LEFT_BEHIND_GRACE_S,
+            "the server's processes to exit",
+        )
     left = sorted(pid for pid in server.started if _alive(pid))
     if left:
         problems.append(f"{server.command!r} left processes {left} running")

@@ -509,32 +509,6 @@ def test_config_validation() -> None:
         Configuration(frozenset({"a"}), frozenset({"a"}))
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_deferred_members_let_the_preferred_one_win_the_first_election(group, seed) -> None:  # type: ignore[no-untyped-def]
-    g = group(ABC, seed=seed)
-    for other in ("b", "c"):
-        g.nodes[other].defer_campaign(2 * E)
-    for _ in range(3 * E):  # everyone ticks in lockstep: no split votes, one election
-        g.tick(1)
-        if g.leaders():
-            break
-    assert g.leaders() == ["a"] and g.nodes["a"].term == 1
-    assert all(not (isinstance(m, VoteRequest) and m.sender != "a") for m in g.sent), (
-        "a deferred member campaigned"
-    )
-
-
-def test_deferred_members_still_elect_without_the_preferred_one(group) -> None:  # type: ignore[no-untyped-def]
-    g = group(ABC)
-    for other in ("b", "c"):
-        g.nodes[other].defer_campaign(2 * E)
-    g.isolate("a")
-    g.tick(3 * E + 1, only=("b", "c"))
-    assert g.leaders() in (["b"], ["c"])
-    with pytest.raises(RaftConfigError, match="ticks must be >= 0"):
-        g.nodes["a"].defer_campaign(-1)
-
-
 def test_a_commit_sends_nothing_of_its_own_and_followers_learn_it_on_the_next_tick(group) -> None:  # type: ignore[no-untyped-def]
     """The commit releases the producer's reply at once; the followers hear of it with the next
     append or, with nothing to append, on the leader's next tick (within one tick)."""
@@ -662,45 +636,3 @@ def test_a_quiesced_removed_follower_that_missed_the_word_learns_it_by_probing(g
     g.tick(E * 3)
     assert g.nodes["c"].removed_at == 0 and not _removed_messages(g, "c")
     assert a.role is Role.LEADER and a.term == term and g.nodes["c"].leader_id == "a"
-
-
-def test_refusing_a_stale_candidate_keeps_the_election_timer(group) -> None:  # type: ignore[no-untyped-def]
-    # Raft, Figure 2: a follower's election timer restarts on hearing from the leader or on
-    # granting a vote. A refused candidate with a stale log only raises the term; restarting
-    # the timer then let stale members (without pre-vote) keep the only electable ones from
-    # ever timing out first (simulator seeds 4667 and 6972: no leader after a heal).
-    g = group(ABC, config=RaftConfig(pre_vote=False, check_quorum=False))
-    g.elect("a")
-    g.isolate("c")
-    g.run("a", lambda n: n.propose(b"x", 1))
-    g.deliver()
-    g.crash("a")
-    b, c = g.nodes["b"], g.nodes["c"]
-    assert b.log.last_index > c.log.last_index
-    timeout = b._randomized_timeout
-    g.tick(timeout - 2, only=["b"])
-    assert b.role is Role.FOLLOWER
-    stale = VoteRequest(b.term + 1, "c", "b", c.log.last_index, c.log.last_term)
-    g.run("b", lambda n: n.step(stale))
-    assert b.term == stale.term and b.vote is None  # refused, at the candidate's term
-    g.tick(2, only=["b"])
-    # it campaigns on its own schedule, as if the stale candidate had never asked
-    assert (b.role, b.term) == (Role.CANDIDATE, stale.term + 1)
-
-
-def test_a_deferral_ends_with_the_election_it_was_for(group) -> None:  # type: ignore[no-untyped-def]
-    """`defer_campaign` delays this election timeout only. A deferred member that grants the
-    preferred one its vote (at the new term: its timer is kept, Figure 2) and follows it must,
-    once that leader is gone, campaign within an ordinary timeout: a deferral kept past the
-    election it was for left real nodes without a leader for three timeouts after a crash."""
-    g = group(ABC, config=RaftConfig(pre_vote=False, check_quorum=False))
-    for other in ("b", "c"):
-        g.nodes[other].defer_campaign(2 * E)
-    for _ in range(3 * E):
-        g.tick(1)
-        if g.leaders():
-            break
-    assert g.leaders() == ["a"]
-    g.crash("a")
-    g.tick(2 * E, only=("b", "c"))  # an ordinary timeout is drawn from [E, 2E)
-    assert any(g.nodes[n].role is not Role.FOLLOWER or g.nodes[n].term > 1 for n in "bc")
