@@ -1,8 +1,12 @@
 """Tickers: the shell's one timer loop, real on the event loop or fake in a test's hand.
 
 The pure cores take ticks, not time; the shell's timed work (MultiRaft's ticks and lazy commit
-saves, the SWIM host's protocol period) hangs on a `Ticker` that calls `on_tick(at)` every
-`interval_s`, where `at` is the tick's place on the schedule, in seconds of the ticker's clock.
+saves, the SWIM host's protocol period, the partition manager's passes) hangs on a `Ticker` that
+calls `on_tick(at)` every `interval_s`, where `at` is the tick's place on the schedule, in
+seconds of the ticker's clock. The shell's time-based decisions (when a dead member is replaced,
+when a leader is handed back, when the graceful hand-off gives up, when an opened replica stops
+counting as settling) read the same clock, `ticker.now()`, never the wall clock: so a test that
+advances a `FakeTicker` moves them all, and nothing else does.
 
 `LoopTicker` runs on the asyncio event loop. Its schedule is fixed at `start()`:
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -55,6 +60,10 @@ class Ticker(Protocol):
     @property
     def started_at(self) -> float:
         """The schedule's origin on the ticker's clock (valid once started)."""
+        ...
+
+    def now(self) -> float:
+        """The ticker's clock now, in seconds (monotonic; `at` of each tick is on it)."""
         ...
 
     def start(self, on_tick: OnTick) -> None: ...
@@ -93,11 +102,16 @@ class LoopTicker(_Interval):
     def __init__(self, interval_s: float) -> None:
         super().__init__(interval_s, 0.0)
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def now(self) -> float:
+        # before start: time.monotonic, the clock asyncio's loop.time() reads
+        return self._loop.time() if self._loop is not None else time.monotonic()
 
     def start(self, on_tick: OnTick) -> None:
         if self._task is not None:
             raise TickerError("the ticker was already started: start it once")
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         self._task = loop.create_task(self._run(loop, on_tick))
 
@@ -126,10 +140,13 @@ class FakeTicker(_Interval):
 
     def __init__(self, interval_s: float, started_at: float = 0.0) -> None:
         super().__init__(interval_s, started_at)
-        self.now = started_at  # the clock: started_at + ticks so far * interval_s
+        self._now = started_at  # the clock: started_at + ticks so far * interval_s
         self.ticks = 0
         self._on_tick: OnTick | None = None
         self._stopped = False
+
+    def now(self) -> float:
+        return self._now
 
     def start(self, on_tick: OnTick) -> None:
         if self._on_tick is not None:
@@ -144,8 +161,8 @@ class FakeTicker(_Interval):
             raise TickerError(f"cannot advance a ticker that is {state}: start() it first")
         for _ in range(ticks):
             self.ticks += 1
-            self.now = self._started_at + self.ticks * self._interval_s
-            self._on_tick(self.now)
+            self._now = self._started_at + self.ticks * self._interval_s
+            self._on_tick(self._now)
 
     async def stop(self) -> None:
         self._stopped = True

@@ -14,6 +14,9 @@ collaborators it uses:
 - replica garbage collection (`cluster.collector.ReplicaCollector`);
 - leader and replica placement moves (`cluster.steward.GroupSteward`).
 
+Time: the node's `ticker` (`cluster.clock`) paces the partition manager; every node-level time
+decision (`replace_after_s`, the hand-off's limit, leader balancing, settling) reads its clock.
+
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
 leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
 runs on the event loop.
@@ -26,13 +29,12 @@ import contextlib
 import errno
 import logging
 import os
-import time
 from collections.abc import Iterable
 from functools import partial
 
 import grpc
 
-from cluster.clock import LoopTicker
+from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import MetadataStore, TopicSpec
@@ -70,8 +72,10 @@ VERSION = "0.1.0"
 
 
 class Node:
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, ticker: Ticker | None = None) -> None:
+        """`ticker`: default a `LoopTicker` of `PartitionManager.interval_s`."""
         self.config = config
+        self.ticker = ticker or LoopTicker(PartitionManager.interval_s)
         self.unsafe_ack_before_commit = False  # test-only (chaos mutation tests); see cli
         self.unsafe_read_uncommitted = False  # test-only (chaos mutation tests); see cli
         self.handles = FileHandles(config.max_open_files)
@@ -138,6 +142,7 @@ class Node:
             multiraft=self.multiraft,
             topics=lambda: self.topic_admin.topics,
             producer_expiration_ms=config.producer_expiration_ms,
+            clock=self.ticker.now,
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
@@ -150,6 +155,7 @@ class Node:
             is_live=self._is_live,
             alive_since=self._alive_since.get,
             on_leader_changed=self._leader_changed,
+            clock=self.ticker.now,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self.started = asyncio.Event()
@@ -189,6 +195,7 @@ class Node:
             self.journal,
             self.partitions_dir,
             self.placement_candidates,
+            self.ticker,
         )
 
     @property
@@ -304,8 +311,8 @@ class Node:
             event(log, "node_stopped", graceful=graceful)
 
     async def _hand_off_leadership(self) -> None:
-        deadline = time.monotonic() + 4 * self.config.election_timeout_ms / 1000
-        while time.monotonic() < deadline:
+        deadline = self.ticker.now() + 4 * self.config.election_timeout_ms / 1000
+        while self.ticker.now() < deadline:
             leading = [r for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER]
             if not leading:
                 return
@@ -328,7 +335,7 @@ class Node:
         return self.gossip.address_of(member_id)
 
     def _on_members(self, events: list[MembershipEvent]) -> None:
-        now = time.monotonic()
+        now = self.ticker.now()
         for change in events:
             if change.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(change.member.id, now)
@@ -375,7 +382,7 @@ class Node:
     def placement_candidates(self) -> list[Candidate]:
         """Live members, plus members dead or gone for less than `replace_after` (so that a
         restart or a rolling upgrade moves no data)."""
-        now = time.monotonic()
+        now = self.ticker.now()
         candidates = self.live_candidates()
         live = {c.node_id for c in candidates}
         for record in self.gossip.swim.records():

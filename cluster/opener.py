@@ -37,6 +37,9 @@ log again, and until it hears from a leader it asks the topic's assigned replica
 Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
 quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
 its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
+
+Time: how long an opened replica counts as settling is measured on the injected `clock` (the
+node's ticker's clock, `cluster.clock`), not the wall clock.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ import logging
 import os
 import random
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -104,7 +106,10 @@ class ReplicaOpener:
         multiraft: MultiRaft,
         topics: Callable[[], Mapping[str, TopicSpec]],
         producer_expiration_ms: int = EXPIRATION_MS,
+        clock: Callable[[], float],
     ) -> None:
+        """`clock`: seconds now, the settling time's clock (the node gives its ticker's `now`)."""
+        self.clock = clock
         self.node_id = node_id
         self.producer_expiration_ms = producer_expiration_ms
         self.partitions_dir = partitions_dir
@@ -177,7 +182,7 @@ class ReplicaOpener:
         """Opens queued replicas on the storage thread, `OPEN_BATCH_REPLICAS` per call, while
         fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
         quiesced, for at most `SETTLING_MAX_S`)."""
-        now = time.monotonic()
+        now = self.clock()
         replicas, settling = self.multiraft.replicas, self.settling
         for group, opened_at in list(settling.items()):
             replica = replicas.get(group)
@@ -192,7 +197,7 @@ class ReplicaOpener:
                     "list[Replica | _OpenFailed | None]",
                     await self.multiraft.run_storage(partial(self._open_batch, batch)),
                 )
-                now = time.monotonic()
+                now = self.clock()
                 topics = self.topics()
                 for (spec, _, _), group, result in zip(batch, groups, opened, strict=True):
                     if isinstance(result, _OpenFailed):

@@ -1,5 +1,5 @@
-"""The partition manager: every `interval_s` the node compares the topics it knows with its
-local replicas.
+"""The partition manager: on every tick of its `Ticker` (`interval_s`) the node compares the
+topics it knows with its local replicas.
 
 It opens a replica for every partition whose initial assignment names it (with that assignment
 as the bootstrap configuration), re-opens replicas found on disk, and deletes the replicas of
@@ -9,21 +9,28 @@ the spot (`cluster.opener`). Each pass also refreshes the topic table, applies r
 `retention_check_s`, lets replica GC probe (`cluster.collector`) and the group steward move
 replicas and leaders (`cluster.steward`).
 
+Time: the ticker (`cluster.clock`: the node's `LoopTicker`, or a test's `FakeTicker`) paces
+the passes, and its clock decides the intervals above (a pass at tick time `at` reconciles when
+`at - local_checked_at > RECONCILE_EVERY_S`, and so on): nothing here reads the wall clock. A
+pass waits for the next tick after the last pass ended, so a slow pass is not followed by
+another at once.
+
 Built with only what it uses: the node's id and config, the topic admin (the table and its
 refresh), the MultiRaft driver, the opener, the steward, the collector, the state journal and
-the partitions directory, and the placement candidates.
+the partitions directory, the placement candidates, and the ticker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
+from cluster.clock import Ticker, ticker_or_loop
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
@@ -63,7 +70,10 @@ class PartitionManager:
         journal: StateJournal,
         partitions_dir: str,
         placement_candidates: Callable[[], list[Candidate]],
+        ticker: Ticker | None = None,
     ) -> None:
+        """`ticker` paces the passes (default: a `LoopTicker` of `interval_s`)."""
+        self.ticker = ticker_or_loop(ticker, self.interval_s)
         self.config = config
         self.topic_admin = topic_admin
         self.multiraft = multiraft
@@ -74,45 +84,70 @@ class PartitionManager:
         self.journal = journal
         self.partitions_dir = partitions_dir
         self.placement_candidates = placement_candidates
-        self.local_checked_at = 0.0  # when local replicas were last compared with the topics
+        # when local replicas were last compared with the topics (never yet: the first pass does)
+        self.local_checked_at = -math.inf
         self._reconciled_version: object = None  # the topics' version they were compared with
-        self._retention_checked_at = time.monotonic()  # when retention was last applied
-        self._probed_at = time.monotonic()  # when unplaced quiesced followers were last probed
+        # on the ticker's clock, from its start: when retention was last applied, when unplaced
+        # quiesced followers were last probed
+        self._retention_checked_at = self._probed_at = 0.0
+        self._tick_at: float | None = None  # the latest tick not yet passed
+        self._ticked = asyncio.Event()
+        self.passes = 0  # passes run (a test waits on it)
 
     @property
     def topics(self) -> Mapping[str, TopicSpec]:
         return self.topic_admin.topics
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.topic_admin.refresh()
-                version = self.topic_admin.version
-                if (
-                    version != self._reconciled_version
-                    or time.monotonic() - self.local_checked_at > RECONCILE_EVERY_S
-                ):
-                    self._reconciled_version = version
-                    self.local_checked_at = time.monotonic()
-                    await self.reconcile_local()
-                    self.opener.probe_rebuilding()
-                if time.monotonic() - self._retention_checked_at > self.config.retention_check_s:
-                    self._retention_checked_at = time.monotonic()
-                    await apply_retention(self.multiraft, self.topics)
-                if time.monotonic() - self._probed_at > self.collector.probe_interval_s:
-                    self._probed_at = time.monotonic()
-                    await self.collector.probe_unplaced()
-                await self.opener.open_pending()
-                self.elections.tick()
-                self.steward.change_log.tick()
-                self.steward.reconcile(
-                    self.placement_candidates(), self.topics, self.topic_admin.version
-                )
-            except (asyncio.CancelledError, NodeFailStopped):
-                raise  # fail-stop: the process is exiting (`cluster.failstop`)
-            except Exception:
-                log.exception("partition manager round failed")
-            await asyncio.sleep(self.interval_s)
+        """Passes, one per tick, until cancelled (the ticker stops with it)."""
+        self.ticker.start(self._on_tick)
+        self._retention_checked_at = self._probed_at = self.ticker.started_at
+        try:
+            while True:
+                await self._ticked.wait()
+                at = self._tick_at
+                assert at is not None
+                await self.run_pass(at)
+                self._ticked.clear()  # the ticks that came during the pass: one wait for the next
+        finally:
+            await self.ticker.stop()
+
+    def _on_tick(self, at: float) -> None:
+        self._tick_at = at
+        self._ticked.set()
+
+    async def run_pass(self, at: float) -> None:
+        """One pass at time `at` on the ticker's clock (a failed pass is logged; the next tick
+        brings the next)."""
+        try:
+            await self.topic_admin.refresh()
+            version = self.topic_admin.version
+            if (
+                version != self._reconciled_version
+                or at - self.local_checked_at > RECONCILE_EVERY_S
+            ):
+                self._reconciled_version = version
+                self.local_checked_at = at
+                await self.reconcile_local()
+                self.opener.probe_rebuilding()
+            if at - self._retention_checked_at > self.config.retention_check_s:
+                self._retention_checked_at = at
+                await apply_retention(self.multiraft, self.topics)
+            if at - self._probed_at > self.collector.probe_interval_s:
+                self._probed_at = at
+                await self.collector.probe_unplaced()
+            await self.opener.open_pending()
+            self.elections.tick()
+            self.steward.change_log.tick()
+            self.steward.reconcile(
+                self.placement_candidates(), self.topics, self.topic_admin.version
+            )
+        except (asyncio.CancelledError, NodeFailStopped):
+            raise  # fail-stop: the process is exiting (`cluster.failstop`)
+        except Exception:
+            log.exception("partition manager round failed")
+        finally:
+            self.passes += 1
 
     async def reconcile_local(self) -> None:
         """Queues for opening every replica the topics assign here or that is on disk, and

@@ -19,12 +19,14 @@ and every `RECHECK_ALL_S` as a safety net; it leaves once its voters are exactly
 and it is led by its preferred leader (or that one is not available). So an idle node costs
 nothing here. Everything runs on the event loop; Raft nodes are touched only through
 `MultiRaft.call`, in the driver.
+
+Time: every wait above is measured on the injected `clock` (the node's ticker's clock,
+`cluster.clock`; a test's `FakeTicker`), the one `alive_since` is stamped on; never the wall clock.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
@@ -61,8 +63,11 @@ class GroupSteward:
         is_live: Callable[[str], bool],
         alive_since: Callable[[str], float | None],
         on_leader_changed: Callable[[Replica, bool], None] = lambda replica, leads: None,
+        clock: Callable[[], float],
     ) -> None:
+        """`clock`: seconds now on the clock `alive_since` is on (a ticker's `now`)."""
         self.multiraft = multiraft
+        self.clock = clock
         self.balance_after_s = balance_after_s  # 0: no leader balancing
         self.election_timeout_s = election_timeout_s
         self.is_live = is_live
@@ -90,7 +95,7 @@ class GroupSteward:
                 if leads:
                     leaders.add(group)
                     self.unsettled.add(group)
-                    self._led_since[group] = time.monotonic()
+                    self._led_since[group] = self.clock()
                 else:
                     leaders.discard(group)
                     self._led_since.pop(group, None)
@@ -113,7 +118,7 @@ class GroupSteward:
         """Each unsettled led group takes one step toward its placement, then its balance."""
         transfers = 0
         key = (tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)), topics_version)
-        now = time.monotonic()
+        now = self.clock()
         if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
             self._placement_key, self._all_checked_at = key, now
             self.unsettled = set(self.leaders)

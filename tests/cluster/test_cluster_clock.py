@@ -109,7 +109,7 @@ def test_a_fake_ticker_ticks_exactly_as_advanced() -> None:
     ticker.advance(3)
     assert ticks == pytest.approx([100.05, 100.1, 100.15])
     ticker.advance()
-    assert len(ticks) == ticker.ticks == 4 and ticker.now == pytest.approx(100.2)
+    assert len(ticks) == ticker.ticks == 4 and ticker.now() == pytest.approx(100.2)
 
 
 @pytest.mark.parametrize("ticks", [-1, 1.5, True, "2"])

@@ -1,0 +1,188 @@
+"""The node's time-based decisions on a fake clock: a `Node` built (not started) with a
+`FakeTicker` decides when to reconcile, apply retention and probe, when a dead member is
+replaced, how long an opened replica counts as settling and how long the graceful hand-off
+tries, all on that ticker's clock: only `advance` makes time pass, and no test sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cluster import opener as opener_module
+from cluster import partitions as partitions_module
+from cluster.clock import FakeTicker
+from cluster.config import NodeConfig
+from cluster.controller import TopicSpec
+from cluster.node import Node
+from cluster.partitions import RECONCILE_EVERY_S, PartitionManager
+from membership import Member
+from membership.codec import encode
+from membership.messages import Gossip
+from membership.types import Alive, Dead
+from proto import peer_pb2
+from raft.types import Role
+
+TICK_S = PartitionManager.interval_s  # 0.2 s
+
+
+def _node(tmp_path: Path, **config: object) -> tuple[Node, FakeTicker]:
+    ticker = FakeTicker(TICK_S)
+    node = Node(NodeConfig(node_id="n1", data_dir=str(tmp_path / "n1"), **config), ticker)  # type: ignore[arg-type]
+    Path(node.partitions_dir).mkdir(parents=True, exist_ok=True)
+    return node, ticker
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout_s} s"
+        await asyncio.sleep(0.001)
+
+
+async def _close(node: Node) -> None:
+    await node.multiraft.stop()
+    await node.gossip.stop()
+    await node.transport.close()
+    node.data_dir_lock.release()  # as the process ending would
+
+
+def test_the_partition_managers_intervals_run_on_its_tickers_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass per tick; reconciling (every RECONCILE_EVERY_S), retention (every
+    retention_check_s) and the probe of unplaced followers (every probe_interval_s) come on the
+    first tick past their interval, counted on the ticker's clock."""
+    ran: dict[str, list[int]] = {"reconcile": [], "retention": [], "probe": []}
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path, retention_check_s=1.1)
+        node.topics = {"t": TopicSpec("t", 1, 1, assignment=(("n2",),))}
+        manager = node.partitions
+        reconcile_local = manager.reconcile_local
+
+        async def reconciling() -> None:
+            ran["reconcile"].append(ticker.ticks)
+            await reconcile_local()
+
+        async def retention(*args: object) -> None:
+            ran["retention"].append(ticker.ticks)
+
+        async def probe() -> None:
+            ran["probe"].append(ticker.ticks)
+
+        monkeypatch.setattr(manager, "reconcile_local", reconciling)
+        monkeypatch.setattr(partitions_module, "apply_retention", retention)
+        monkeypatch.setattr(node.collector, "probe_unplaced", probe)
+        node.collector.probe_interval_s = 2.5
+        task = asyncio.get_running_loop().create_task(manager.run())
+        try:
+            await asyncio.sleep(0)  # the task starts the ticker
+            for tick in range(1, 31):
+                ticker.advance(1)
+                await _until(lambda tick=tick: manager.passes == tick, f"pass {tick}")  # type: ignore[misc]
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await _close(node)
+
+    asyncio.run(scenario())
+    # at 0.2 s (the topics were new), then on the first tick more than 5 s later (5.4 s)
+    assert RECONCILE_EVERY_S == 5.0
+    assert ran["reconcile"] == [1, 27]
+    assert ran["retention"] == [6, 12, 18, 24, 30]  # 1.2 s, 2.4 s, ...: each > 1.1 s on
+    assert ran["probe"] == [13, 26]  # 2.6 s, 5.2 s
+
+
+def _gossip(sender: str, *updates: object) -> peer_pb2.SwimPacket:
+    message = Gossip(sender, "127.0.0.1:1", tuple(updates))  # type: ignore[arg-type]
+    return peer_pb2.SwimPacket(
+        from_node=sender, from_address="127.0.0.1:1", payload=encode(message)
+    )
+
+
+def test_a_dead_member_stays_a_placement_candidate_for_replace_after_on_the_nodes_clock(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path, replace_after_s=3.0)
+        ticker.start(lambda at: None)
+        try:
+            n2 = Member("n2", "127.0.0.1:1")
+            node.gossip.receive(_gossip("n3", Alive(n2, 1)))
+            assert "n2" in {c.node_id for c in node.placement_candidates()}
+            ticker.advance(5)  # n2 dies at 1.0 s
+            node.gossip.receive(_gossip("n3", Dead("n2", 1, "n3")))
+            assert node.gossip.swim.member_state("n2") is not None
+            assert "n2" not in {m.id for m in node.gossip.swim.live_members()}
+            ticker.advance(14)  # 3.8 s: dead for 2.8 s, not yet replace_after
+            assert "n2" in {c.node_id for c in node.placement_candidates()}
+            ticker.advance(2)  # 4.2 s: dead for 3.2 s
+            assert "n2" not in {c.node_id for c in node.placement_candidates()}
+        finally:
+            await _close(node)
+
+    asyncio.run(scenario())
+
+
+def test_an_opened_replica_counts_as_settling_for_settling_max_s_on_the_nodes_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(opener_module, "OPEN_BATCH_REPLICAS", 4)
+    monkeypatch.setattr(opener_module, "SETTLING_LIMIT", 4)
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path)
+        ticker.start(lambda at: None)
+        assignment = tuple(("n1", "n2", "n3") for _ in range(12))
+        node.topics = {"t": TopicSpec("t", 12, 3, assignment=assignment)}
+        try:
+            await node.partitions.reconcile_local()
+            await node.opener.open_pending()
+            assert len(node.multiraft.replicas) == 4  # one batch, then the limit holds
+            ticks_per_settling = round(opener_module.SETTLING_MAX_S / TICK_S)  # 50
+            ticker.advance(ticks_per_settling)  # 10.0 s: not more than SETTLING_MAX_S yet
+            await node.opener.open_pending()
+            assert len(node.multiraft.replicas) == 4
+            ticker.advance(1)  # 10.2 s: the first batch no longer counts as settling
+            await node.opener.open_pending()
+            assert len(node.multiraft.replicas) == 8
+        finally:
+            await _close(node)
+
+    asyncio.run(scenario())
+
+
+def test_the_graceful_hand_off_gives_up_after_four_election_timeouts_on_the_nodes_clock(
+    tmp_path: Path,
+) -> None:
+    """A leader with no live voter to hand its group to: the stop tries until four election
+    timeouts have passed on the node's clock, however long that takes in real time."""
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path, tick_ms=10, election_ticks=5)  # election timeout 50 ms
+        node.topics = {"solo": TopicSpec("solo", 1, 1, assignment=(("n1",),))}
+        manager = asyncio.get_running_loop().create_task(node.partitions.run())
+        node._tasks.append(manager)
+        await asyncio.sleep(0)  # the task starts the ticker
+        ticker.advance(1)
+        await _until(lambda: "solo/0" in node.multiraft.replicas, "the replica")
+        node.multiraft.start()
+        replica = node.multiraft.replicas["solo/0"]
+        await _until(lambda: replica.node.role is Role.LEADER, "its election")
+        stopping = asyncio.get_running_loop().create_task(node.stop())
+        # ten real election timeouts: a hand-off on the real clock would have given up
+        loop = asyncio.get_running_loop()
+        held_until = loop.time() + 10 * node.config.election_timeout_ms / 1000
+        while loop.time() < held_until:
+            assert not stopping.done(), "the hand-off gave up before its time on the node's clock"
+            await asyncio.sleep(0.01)
+        # 4 election timeouts = 0.2 s = one tick; one more passes the deadline
+        ticker.advance(2)
+        await _until(stopping.done, "the stop after the hand-off's deadline")
+        await stopping
+
+    asyncio.run(scenario())
