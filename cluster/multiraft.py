@@ -29,6 +29,11 @@ Time: a `Ticker` (`cluster.clock`; real on the event loop, or a test's `FakeTick
 ticks and the lazy commit-index saves (one every `COMMIT_SAVE_INTERVAL_S` of ticks); nothing here
 reads the clock to decide anything.
 
+Driven by hand: a host that is not `start()`ed runs no task and no ticker; a test (or a tool)
+drives it with `run_round()` (one round, as the driver runs it), `tick(at)` (what the ticker
+calls) and `save_commits_soon()` (the periodic save, now): the same code as the driver's, with
+no private state touched.
+
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
@@ -197,7 +202,7 @@ class MultiRaft:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.ticker.start(self._on_tick)
+        self.ticker.start(self.tick)
         self._commits_saved_at = self.ticker.started_at
         self._tasks = [loop.create_task(self._driver())]
 
@@ -250,29 +255,35 @@ class MultiRaft:
         guarded = partial(self.fail_stop.guard, what or describe(work), work)
         return await asyncio.get_running_loop().run_in_executor(self._storage, guarded)
 
-    def _save_commits_soon(self) -> None:
+    def save_commits_soon(self) -> asyncio.Future[object] | None:
         """Saves, within the next round, the commit indexes that moved (`save_commit_indexes`):
-        lazily, off the event loop, one journal write for all of them."""
+        lazily, off the event loop, one journal write for all of them. The future of the save,
+        or None when no commit index moved (nothing to write)."""
         moved = [r for r in self.replicas.values() if r.node.applied_index > r.saved_commit]
-        if moved:
-            hosted = lambda replica: self.replicas.get(replica.group) is replica  # noqa: E731
-            future = self.maintain(lambda: save_commit_indexes(moved, self.journal, hosted))
-            future.add_done_callback(_log_failure)
+        if not moved:
+            return None
+        hosted = lambda replica: self.replicas.get(replica.group) is replica  # noqa: E731
+        future = self.maintain(lambda: save_commit_indexes(moved, self.journal, hosted))
+        future.add_done_callback(_log_failure)
+        return future
 
-    def _on_tick(self, at: float) -> None:
+    def tick(self, at: float) -> None:
+        """One tick at `at` (seconds on the ticker's clock): the active groups tick in the next
+        round, and the moved commit indexes are saved once `COMMIT_SAVE_INTERVAL_S` has passed
+        since the last save. The ticker calls it; a host driven by hand may instead."""
         if self._active:
             self._ticks_due += 1
             self._wake.set()
         if at - self._commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
             self._commits_saved_at = at
-            self._save_commits_soon()
+            self.save_commits_soon()
 
     async def _driver(self) -> None:
         while not self.fail_stop.stopped:
             await self._wake.wait()
             self._wake.clear()
             try:
-                await self._round()
+                await self.run_round()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -420,7 +431,10 @@ class MultiRaft:
         self._active.add(replica)
         self._dirty.add(replica)
 
-    async def _round(self) -> None:
+    async def run_round(self) -> None:
+        """One round (the module docstring's steps 1-6), now. The driver task runs one each time
+        an input wakes it, and logs an exception a round raises; a host driven by hand (not
+        `start()`ed: never while the driver runs) calls it, and sees the exception."""
         try:
             if self.fail_stop.failure is not None:
                 raise self.fail_stop.failure

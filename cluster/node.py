@@ -158,6 +158,7 @@ class Node:
             clock=self.ticker.now,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
+        self.multiraft.on_round = self._after_round
         self.started = asyncio.Event()
         self.metadata_view = MetadataView(
             config,
@@ -254,7 +255,6 @@ class Node:
         except RuntimeError as error:  # grpc's only word for "bind failed"
             raise AddressInUse("gRPC", config.listen, str(error).split(";")[0]) from None
         await self.server.start()
-        self.multiraft.on_round = self._after_round
         self.multiraft.on_disk = self.metrics.observe_round
         self.multiraft.on_fsync = self.metrics.observe_fsync
         self.multiraft.start()

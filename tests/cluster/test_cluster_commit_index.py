@@ -45,7 +45,7 @@ def test_the_commit_index_is_saved_lazily_and_restores_the_high_watermark(tmp_pa
         multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, journal)
         replica = _open(tmp_path, HardState())
         multiraft.add(replica)
-        await multiraft._round()
+        await multiraft.run_round()
         entries = (
             Entry(1, 1, EntryKind.NOOP, 0, b""),
             Entry(2, 1, EntryKind.NORMAL, 3, _batch(3)),
@@ -54,18 +54,19 @@ def test_the_commit_index_is_saved_lazily_and_restores_the_high_watermark(tmp_pa
         multiraft.deliver(
             "a", [(GROUP, encode_message(AppendRequest(1, "a", "b", 0, 0, 0, entries)))]
         )
-        await multiraft._round()
+        await multiraft.run_round()
         assert journal.load(GROUP) == HardState(1, None, 0)  # the term, saved before answering
         multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 3)))])
-        await multiraft._round()
+        await multiraft.run_round()
         assert replica.high_watermark == 5
         assert journal.load(GROUP).commit == 0, "a commit alone is not saved on the hot path"
-        multiraft._save_commits_soon()
-        await multiraft._round()
-        assert journal.load(GROUP) == HardState(1, None, 3)  # term and vote as they were
+        saving = multiraft.save_commits_soon()
+        assert saving is not None
+        await multiraft.run_round()
+        assert saving.done() and journal.load(GROUP) == HardState(1, None, 3)  # term, vote kept
         saved_again = journal.states()
-        multiraft._save_commits_soon()  # nothing moved: nothing to write
-        assert not multiraft._maintenance and journal.states() == saved_again
+        assert multiraft.save_commits_soon() is None  # nothing moved: nothing to write
+        assert journal.states() == saved_again
         await multiraft.stop()
 
         reopened_journal = StateJournal(tmp_path / "journal")
@@ -92,16 +93,16 @@ def test_a_replica_removed_before_the_save_runs_is_not_saved(tmp_path: Path) -> 
         entries = (Entry(1, 1, EntryKind.NOOP, 0, b""),)
         append = AppendRequest(1, "a", "b", 0, 0, 0, entries)
         multiraft.deliver("a", [(GROUP, encode_message(append))])
-        await multiraft._round()
+        await multiraft.run_round()
         multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 1)))])
-        await multiraft._round()
+        await multiraft.run_round()
         assert replica.node.applied_index == 1 and journal.load(GROUP).commit == 0
-        multiraft._save_commits_soon()
-        assert multiraft._maintenance, "the save is queued while the replica is hosted"
+        saving = multiraft.save_commits_soon()
+        assert saving is not None, "the save is queued while the replica is hosted"
         multiraft.remove(GROUP)
         journal.forget([GROUP])
-        await multiraft._round()
-        assert GROUP not in journal.states()
+        await multiraft.run_round()
+        assert saving.done() and GROUP not in journal.states()
         await multiraft.stop()
         replica.close()
 

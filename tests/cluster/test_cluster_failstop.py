@@ -59,7 +59,7 @@ def _host(
 async def _round(multiraft: MultiRaft) -> None:
     """One round, as the driver runs it (which logs a failed round and goes on)."""
     with contextlib.suppress(Exception):
-        await multiraft._round()
+        await multiraft.run_round()
 
 
 def test_a_failed_journal_write_stops_the_node_before_it_answers_at_the_new_term(

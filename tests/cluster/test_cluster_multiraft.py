@@ -95,13 +95,14 @@ def test_messages_wait_for_the_disk_only_when_their_ready_writes(tmp_path: Path)
     async def scenario() -> None:
         multiraft, voting, sent = _host(tmp_path)
         multiraft.add(_open(tmp_path, "t/1"))
-        await multiraft._round()
+        await multiraft.run_round()
         loop = asyncio.get_running_loop()
         gate = asyncio.Event()
         # hold the storage thread until the test has looked at what was sent
-        blocked = loop.run_in_executor(
-            multiraft._storage,
-            lambda: asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(),
+        blocked = asyncio.ensure_future(
+            multiraft.run_storage(
+                lambda: asyncio.run_coroutine_threadsafe(gate.wait(), loop).result()
+            )
         )
         # one round: a vote in t/0 (must be durable before it is sent) and a pre-vote in t/1
         # (changes nothing durable, so its answer need not wait for t/0's disk work)
@@ -112,7 +113,7 @@ def test_messages_wait_for_the_disk_only_when_their_ready_writes(tmp_path: Path)
                 ("t/1", encode_message(VoteRequest(1, "a", "b", 0, 0, pre_vote=True))),
             ],
         )
-        round_task = asyncio.ensure_future(multiraft._round())
+        round_task = asyncio.ensure_future(multiraft.run_round())
         deadline = loop.time() + 30  # the round sends t/1's answer, then waits on the disk
         while not sent and not round_task.done() and loop.time() < deadline:
             await asyncio.sleep(0.005)
@@ -133,18 +134,18 @@ def test_only_rounds_with_disk_work_report_their_duration(tmp_path: Path) -> Non
         multiraft, replica, sent = _host(tmp_path)
         durations: list[float] = []
         multiraft.on_disk = durations.append
-        await multiraft._round()
+        await multiraft.run_round()
         durations.clear()  # opening the replica's first Ready may write; start from here
         # a leader of a newer term: the term must be durable before the answer leaves
         multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
-        await multiraft._round()
+        await multiraft.run_round()
         assert len(durations) == 1 and durations[0] > 0
         # the same leader again, and ticks: nothing to write, so nothing to report (the fsync
         # histogram counts group commits, not rounds)
         for _ in range(5):
             multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
-            multiraft._ticks_due = 1
-            await multiraft._round()
+            multiraft.tick(0.0)  # as the ticker would (the host is driven by hand)
+            await multiraft.run_round()
         assert len(durations) == 1
         assert sum(isinstance(m, HeartbeatResponse) for _, m in sent) == 6
         assert replica.node.term == 1
@@ -170,21 +171,21 @@ def test_messages_of_another_incarnation_of_the_topic_are_dropped(tmp_path: Path
         replica.set_topic_uid("0123456789abcdef" * 2)
         assert replica.wire_group == f"{GROUP}@0123456789abcdef"
         multiraft.add(replica)
-        await multiraft._round()
+        await multiraft.run_round()
         # a leader of the new incarnation (another uid): dropped, nothing answered
         append = encode_message(AppendRequest(3, "a", "b", 0, 0, 0))
         multiraft.deliver("a", [(f"{GROUP}@fedcba9876543210", append)])
-        await multiraft._round()
+        await multiraft.run_round()
         assert multiraft.foreign_messages == 1 and not sent
         assert replica.node.term == 0 and replica.node.leader_id is None
         # the same incarnation, and an untagged message (a peer that does not know the uid):
         # both are taken, and the answers carry this replica's tag
         multiraft.deliver("a", [(f"{GROUP}@0123456789abcdef", append)])
-        await multiraft._round()
+        await multiraft.run_round()
         assert replica.node.term == 3 and replica.node.leader_id == "a"
         assert [(to, group) for to, group, _ in sent] == [("a", f"{GROUP}@0123456789abcdef")]
         multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(4, "a", "b", 0)))])
-        await multiraft._round()
+        await multiraft.run_round()
         assert replica.node.term == 4 and multiraft.foreign_messages == 1
         await multiraft.stop()
 
@@ -198,16 +199,16 @@ def test_a_call_for_a_replica_removed_since_it_was_queued_is_dropped(tmp_path: P
 
     async def scenario() -> None:
         multiraft, replica, _ = _host(tmp_path)
-        await multiraft._round()
+        await multiraft.run_round()
         called: list[str] = []
         multiraft.call(lambda: called.append("gone"), replica)
         multiraft.remove(GROUP)
-        await multiraft._round()
+        await multiraft.run_round()
         assert not called and multiraft.active_count == 0
         other = _open(tmp_path, "t/1")
         multiraft.add(other)
         multiraft.call(lambda: called.append("hosted"), other)
-        await multiraft._round()
+        await multiraft.run_round()
         assert called == ["hosted"]
         replica.close()
         await multiraft.stop()
@@ -231,7 +232,7 @@ def test_a_round_tells_the_transport_it_took_the_delivered_frames(tmp_path: Path
         heartbeat = Heartbeat(1, "a", "b", 0, quiesce=False, lease_tick=1)
         multiraft.deliver("a", [(GROUP, encode_message(heartbeat))])
         backlog[0] = 1
-        await multiraft._round()
+        await multiraft.run_round()
         return taken
 
     assert asyncio.run(scenario()) == [1]

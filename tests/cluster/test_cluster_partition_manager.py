@@ -30,6 +30,19 @@ from raft.types import (
 PARTITIONS = 30
 
 
+def _deliveries(node: Node) -> list[tuple[str, list[tuple[str, bytes | memoryview]]]]:
+    """What is delivered to the node's MultiRaft from now on (and still delivered to it)."""
+    delivered: list[tuple[str, list[tuple[str, bytes | memoryview]]]] = []
+    deliver = node.multiraft.deliver
+
+    def recording(sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
+        delivered.append((sender, list(messages)))
+        deliver(sender, messages)
+
+    node.multiraft.deliver = recording  # type: ignore[method-assign]
+    return delivered
+
+
 def _node(tmp_path: Path, node_id: str = "n1") -> Node:
     node = Node(NodeConfig(node_id=node_id, data_dir=str(tmp_path / node_id)))
     Path(node.partitions_dir).mkdir(parents=True, exist_ok=True)
@@ -69,6 +82,7 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
             return open_replica(*args, **kwargs)
 
         node.opener.open_replica = recording  # type: ignore[method-assign]
+        delivered = _deliveries(node)
         votes = [
             b"".join(encode_message_parts(VoteRequest(term, "n3", "n1", 0, 0, True, False)))
             for term in (1, 2)
@@ -83,7 +97,6 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         assert threads == ["flotilla-storage_0"]
         replica = node.multiraft.replicas["t/29"]
         assert replica.node.configuration.voters == frozenset({"n1", "n2", "n3"})
-        delivered = [m for m in node.multiraft._inbox if isinstance(m, tuple)]
         assert delivered == [("n3", [("t/29", votes[0])]), ("n3", [("t/29", votes[1])])]
         await node.multiraft.stop()
         node.data_dir_lock.release()  # as the process ending would
@@ -135,7 +148,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         node.journal.save_many({"t/0": HardState(7, "n2", 0)})  # as an election leaves it
         replica.node.restore_vote_floor(LogPosition(7, 12))  # as if it had been wiped before
         replica.node.removed_at = 5  # as a member's `Removed` sets it
-        node._after_round({replica})
+        node.multiraft.on_round({replica})  # as after a round
         await _wait((directory / opener_module.RETIRED).exists, "the marker")
         await _wait(lambda: not node.collector.retiring, "the retirement")
         assert "t/0" not in node.multiraft.replicas and not (directory / "log").exists()
@@ -156,6 +169,7 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         assert "t/0" not in node.opener.opening  # a removed peer's campaign opens nothing
 
         append = _encoded(AppendRequest(8, "n2", "n1", 40, 7, 40))
+        delivered = _deliveries(node)
         node.opener.open_on_message("t/0", "", "n2", append)
         await _wait(lambda: "t/0" in node.multiraft.replicas, "t/0 re-opened for its leader")
         back = node.multiraft.replicas["t/0"]
@@ -165,7 +179,6 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         assert (directory / opener_module.REJOINED).exists()
         assert not (directory / opener_module.RETIRED).exists()
         assert "t/0" not in node.opener.retired
-        delivered = [m for m in node.multiraft._inbox if isinstance(m, tuple)]
         assert delivered == [("n2", [("t/0", bytes(append))])]
         # reopened after a restart, it still does not take the initial assignment
         node.multiraft.remove("t/0")
@@ -204,7 +217,7 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         # t/1 was retired in the earlier topic
         t1 = node.multiraft.replicas["t/1"]
         t1.node.removed_at = 3
-        node._after_round({t1})
+        node.multiraft.on_round({t1})  # as after a round
         await _wait(
             lambda: not node.collector.retiring and "t/1" in node.opener.retired, "t/1 retired"
         )
@@ -277,9 +290,8 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
         monkeypatch.setattr(node.collector, "placement_candidates", lambda: elsewhere)
         sent: list[Message] = []
         node.multiraft.send = lambda to, group, parts: sent.append(decode_message(b"".join(parts)))
-        node.multiraft._inbox.clear()
         assert await node.collector.probe_unplaced() == PARTITIONS - 1  # not the one still ticking
-        await node.multiraft._round()
+        await node.multiraft.run_round()
         probes = [m for m in sent if isinstance(m, VoteRequest)]
         assert len(probes) == 2 * (PARTITIONS - 1)  # to its two fellow voters each
         assert all(m.pre_vote and m.term == 0 and m.sender == "n1" for m in probes)

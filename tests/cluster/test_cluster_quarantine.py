@@ -59,7 +59,7 @@ def test_an_error_in_one_groups_step_quarantines_it_and_spares_the_others(
         bad, good = open_replica(tmp_path, "t/0"), open_replica(tmp_path, "t/1")
         multiraft.add(bad)
         multiraft.add(good)
-        await multiraft._round()
+        await multiraft.run_round()
 
         def corrupt_step(message: Message) -> None:  # the fault: a bug or a corrupt entry met
             raise CorruptEntry(f"entry 7 of {bad.group} fails its checksum")
@@ -73,7 +73,7 @@ def test_an_error_in_one_groups_step_quarantines_it_and_spares_the_others(
         waiter = Waiter(asyncio.get_running_loop().create_future())
         multiraft.propose(Proposal(good, b"x", 1, 0, waiter))
         try:
-            await multiraft._round()
+            await multiraft.run_round()
         except Exception as error:  # the driver would log it and go on
             print(f"the round failed: {error!r}")
         assert ("a", "t/1", VoteResponse(1, "b", "a", True, False)) in sent, (
@@ -92,7 +92,7 @@ def test_an_error_in_one_groups_step_quarantines_it_and_spares_the_others(
         sent.clear()
         multiraft.deliver("a", [("t/0", encode_message(VoteRequest(3, "a", "b", 0, 0)))])
         multiraft.deliver("a", [("t/1", encode_message(Heartbeat(1, "a", "b", 0)))])
-        await multiraft._round()
+        await multiraft.run_round()
         assert [group for _, group, _ in sent] == ["t/1"]
         await multiraft.stop()
 
@@ -117,7 +117,7 @@ def test_an_error_in_one_groups_write_quarantines_it_and_the_others_persist(
         bad, good = open_replica(tmp_path, "t/0"), open_replica(tmp_path, "t/1")
         multiraft.add(bad)
         multiraft.add(good)
-        await multiraft._round()
+        await multiraft.run_round()
 
         def broken_append(entries: object) -> None:
             raise LogError("append starts at index 9, expected 1")  # the fault: a bug
@@ -131,7 +131,7 @@ def test_an_error_in_one_groups_write_quarantines_it_and_the_others_persist(
                 ("t/1", encode_message(VoteRequest(1, "a", "b", 0, 0))),
             ],
         )
-        await multiraft._round()
+        await multiraft.run_round()
         assert sent == [("t/1", VoteResponse(1, "b", "a", True, False))]
         assert journal.load("t/1").vote == "a" and exits == []
         assert [q.group for q in multiraft.quarantine.entries()] == ["t/0"]
