@@ -1,7 +1,8 @@
 """The node's time-based decisions on a fake clock: a `Node` built (not started) with a
 `FakeTicker` decides when to reconcile, apply retention and probe, when a dead member is
 replaced, how long an opened replica counts as settling and how long the graceful hand-off
-tries, all on that ticker's clock: only `advance` makes time pass, and no test sleeps."""
+tries, and its steward when to give a group back to its preferred leader, all on that ticker's
+clock: only `advance` makes time pass, and no test sleeps to let it."""
 
 from __future__ import annotations
 
@@ -10,20 +11,34 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from harness import open_replica
 
 from cluster import opener as opener_module
 from cluster import partitions as partitions_module
 from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
+from cluster.multiraft import MultiRaft
 from cluster.node import Node
 from cluster.partitions import RECONCILE_EVERY_S, PartitionManager
+from cluster.placement import Candidate
+from cluster.replica import Replica
+from cluster.steward import GroupSteward
 from membership import Member
 from membership.codec import encode
 from membership.messages import Gossip
 from membership.types import Alive, Dead
 from proto import peer_pb2
-from raft.types import Role
+from raft.codec import decode_message, encode_message
+from raft.types import (
+    AppendRequest,
+    AppendResponse,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from storage import StateJournal
 
 TICK_S = PartitionManager.interval_s  # 0.2 s
 
@@ -188,5 +203,70 @@ def test_the_graceful_hand_off_gives_up_after_four_election_timeouts_on_the_node
         manager.cancel()  # the node's own stop cancels the task it started; this one is ours
         with pytest.raises(asyncio.CancelledError):
             await manager
+
+    asyncio.run(scenario())
+
+
+async def _lead(multiraft: MultiRaft, sent: list[tuple[str, object]]) -> Replica:
+    """Makes the hand-driven host's replica of t/0 (voters a, b, c; this is b) the leader, with
+    a answering and caught up: a's vote, then its acknowledgement of the leader's first append."""
+    replica = multiraft.replicas["t/0"]
+    for _ in range(100):  # the election timeout is at most 2 * election_ticks
+        if any(isinstance(m, VoteRequest) and m.pre_vote for _, m in sent):
+            break
+        multiraft.tick(0.0)
+        await multiraft.run_round()
+    for pre_vote in (True, False):
+        vote = VoteResponse(1, "a", "b", True, pre_vote)
+        multiraft.deliver("a", [("t/0", encode_message(vote))])
+        await multiraft.run_round()
+    assert replica.node.role is Role.LEADER, sent
+    [append] = [m for to, m in sent if to == "a" and isinstance(m, AppendRequest)]
+    acked = AppendResponse(1, "a", "b", append.prev_index + len(append.entries))
+    multiraft.deliver("a", [("t/0", encode_message(acked))])
+    await multiraft.run_round()
+    assert replica.node.is_caught_up("a") and replica.node.recently_active("a")
+    return replica
+
+
+def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: Path) -> None:
+    """This node (b) leads t/0, whose preferred leader is a: it hands a the group once a has
+    been alive, and b has led, `balance_after_s` on the steward's clock (a ticker's), and not
+    before, however fast the test runs."""
+
+    async def scenario() -> None:
+        ticker = FakeTicker(TICK_S)
+        ticker.start(lambda at: None)
+        sent: list[tuple[str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+        )
+        multiraft.add(open_replica(tmp_path, "t/0"))
+        steward = GroupSteward(
+            multiraft,
+            balance_after_s=1.0,
+            election_timeout_s=0.5,
+            is_live=lambda member: True,
+            alive_since={"a": 0.0, "b": 0.0, "c": 0.0}.get,  # all alive since the clock's 0
+            clock=ticker.now,
+        )
+        try:
+            replica = await _lead(multiraft, sent)
+            steward.note_roles({replica})  # b leads since 0.0
+            candidates = [Candidate(member) for member in ("a", "b", "c")]
+            topics = {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+            sent.clear()
+            for tick in range(6):
+                steward.reconcile(candidates, topics, 1)
+                await multiraft.run_round()
+                handed = [to for to, m in sent if isinstance(m, TimeoutNow)]
+                # at 1.0 s (tick 5) a and b have waited balance_after_s: not one tick before
+                assert handed == (["a"] if tick == 5 else []), (tick, sent)
+                ticker.advance(1)
+        finally:
+            await multiraft.stop()
 
     asyncio.run(scenario())
