@@ -265,20 +265,6 @@ class Replica:
         except FileNotFoundError as error:  # the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
-    @property
-    def producers(self) -> ProducerTable:
-        """The producer table (what the log holds), read-only for callers: `idempotence` owns it."""
-        return self.idempotence.table
-
-    def check_sequence(self, producer_id: int, base_sequence: int, record_count: int = 0) -> None:
-        """Leader, right before proposing: raises what `Idempotence.refusal` says for this batch
-        in the current term (OutOfOrderSequence or UnknownProducer), nothing when it is fresh."""
-        term = self.node.term
-        verdict = self.idempotence.admit(producer_id, base_sequence, record_count, term)
-        error = self.idempotence.refusal(verdict, producer_id, base_sequence, term, self.group)
-        if error is not None:
-            raise error
-
     # -- the storage thread -------------------------------------------------------------------
     def write_ready(self, ready: Ready) -> HardState | None:
         """Disk work of one Ready, in the contract's order; durability by the caller's group

@@ -72,6 +72,27 @@ def test_an_expired_producer_is_unknown() -> None:
     assert owner.admit(7, 0, 5, TERM) == Fresh(5)  # not a duplicate any more: starts afresh
 
 
+def test_an_unknown_producer_must_start_at_sequence_zero() -> None:
+    """A producer the partition does not know (new, or its state expired) may only start at
+    sequence 0; any other first sequence is refused with UnknownProducer (retriable: the client
+    moves to a new producer id), as the batch may follow batches the replica has forgotten."""
+    owner = Idempotence()
+
+    def check(producer_id: int, base_sequence: int) -> None:  # as the leader, before proposing
+        verdict = owner.admit(producer_id, base_sequence, 0, TERM)
+        error = owner.refusal(verdict, producer_id, base_sequence, TERM, "t/0")
+        if error is not None:
+            raise error
+
+    check(7, 0)  # a new producer
+    with pytest.raises(UnknownProducer, match=r"producer 7 .* sequence 5"):
+        check(7, 5)
+    owner.written(8, 0, BatchRef(1, 1, 5))
+    check(8, 5)  # known: follows its latest batch
+    with pytest.raises(OutOfOrderSequence):
+        check(8, 9)
+
+
 def test_refusals_name_the_producer_and_the_sequences() -> None:
     owner = Idempotence()
     assert owner.refusal(Fresh(5), 7, 0, TERM, "t/0") is None

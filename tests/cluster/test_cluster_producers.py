@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgpack
-import pytest
 import xxhash
 from harness import open_replica
 
 from cluster.producers import BatchRef, ProducerTable
-from cluster.replica import PRODUCER_SNAPSHOT, OutOfOrderSequence, Replica, UnknownProducer
+from cluster.replica import PRODUCER_SNAPSHOT, Replica
 from proto.records import encode_batch
 from raft.types import Entry, EntryKind
 
@@ -73,7 +72,7 @@ def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path:
         producer, sequence = (7, 0) if index == 1 else (9, index - 2)
         batch = encode_batch([(None, b"v", None, 0)], producer_id=producer, base_sequence=sequence)
         entries.append(Entry(index, 1, EntryKind.NORMAL, 1, batch))
-        replica.producers.note(producer, sequence, BatchRef(index, 1, 1))
+        replica.idempotence.written(producer, sequence, BatchRef(index, 1, 1))
     replica.log.append(entries)
     replica.segmented.flush()
     snapshot = replica.producer_snapshot()
@@ -85,8 +84,8 @@ def test_a_restart_loads_the_saved_table_only_while_it_matches_the_log(tmp_path:
     def reopened_knows_p() -> bool:
         again = _replica(tmp_path)
         try:
-            assert again.producers.next_sequence(9) == total - 1  # the scan, either way
-            return again.producers.lookup(7, 0) == BatchRef(1, 1, 1)
+            assert again.idempotence.table.next_sequence(9) == total - 1  # the scan, either way
+            return again.idempotence.table.lookup(7, 0) == BatchRef(1, 1, 1)
         finally:
             again.close()
 
@@ -169,34 +168,17 @@ def test_a_snapshot_is_saved_however_many_producers_wrote(tmp_path: Path) -> Non
     replica.log.append(entries)
     replica.segmented.flush()
     for entry in entries:
-        replica.producers.note(entry.index, 0, BatchRef(entry.index, 1, 1, entry.timestamp_ms))
+        replica.idempotence.written(entry.index, 0, BatchRef(entry.index, 1, 1, entry.timestamp_ms))
     snapshot = replica.producer_snapshot()
     assert snapshot is not None
     replica.save_snapshot(snapshot)
     replica.close()
     again = _replica(tmp_path)
     try:
-        assert again.producers.lookup(1, 0) == BatchRef(1, 1, 1, 1)
-        assert len(again.producers) == count
+        assert again.idempotence.table.lookup(1, 0) == BatchRef(1, 1, 1, 1)
+        assert len(again.idempotence.table) == count
     finally:
         again.close()
-
-
-def test_an_unknown_producer_must_start_at_sequence_zero(tmp_path: Path) -> None:
-    """A producer the partition does not know (new, or its state expired) may only start at
-    sequence 0; any other first sequence is refused with UnknownProducer (retriable: the client
-    moves to a new producer id), as the batch may follow batches the replica has forgotten."""
-    replica = _replica(tmp_path)
-    try:
-        replica.check_sequence(7, 0)  # a new producer
-        with pytest.raises(UnknownProducer, match=r"producer 7 .* sequence 5"):
-            replica.check_sequence(7, 5)
-        replica.producers.note(8, 0, BatchRef(1, 1, 5))
-        replica.check_sequence(8, 5)  # known: follows its latest batch
-        with pytest.raises(OutOfOrderSequence):
-            replica.check_sequence(8, 9)
-    finally:
-        replica.close()
 
 
 def test_a_snapshot_of_the_format_before_timestamps_still_loads(tmp_path: Path) -> None:
@@ -212,7 +194,7 @@ def test_a_snapshot_of_the_format_before_timestamps_still_loads(tmp_path: Path) 
     (tmp_path / "t" / "0" / PRODUCER_SNAPSHOT).write_bytes(xxhash.xxh3_64_digest(body) + body)
     again = _replica(tmp_path)
     try:
-        assert again.producers.lookup(9, 3) == BatchRef(1, 1, 1, 5000)
-        assert again.producers.clock_ms == 5000
+        assert again.idempotence.table.lookup(9, 3) == BatchRef(1, 1, 1, 5000)
+        assert again.idempotence.table.clock_ms == 5000
     finally:
         again.close()
