@@ -27,12 +27,16 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import msgpack
-import xxhash
-
 from cluster.errors import ClusterError
 from cluster.idempotence import Idempotence, OutOfOrderSequence, UnknownProducer
-from cluster.producers import EXPIRATION_MS, Batches, BatchRef, ProducerTable
+from cluster.producer_snapshot import (
+    ProducerSnapshot,
+    SnapshotError,
+    UnknownSnapshotFormat,
+    decode_snapshot,
+    encode_snapshot,
+)
+from cluster.producers import EXPIRATION_MS, BatchRef
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
 from raft.config import RaftConfig
@@ -66,7 +70,6 @@ REBUILD_SCAN_ENTRIES = 4096
 SNAPSHOT_EVERY_ENTRIES = 2048
 SNAPSHOT_STALE_ENTRIES = 4 * REBUILD_SCAN_ENTRIES
 PRODUCER_SNAPSHOT = "producers.snapshot"
-_SNAPSHOT_FORMAT = 2  # 2: [format, index, term, clock_ms, table]; batches carry timestamps
 # How often the commit indexes that moved are saved (one journal write and fsync for all groups).
 COMMIT_SAVE_INTERVAL_S = 1.0
 # Hex digits of a topic's uid that tag its groups' Raft messages on the wire.
@@ -98,17 +101,6 @@ class ProduceResult:
     base_offset: int
     record_count: int
     duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerSnapshot:
-    """The producer table as of entry (`index`, `term`): copied on the event loop (cheap),
-    encoded and written by the storage thread (`Replica.save_snapshot`)."""
-
-    index: int
-    term: int
-    clock_ms: int
-    rows: list[tuple[int, Batches]]
 
 
 @dataclass(slots=True)
@@ -213,26 +205,28 @@ class Replica:
         except FileNotFoundError:
             return None
         try:
-            digest, body = data[:8], data[8:]
-            if xxhash.xxh3_64_digest(body) != digest:
-                raise ValueError("checksum mismatch")
-            version, index, term, *rest = msgpack.unpackb(body)
-            log = self.segmented
-            if (
-                version not in (1, _SNAPSHOT_FORMAT)
-                or not log.first_index <= index <= log.last_index
-            ):
-                return None  # another format, or the log no longer holds its last entry
-            if log.term_at(index) != term or log.last_index - index > SNAPSHOT_STALE_ENTRIES:
-                return None  # truncated and rewritten since, or too old to catch up cheaply
-            if version == 1:  # before timestamps: as if every producer wrote at its last entry
-                clock_ms, dumped = log.read(index).timestamp_ms, rest[0]
-                dumped = [[pid, [[*b, clock_ms] for b in batches]] for pid, batches in dumped]
-            else:
-                clock_ms, dumped = rest
+            saved = decode_snapshot(data)
+        except UnknownSnapshotFormat:
+            return None  # a format this version does not read: the bounded scan instead
+        except SnapshotError as error:  # torn, or not a snapshot
+            logger.warning("ignored the producer snapshot of %s: %s", self.group, error)
+            return None
+        log = self.segmented
+        try:
+            if not log.first_index <= saved.index <= log.last_index:
+                return None  # the log no longer holds its last entry
+            if log.term_at(saved.index) != saved.term:
+                return None  # truncated and rewritten since
+            if log.last_index - saved.index > SNAPSHOT_STALE_ENTRIES:
+                return None  # too old to catch up cheaply
+            # format 1 is dated at the entry it ends at (read only then)
+            stamp = saved.clock_ms
+            if stamp is None:
+                stamp = log.read(saved.index).timestamp_ms
+            clock_ms, dumped = saved.dated(stamp)
             self.idempotence.restore(dumped, clock_ms)
-            return int(index)
-        except Exception as error:  # a torn or foreign file: the bounded scan instead
+            return saved.index
+        except Exception as error:  # rows of another shape: the bounded scan instead
             self.idempotence.reset()
             logger.warning("ignored the producer snapshot of %s: %s", self.group, error)
             return None
@@ -254,14 +248,9 @@ class Replica:
         """Storage thread: replaces the saved producer table (atomically). A write or fsync
         error is raised (the node fail-stops, `cluster.failstop`); a replica deleted meanwhile
         is not an error."""
-        dumped = ProducerTable.dump_rows(snapshot.rows)
-        body = msgpack.packb(
-            [_SNAPSHOT_FORMAT, snapshot.index, snapshot.term, snapshot.clock_ms, dumped]
-        )
+        data = encode_snapshot(snapshot)  # here: encoding is the storage thread's work
         try:
-            write_atomic(
-                os.path.join(self.directory, PRODUCER_SNAPSHOT), xxhash.xxh3_64_digest(body) + body
-            )
+            write_atomic(os.path.join(self.directory, PRODUCER_SNAPSHOT), data)
         except FileNotFoundError as error:  # the replica was deleted meanwhile
             logger.debug("producer snapshot of %s not saved: %s", self.group, error)
 
