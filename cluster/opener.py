@@ -38,8 +38,7 @@ Each replica opens on its own: one that cannot (an unreadable or damaged directo
 quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
 its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
 
-Time: how long an opened replica counts as settling is measured on the injected `clock` (the
-node's ticker's clock, `cluster.clock`), not the wall clock.
+Settling time is measured on the injected `clock` (the node's ticker's), not the wall clock.
 """
 
 from __future__ import annotations
@@ -108,8 +107,7 @@ class ReplicaOpener:
         producer_expiration_ms: int = EXPIRATION_MS,
         clock: Callable[[], float],
     ) -> None:
-        """`clock`: seconds now, the settling time's clock (the node gives its ticker's `now`)."""
-        self.clock = clock
+        self.clock = clock  # seconds now: the node's ticker's `now` (`cluster.clock`)
         self.node_id = node_id
         self.producer_expiration_ms = producer_expiration_ms
         self.partitions_dir = partitions_dir

@@ -143,3 +143,35 @@ def test_a_host_refuses_a_ticker_of_another_interval() -> None:
     assert ticker_or_loop(fake, INTERVAL_S) is fake
     with pytest.raises(TickerError, match=r"ticker interval 0.1 s is not the tick 0.05 s"):
         ticker_or_loop(FakeTicker(0.1), INTERVAL_S)
+
+
+def test_each_tickers_now_is_the_clock_its_ticks_are_on() -> None:
+    """`now()` is what time-based decisions read: on the fake, only `advance` moves it; on the
+    real one, each tick's `at` is on it and not ahead of it."""
+    fake = FakeTicker(INTERVAL_S, started_at=7.0)
+    assert fake.now() == 7.0  # before start: its origin
+    fake.start(lambda at: None)
+    fake.advance(2)
+    assert fake.now() == pytest.approx(7.1)
+
+    async def scenario() -> list[tuple[float, float]]:
+        ticker = LoopTicker(INTERVAL_S)
+        seen: list[tuple[float, float]] = []
+        done = asyncio.Event()
+
+        def on_tick(at: float) -> None:
+            seen.append((at, ticker.now()))
+            if len(seen) >= 3:
+                done.set()
+
+        ticker.start(on_tick)
+        try:
+            await asyncio.wait_for(done.wait(), timeout=10)
+        finally:
+            await _stop(ticker)
+        assert ticker.now() == pytest.approx(asyncio.get_running_loop().time(), abs=0.01)
+        return seen
+
+    seen = asyncio.run(scenario())
+    # late by at most MAX_BEHIND_TICKS intervals (later, the schedule restarts at the present)
+    assert all(at <= now < at + (MAX_BEHIND_TICKS + 1) * INTERVAL_S for at, now in seen), seen
