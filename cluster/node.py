@@ -79,7 +79,7 @@ class Node:
         self.unsafe_ack_before_commit = False  # test-only (chaos mutation tests); see cli
         self.unsafe_read_uncommitted = False  # test-only (chaos mutation tests); see cli
         self.handles = FileHandles(config.max_open_files)
-        self.dial_map = DialMap(config.dial_map)
+        self.dial_map = DialMap(config.dial_map, clock=self.ticker.now)
         self.transport = PeerTransport(
             config.node_id,
             self.dial_map,
