@@ -12,6 +12,7 @@ back never below an acknowledged commit; and the member that is never disturbed 
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -159,7 +160,7 @@ def test_members_join_leave_die_and_pause_without_skips_or_two_owners(
     assert any(e.f == "revoke" and e.t > resumed_at for e in zombie.events())
     # m5 was never disturbed: it kept polling through every join, leave, death and pause
     polls = [e.t for e in members[5].events() if e.f == "poll" and e.type is EventType.OK]
-    gaps = [b - a for a, b in zip(polls, polls[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
     assert max(gaps) <= 2 * POLL_S, f"m5 stopped polling for {max(gaps):.2f} s"
 
 
