@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--max-faults", type=int, default=0, help="0: as many as fit")
         sub.add_argument("--replace-after-s", type=float, default=None,
                          help="nodes' replace_after_s: a short one makes faults move data")  # fmt: skip
+        sub.add_argument("--group-members", type=int, default=0,
+                         help="members of a consumer group reading the topic (0: none)")  # fmt: skip
         sub.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
         sub.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
         if command == "run":
@@ -78,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fault_s=args.fault_s,
         max_faults=args.max_faults,
         replace_after_s=args.replace_after_s,
+        group_members=args.group_members,
     )
     if args.command == "run":
         outcome = run(replace(config, seed=args.seed))

@@ -20,11 +20,11 @@ Unknown outcomes (`info`) may be present or absent: at most once is the duplicat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chaos.history import Event, EventType
 
-__all__ = ["Availability", "CheckResult", "FinalLogs", "check"]
+__all__ = ["Availability", "CheckResult", "FinalLogs", "check", "reference_logs", "with_group"]
 
 FinalLogs = Mapping[int, Mapping[str, Sequence[tuple[int, str]]]]
 MAX_EXAMPLES = 10  # examples kept per anomaly kind in the report
@@ -60,6 +60,12 @@ class CheckResult:
     faults: tuple[str, ...]
     availability: Availability
     counts: Mapping[str, int] = field(default_factory=dict)  # anomaly kind -> total found
+    # the consumer-group checker's examples (`chaos.group_checker`), when a group workload ran
+    group: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def examples(self, kind: str) -> tuple[str, ...]:
+        found: tuple[str, ...] = self.group[kind] if kind in self.group else getattr(self, kind)
+        return found
 
     @property
     def ok(self) -> bool:
@@ -76,7 +82,7 @@ class CheckResult:
             f"first write after heal (s): {[round(s, 2) for s in a.first_ok_after_heal_s]}",
         ]
         for kind in self.counts:
-            for example in getattr(self, kind)[:3]:
+            for example in self.examples(kind)[:3]:
                 lines.append(f"  {kind}: {example}")
         return "\n".join(lines)
 
@@ -93,6 +99,18 @@ def _dense(pairs: Sequence[tuple[int, str]], start: int | None) -> str:
 
 def _reference(logs: Mapping[str, Sequence[tuple[int, str]]]) -> Sequence[tuple[int, str]]:
     return max(logs.values(), key=len, default=())
+
+
+def reference_logs(final: FinalLogs) -> dict[int, Sequence[tuple[int, str]]]:
+    """Each partition's reference log: its longest replica log."""
+    return {partition: _reference(logs) for partition, logs in final.items()}
+
+
+def with_group(result: CheckResult, found: Mapping[str, Sequence[str]]) -> CheckResult:
+    """`result` with the consumer-group checker's anomalies added (`chaos.group_checker`)."""
+    counts = {**result.counts, **{kind: len(items) for kind, items in found.items()}}
+    group = {kind: tuple(items[:MAX_EXAMPLES]) for kind, items in found.items()}
+    return replace(result, counts=counts, group=group)
 
 
 def check(events: Sequence[Event], final: FinalLogs) -> CheckResult:

@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import CheckResult, FinalLogs, check
+from chaos.checker import CheckResult, FinalLogs, check, reference_logs, with_group
 from chaos.disk import DiskFaultCluster
+from chaos.group_checker import check_group
+from chaos.group_workload import GroupWorkload, committed_offsets
 from chaos.history import HistoryWriter
 from chaos.nemesis import DISK, MOVES, Nemesis, schedule
 from chaos.network import ChaosNetwork
@@ -56,6 +58,9 @@ class RunConfig:
     fail_stop_timeout_s: float = 30.0  # how long the disk nemesis waits for a node to stop
     # test-only: runs each node instead of `python -m flotilla` (a mutation test's broken build)
     node_launcher: tuple[str, ...] = ()
+    # members of one consumer group reading the topic (`chaos.group_workload`); 0: none
+    group_members: int = 0
+    drain_timeout_s: float = 60.0  # how long the group may take to consume the final logs
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ def replay_command(config: RunConfig) -> str:
         "--fault-s": (config.fault_s, default.fault_s),
         "--max-faults": (config.max_faults, default.max_faults),
         "--replace-after-s": (config.replace_after_s, default.replace_after_s),
+        "--group-members": (config.group_members, default.group_members),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
@@ -134,6 +140,8 @@ def run(config: RunConfig) -> RunOutcome:
     network = ChaosNetwork(directory)
     history = HistoryWriter(directory / "history.jsonl")
     topic = config.workload.topic
+    committed: dict[int, int] = {}
+    group: GroupWorkload | None = None
     try:
         network.attach(cluster)
         cluster.start()
@@ -144,6 +152,10 @@ def run(config: RunConfig) -> RunOutcome:
         nemesis = Nemesis(cluster, network, client, topic, history, config.seed,
                           fail_stop_timeout_s=config.fail_stop_timeout_s)  # fmt: skip
         workload.start()
+        if config.group_members:
+            group = GroupWorkload(cluster.addresses(), history, topic, config.group_members,
+                                  config.seed)  # fmt: skip
+            group.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
         runner.start()
@@ -154,8 +166,15 @@ def run(config: RunConfig) -> RunOutcome:
         time.sleep(config.settle_s)  # the workload's writes after the heal are part of the run
         workload.stop()
         final, converged = collect_final_logs(client, topic, config.converge_timeout_s)
+        if group is not None:
+            ends = {p: len(log) for p, log in reference_logs(final).items()}
+            group.drain(ends, config.drain_timeout_s)
+            group.stop()
+            committed = committed_offsets(client, config.workload.partitions)
         client.close()
     finally:
+        if group is not None:
+            group.stop()
         history.close()
         cluster.close()
         network.close()
@@ -163,6 +182,8 @@ def run(config: RunConfig) -> RunOutcome:
         json.dumps({str(p): logs for p, logs in final.items()}, separators=(",", ":"))
     )
     result = check(history.events, final)
+    if config.group_members:
+        result = with_group(result, check_group(history.events, reference_logs(final), committed))
     outcome = RunOutcome(config, directory, result, converged)
     write_report(outcome, faults)
     return outcome
@@ -232,7 +253,7 @@ def write_report(outcome: RunOutcome, faults: Sequence[Any]) -> None:
         "unknown_committed": result.unknown_committed,
         "reads": result.reads,
         "anomalies": dict(result.counts),
-        "examples": {kind: list(getattr(result, kind)) for kind in result.counts},
+        "examples": {kind: list(result.examples(kind)) for kind in result.counts},
         "availability": {
             **asdict(result.availability),
             "fraction_during_faults": result.availability.fraction_during_faults,
@@ -266,7 +287,7 @@ def sweep_table(outcomes: Sequence[RunOutcome]) -> str:
     lines = [header, "-" * len(header)]
     for o in outcomes:
         c = o.result.counts
-        other = c["offsets"] + c["phantom"] + c["unexpected"] + c["faults"]
+        other = sum(n for kind, n in c.items() if kind not in ("lost", "duplicated", "divergent"))
         lines.append(
             f"{','.join(o.config.nemeses):<20} {o.config.seed:>4} {o.result.acked:>6} "
             f"{c['lost']:>5} {c['duplicated']:>4} {c['divergent']:>6} {other:>5} "

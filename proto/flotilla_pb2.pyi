@@ -27,6 +27,16 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICA_CLOSED: _ClassVar[ErrorReason]
     UNKNOWN_PRODUCER_ID: _ClassVar[ErrorReason]
     OVERLOADED: _ClassVar[ErrorReason]
+    NOT_COORDINATOR: _ClassVar[ErrorReason]
+    COORDINATOR_LOADING: _ClassVar[ErrorReason]
+    FENCED_MEMBER: _ClassVar[ErrorReason]
+    GROUP_NOT_FOUND: _ClassVar[ErrorReason]
+    GROUP_NOT_EMPTY: _ClassVar[ErrorReason]
+
+class GroupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_KIND_STREAM: _ClassVar[GroupKind]
+    GROUP_KIND_QUEUE: _ClassVar[GroupKind]
 MEMBER_STATE_UNSPECIFIED: MemberState
 ALIVE: MemberState
 SUSPECT: MemberState
@@ -39,6 +49,13 @@ OFFSET_NOT_AVAILABLE: ErrorReason
 REPLICA_CLOSED: ErrorReason
 UNKNOWN_PRODUCER_ID: ErrorReason
 OVERLOADED: ErrorReason
+NOT_COORDINATOR: ErrorReason
+COORDINATOR_LOADING: ErrorReason
+FENCED_MEMBER: ErrorReason
+GROUP_NOT_FOUND: ErrorReason
+GROUP_NOT_EMPTY: ErrorReason
+GROUP_KIND_STREAM: GroupKind
+GROUP_KIND_QUEUE: GroupKind
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms")
@@ -279,3 +296,169 @@ class QuarantinedReplica(_message.Message):
     group: str
     reason: str
     def __init__(self, group: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TopicPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class GroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "instance_id", "topics", "topics_unchanged", "owned", "session_timeout_ms", "kind")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    topics_unchanged: bool
+    owned: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    session_timeout_ms: int
+    kind: GroupKind
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., topics_unchanged: _Optional[bool] = ..., owned: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., kind: _Optional[_Union[GroupKind, str]] = ...) -> None: ...
+
+class GroupHeartbeatResponse(_message.Message):
+    __slots__ = ("member_id", "member_epoch", "assignment", "heartbeat_interval_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    member_epoch: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    heartbeat_interval_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FetchOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topics")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FetchOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("partition",)
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    def __init__(self, partition: _Optional[int] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupMemberInfo(_message.Message):
+    __slots__ = ("id", "instance_id", "assignment", "epoch")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    instance_id: str
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    epoch: int
+    def __init__(self, id: _Optional[str] = ..., instance_id: _Optional[str] = ..., assignment: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class GroupPartitionInfo(_message.Message):
+    __slots__ = ("topic", "partition", "committed", "high_watermark", "lag", "owner")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    committed: int
+    high_watermark: int
+    lag: int
+    owner: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., high_watermark: _Optional[int] = ..., lag: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("name", "kind", "coordinator", "members", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    coordinator: str
+    members: _containers.RepeatedCompositeFieldContainer[GroupMemberInfo]
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupPartitionInfo]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., coordinator: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMemberInfo, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[GroupPartitionInfo, _Mapping]]] = ...) -> None: ...
+
+class ResetGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class ResetGroupOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

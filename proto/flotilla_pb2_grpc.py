@@ -84,6 +84,41 @@ class FlotillaStub:
                 request_serializer=proto_dot_flotilla__pb2.HealthRequest.SerializeToString,
                 response_deserializer=proto_dot_flotilla__pb2.HealthResponse.FromString,
                 _registered_method=True)
+        self.GroupHeartbeat = channel.unary_unary(
+                '/flotilla.v1.Flotilla/GroupHeartbeat',
+                request_serializer=proto_dot_flotilla__pb2.GroupHeartbeatRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.GroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/flotilla.v1.Flotilla/CommitOffsets',
+                request_serializer=proto_dot_flotilla__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchOffsets = channel.unary_unary(
+                '/flotilla.v1.Flotilla/FetchOffsets',
+                request_serializer=proto_dot_flotilla__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.FetchOffsetsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/flotilla.v1.Flotilla/ListGroups',
+                request_serializer=proto_dot_flotilla__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/flotilla.v1.Flotilla/DescribeGroup',
+                request_serializer=proto_dot_flotilla__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.GroupInfo.FromString,
+                _registered_method=True)
+        self.ResetGroupOffsets = channel.unary_unary(
+                '/flotilla.v1.Flotilla/ResetGroupOffsets',
+                request_serializer=proto_dot_flotilla__pb2.ResetGroupOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.ResetGroupOffsetsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/flotilla.v1.Flotilla/DeleteGroup',
+                request_serializer=proto_dot_flotilla__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class FlotillaServicer:
@@ -152,6 +187,72 @@ class FlotillaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GroupHeartbeat(self, request, context):
+        """Consumer groups. Each group has a coordinator: the leader of partition
+        `proto.groups.group_partition(group, n)` of the internal topic `__groups` (n partitions), which
+        holds the group's members, assignments and committed offsets in its Raft log. A node that is
+        not the group's coordinator answers FAILED_PRECONDITION, reason NOT_COORDINATOR, with the
+        coordinator in `flotilla-leader` when known; UNAVAILABLE, reason COORDINATOR_LOADING, while
+        the coordinator replays the partition after becoming its leader (or `__groups` is being
+        created, on the first group call to a cluster). A client finds the coordinator from the
+        metadata of `__groups`.
+
+        Joins, leaves, moves partitions between members (incrementally: only partitions that move are
+        revoked, and one is granted to its new owner only after the old owner stopped owning it or its
+        session ended), and keeps the member's session alive. A member heartbeats every
+        heartbeat_interval_ms; one silent for session_timeout_ms is removed and its partitions move.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """Commits offsets for partitions the member owns, all or nothing, once a Raft majority holds
+        them. A member that is not in the group (session ended, left, or replaced) or that names a
+        partition it does not own is refused: FAILED_PRECONDITION, reason FENCED_MEMBER, nothing
+        committed. A commit that changes nothing is answered without a Raft write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchOffsets(self, request, context):
+        """The group's committed offsets (of the topics' current incarnations), from its coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """The groups one `__groups` partition holds (asked of that partition's leader; a client asks
+        every partition's and merges).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """NOT_FOUND, reason GROUP_NOT_FOUND, for a group with no members and no offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetGroupOffsets(self, request, context):
+        """Sets a group's offsets for some partitions of one topic; refused while the group has members
+        (FAILED_PRECONDITION, reason GROUP_NOT_EMPTY).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Forgets a group; refused while it has members (GROUP_NOT_EMPTY); NOT_FOUND if unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FlotillaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +305,41 @@ def add_FlotillaServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=proto_dot_flotilla__pb2.HealthRequest.FromString,
                     response_serializer=proto_dot_flotilla__pb2.HealthResponse.SerializeToString,
+            ),
+            'GroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.GroupHeartbeat,
+                    request_deserializer=proto_dot_flotilla__pb2.GroupHeartbeatRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.GroupHeartbeatResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=proto_dot_flotilla__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'FetchOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchOffsets,
+                    request_deserializer=proto_dot_flotilla__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_flotilla__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=proto_dot_flotilla__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.GroupInfo.SerializeToString,
+            ),
+            'ResetGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetGroupOffsets,
+                    request_deserializer=proto_dot_flotilla__pb2.ResetGroupOffsetsRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.ResetGroupOffsetsResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=proto_dot_flotilla__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -476,6 +612,195 @@ class Flotilla:
             '/flotilla.v1.Flotilla/Health',
             proto_dot_flotilla__pb2.HealthRequest.SerializeToString,
             proto_dot_flotilla__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/GroupHeartbeat',
+            proto_dot_flotilla__pb2.GroupHeartbeatRequest.SerializeToString,
+            proto_dot_flotilla__pb2.GroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/CommitOffsets',
+            proto_dot_flotilla__pb2.CommitOffsetsRequest.SerializeToString,
+            proto_dot_flotilla__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/FetchOffsets',
+            proto_dot_flotilla__pb2.FetchOffsetsRequest.SerializeToString,
+            proto_dot_flotilla__pb2.FetchOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/ListGroups',
+            proto_dot_flotilla__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_flotilla__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/DescribeGroup',
+            proto_dot_flotilla__pb2.DescribeGroupRequest.SerializeToString,
+            proto_dot_flotilla__pb2.GroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/ResetGroupOffsets',
+            proto_dot_flotilla__pb2.ResetGroupOffsetsRequest.SerializeToString,
+            proto_dot_flotilla__pb2.ResetGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/DeleteGroup',
+            proto_dot_flotilla__pb2.DeleteGroupRequest.SerializeToString,
+            proto_dot_flotilla__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

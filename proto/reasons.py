@@ -5,6 +5,11 @@ proto/flotilla.proto, where each is documented. The SDK maps them to its errors.
 from __future__ import annotations
 
 __all__ = [
+    "COORDINATOR_LOADING",
+    "FENCED_MEMBER",
+    "GROUP_NOT_EMPTY",
+    "GROUP_NOT_FOUND",
+    "NOT_COORDINATOR",
     "OFFSET_NOT_AVAILABLE",
     "OVERLOADED",
     "REASON_KEY",
@@ -17,3 +22,8 @@ OFFSET_NOT_AVAILABLE = "OFFSET_NOT_AVAILABLE"  # UNAVAILABLE: try another replic
 REPLICA_CLOSED = "REPLICA_CLOSED"  # UNAVAILABLE: the replica's log closed during the read
 UNKNOWN_PRODUCER_ID = "UNKNOWN_PRODUCER_ID"  # ABORTED: resend under a new producer id
 OVERLOADED = "OVERLOADED"  # RESOURCE_EXHAUSTED: the node's produce gate is full; back off, retry
+NOT_COORDINATOR = "NOT_COORDINATOR"  # FAILED_PRECONDITION: ask the group's coordinator
+COORDINATOR_LOADING = "COORDINATOR_LOADING"  # UNAVAILABLE: retry shortly
+FENCED_MEMBER = "FENCED_MEMBER"  # FAILED_PRECONDITION: rejoin; nothing changed
+GROUP_NOT_FOUND = "GROUP_NOT_FOUND"  # NOT_FOUND
+GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"  # FAILED_PRECONDITION: the group has members

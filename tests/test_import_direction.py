@@ -20,7 +20,9 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"proto", "storage", "raft", "membership", "cluster", "flotilla", "chaos", "bench"}
+OURS = {
+    "proto", "storage", "raft", "membership", "consumers", "cluster", "flotilla", "chaos", "bench",
+}  # fmt: skip
 
 # package -> the packages of ours it may import
 ALLOWED: dict[str, set[str]] = {
@@ -28,9 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     "storage": set(),
     "membership": set(),
     "raft": {"storage"},
-    "cluster": {"proto", "storage", "raft", "membership"},
+    "consumers": set(),
+    "cluster": {"proto", "storage", "raft", "membership", "consumers"},
     "flotilla": {"proto", "cluster"},  # the CLI may start a node through cluster/
-    "chaos": {"proto", "flotilla", "cluster", "storage", "raft", "membership"},
+    "chaos": {"proto", "flotilla", "cluster", "storage", "raft", "membership", "consumers"},
     "bench": OURS - {"bench"},
 }
 
@@ -59,7 +62,7 @@ CORE_FORBIDDEN = frozenset(
         "sys",
     }
 )  # fmt: skip
-CORES = ("raft", "membership")
+CORES = ("raft", "membership", "consumers")
 
 TOXIPROXY = "chaos.toxiproxy"
 
