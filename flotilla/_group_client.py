@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
+from flotilla._checks import check_group
 from flotilla._consumer import PartitionsCallback
 from flotilla._core import ClientCore, Plan, Rpc
 from flotilla._group_plans import GroupCalls
 from flotilla.consumer import AsyncConsumer, Consumer
-from flotilla.types import GroupInfo
+from flotilla.errors import GroupNotFound
+from flotilla.types import GroupInfo, TopicPartition
 
 __all__ = ["AsyncGroupAdmin", "GroupAdmin"]
 
@@ -82,6 +84,14 @@ class GroupAdmin:
         """Forgets the group and its committed offsets. Refused while it has members
         (GroupNotEmpty); GroupNotFound if there is no such group."""
         self._run(GroupCalls(self._core).delete_group(group))
+
+    def _group_offsets(self, group: str, topic: str) -> dict[TopicPartition, int]:
+        """The group's committed offsets of `topic` ({} for a group that does not exist): the
+        Spark source's startingOffsets "group:<name>"."""
+        try:
+            return self._run(GroupCalls(self._core).fetch_offsets(check_group(group), [topic]))
+        except GroupNotFound:
+            return {}
 
 
 class AsyncGroupAdmin:
