@@ -22,7 +22,11 @@ Lifecycle of one partition's coordinator (`_Slot`), checked every tick and on ev
    record batch (key = group name; tick entries have no key) through the normal propose path
    (acks=all), and answers every call only once that batch committed. So the next call, and a
    read (describe, offsets, list), only ever sees state that is committed, or its own.
-   Requests and ticks that decide nothing write nothing: idle groups cost no Raft traffic.
+   Requests and ticks that decide nothing write nothing (idle groups cost no Raft write); their
+   answers wait for the replica's Raft lease instead (`RaftNode.lease_read_index`), so a leader
+   cut off from the others, which a new coordinator may already have overtaken, answers no
+   stale assignment or offset. (The lease assumes the process is not paused: a coordinator
+   resumed from SIGSTOP may answer from its state until it hears of the new term.)
 3. **Dropping.** Leadership lost (or the term changed, or the replica reopened): the slot goes;
    calls not yet taken get `NotCoordinator`, calls whose write was in flight `CoordinatorUnavailable`
    (the outcome is unknown). An append that fails (not leader, dropped, timed out) drops the slot
@@ -83,6 +87,8 @@ REPLAY_BYTES = 4 * 1024 * 1024
 # Rebuilds of one partition's coordinator after a failure of the core, per term, before this
 # node stops serving that partition's groups until leadership changes.
 MAX_REBUILDS_PER_TERM = 3
+# How long an answer that wrote nothing waits for the Raft lease that confirms leadership.
+LEASE_WAIT_S = 1.0
 # How long a request waits for `__groups` to be created before it is told to retry.
 CREATE_WAIT_S = 2.0
 # How often the lag and member gauges are refreshed from the coordinators.
@@ -142,6 +148,8 @@ class GroupHost:
         refresh_topics: Callable[[], Awaitable[None]],
         replica: Callable[[str], Replica | None],
         propose: Callable[[Proposal], None],
+        wake: Callable[[str], None],
+        raft_tick_s: float,
         create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
         live_members: Callable[[], int],
         metadata: Callable[[list[str]], Awaitable[pb.MetadataResponse]],
@@ -159,6 +167,8 @@ class GroupHost:
         self._refresh_topics = refresh_topics
         self._replica = replica
         self._propose = propose
+        self._wake = wake
+        self.raft_tick_s = raft_tick_s
         self._create_topic = create_topic
         self._live_members = live_members
         self._metadata = metadata
@@ -458,14 +468,43 @@ class GroupHost:
                     entries.extend((call.group, entry) for entry in outcome.entries)
                     outcome = outcome.reply
                 answers.append((call, outcome, None))
-            if entries and not await self._append(slot, entries):
-                return
+            if entries:
+                if not await self._append(slot, entries):
+                    return
+            elif taken and not await self._confirm_lease(slot):
+                # a leader cut off (a new one may have changed the state since): answer nothing
+                # from what may be stale; the next tick drops the slot if leadership moved
+                slot.in_flight = []
+                for call in taken:
+                    _fail(call.future, CoordinatorUnavailable(
+                        f"node {self.node_id} cannot confirm it still leads {slot.replica.group}"
+                        " (no quorum heard lately); retry"
+                    ))  # fmt: skip
+                continue
             slot.in_flight = []
             for call, reply, refusal in answers:
                 if refusal is not None:
                     _fail(call.future, refusal)
                 elif not call.future.done():
                     call.future.set_result(reply)
+
+    async def _confirm_lease(self, slot: _Slot) -> bool:
+        """Does this node still lead the partition, by its Raft lease (no other leader can have
+        been elected meanwhile)? A quiesced leader is woken to renew it. Answers that wrote
+        nothing rest on it, so a leader cut off from the others serves no stale state."""
+        replica = slot.replica
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEASE_WAIT_S
+        while self._still_leads(slot):
+            if replica.node.lease_read_index() is not None:
+                return True
+            if loop.time() >= deadline:
+                break
+            replica.idle_ticks = 0  # members still ask: keep the lease fresh, do not quiesce
+            if replica.node.quiesced:
+                self._wake(replica.group)
+            await asyncio.sleep(self.raft_tick_s)
+        return False
 
     async def _append(self, slot: _Slot, entries: list[tuple[str | None, bytes]]) -> bool:
         """Appends the entries as record batches (acks=all) and waits for their commit. On a

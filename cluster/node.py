@@ -188,6 +188,8 @@ class Node:
             refresh_topics=self.refresh_topics,
             replica=self.replica,
             propose=self.propose,
+            wake=self.wake,
+            raft_tick_s=config.tick_ms / 1000,
             create_topic=partial(self.create_topic, internal=True),
             live_members=lambda: len(self.live_candidates()),
             metadata=self.metadata_view.metadata,
