@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from cluster.errors import ClusterError
-from cluster.validation import check_member_id
+from cluster.validation import MAX_PARTITIONS, check_member_id
 from storage import FsyncPolicy, InvalidArgument
 
 __all__ = ["ConfigError", "NodeConfig", "parse_address", "parse_controllers"]
@@ -103,6 +103,10 @@ class NodeConfig:
     # auto leader rebalance); 0: never
     leader_balance_after_s: float = 10.0
     default_replication_factor: int = 3
+    # partitions of `__groups`, the internal topic holding consumer groups' members and committed
+    # offsets (each partition's leader coordinates the groups hashed to it). Read when a node
+    # creates the topic, on the cluster's first group request; a topic that exists keeps its count.
+    group_partitions: int = 8
 
     @property
     def advertised(self) -> str:
@@ -136,10 +140,15 @@ class NodeConfig:
             "max_batch_bytes", "max_message_bytes", "max_open_files", "produce_timeout_ms",
             "producer_expiration_ms", "default_replication_factor", "max_inflight_produce",
             "max_inflight_request_bytes", "max_streams_per_connection", "max_produce_timeout_ms",
+            "group_partitions",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if self.group_partitions > MAX_PARTITIONS:
+            raise ConfigError(
+                f"group_partitions={self.group_partitions} is invalid: use 1..{MAX_PARTITIONS}"
+            )
         if self.heartbeat_ticks >= self.election_ticks:
             raise ConfigError(
                 f"heartbeat_ticks={self.heartbeat_ticks} must be below "

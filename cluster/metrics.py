@@ -17,6 +17,12 @@ Renamed (the old names broke the conventions or said the wrong thing):
   `flotilla_fsync_duration_seconds`)
 - the per-partition series' label `partition="t/3"` -> `topic="t", partition="3"`
 
+Consumer groups (`cluster.groups`): `flotilla_group_lag{group,topic,partition}` (records the group
+has yet to consume: high watermark minus committed offset, or minus the log start where nothing
+is committed) and `flotilla_group_members{group}`, served only by each group's coordinator, from
+figures it refreshes every few seconds and on each DescribeGroup (`GroupGauges`), so a scrape
+costs no request to anyone.
+
 Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
 over nodes (only a partition's leader counts it), take the max of
 `flotilla_offline_partitions` (every replica of a leaderless partition counts it).
@@ -24,7 +30,8 @@ over nodes (only a partition's leader counts it), take the max of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -44,11 +51,20 @@ from raft.types import Role
 if TYPE_CHECKING:
     from cluster.replica import Replica
 
-__all__ = ["Metrics"]
+__all__ = ["GroupGauges", "Metrics"]
 
 _LATENCY_BUCKETS = (
     0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGauges:
+    """The consumer-group figures of the groups a node coordinates, replaced whole when they
+    change (the scrape thread reads one snapshot)."""
+
+    lag: Mapping[tuple[str, str, int], int] = field(default_factory=dict)  # (group, topic, p)
+    members: Mapping[str, int] = field(default_factory=dict)  # group -> members
 
 
 class _NodeCollector(Collector):
@@ -62,9 +78,11 @@ class _NodeCollector(Collector):
         replication_factor: Callable[[str], int | None],
         controller_leader: Callable[[], bool | None],
         is_live: Callable[[str], bool],
+        groups: Callable[[], GroupGauges],
     ) -> None:
         self.node_id = node_id
         self.is_live = is_live
+        self.groups = groups
         self.replicas = replicas
         self.quarantined = quarantined
         self.replication_factor = replication_factor
@@ -169,6 +187,27 @@ class _NodeCollector(Collector):
             controller.add_metric([self.node_id], 1 if leading else 0)
         yield from (commit, high_watermark, is_leader, lag, hosted, leaders, under, offline)
         yield from (segments, size, quarantined, controller)
+        yield from self._groups()
+
+    def _groups(self) -> Iterator[GaugeMetricFamily]:
+        gauges = self.groups()
+        group_lag = GaugeMetricFamily(
+            "flotilla_group_lag",
+            "records a consumer group has yet to consume in a partition: high watermark minus "
+            "its committed offset (minus the log start where it committed none); from the "
+            "group's coordinator",
+            labels=["node", "group", "topic", "partition"],
+        )
+        for (group, topic, partition), value in sorted(gauges.lag.items()):
+            group_lag.add_metric([self.node_id, group, topic, str(partition)], value)
+        members = GaugeMetricFamily(
+            "flotilla_group_members",
+            "members of a consumer group; from the group's coordinator",
+            labels=["node", "group"],
+        )
+        for group, count in sorted(gauges.members.items()):
+            members.add_metric([self.node_id, group], count)
+        yield from (group_lag, members)
 
 
 class Metrics:
@@ -181,6 +220,7 @@ class Metrics:
         replication_factor: Callable[[str], int | None] = lambda topic: None,
         controller_leader: Callable[[], bool | None] = lambda: None,
         is_live: Callable[[str], bool] = lambda member_id: True,
+        groups: Callable[[], GroupGauges] = GroupGauges,
     ) -> None:
         self.registry = registry = CollectorRegistry()
         self.node_id = node_id
@@ -241,7 +281,13 @@ class Metrics:
         )  # fmt: skip
         registry.register(
             _NodeCollector(
-                node_id, replicas, quarantined, replication_factor, controller_leader, is_live
+                node_id,
+                replicas,
+                quarantined,
+                replication_factor,
+                controller_leader,
+                is_live,
+                groups,
             )
         )
         # the labelled children, looked up once (every request and disk round observes one)

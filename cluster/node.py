@@ -12,7 +12,8 @@ collaborators it uses:
 - the partition manager (`cluster.partitions.PartitionManager`), with opening replicas in
   `cluster.opener` and retention in `cluster.retention`;
 - replica garbage collection (`cluster.collector.ReplicaCollector`);
-- leader and replica placement moves (`cluster.steward.GroupSteward`).
+- leader and replica placement moves (`cluster.steward.GroupSteward`);
+- consumer-group coordinators for the `__groups` partitions it leads (`cluster.groups.GroupHost`).
 
 Time: the node's `ticker` (`cluster.clock`) paces the partition manager; every node-level time
 decision (`replace_after_s`, the hand-off's limit, leader balancing, settling) reads its clock.
@@ -41,6 +42,7 @@ from cluster.controller import MetadataStore, TopicSpec
 from cluster.dialmap import DialMap
 from cluster.failstop import FailStop
 from cluster.gossip import GossipHost
+from cluster.groups import GroupHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.logs import EventBudget, event
 from cluster.metadata_view import MetadataView
@@ -125,6 +127,7 @@ class Node:
             replication_factor=self._replication_factor,
             controller_leader=self._controller_leader,
             is_live=self._is_live,
+            groups=lambda: self.groups.gauges,
         )
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
@@ -184,6 +187,21 @@ class Node:
             lambda: self.topic_admin.topics,
             self.placement_candidates,
             on_retired=self.metrics.replica_retired,
+        )
+        self.groups = GroupHost(
+            config.node_id,
+            topics=lambda: self.topic_admin.topics,
+            topics_loaded=lambda: self.topic_admin.loaded,
+            refresh_topics=self.refresh_topics,
+            replica=self.replica,
+            propose=self.propose,
+            wake=self.wake,
+            raft_tick_s=config.tick_ms / 1000,
+            create_topic=partial(self.create_topic, internal=True),
+            live_members=lambda: len(self.live_candidates()),
+            metadata=self.metadata_view.metadata,
+            group_partitions=config.group_partitions,
+            write_timeout_s=config.produce_timeout_ms / 1000,
         )
         self.partitions = PartitionManager(
             config,
@@ -258,6 +276,7 @@ class Node:
         self.multiraft.on_disk = self.metrics.observe_round
         self.multiraft.on_fsync = self.metrics.observe_fsync
         self.multiraft.start()
+        self.groups.start()
         self.gossip.start([seed for seed in config.join if seed != config.advertised])
         if config.metrics:
             metrics_host, metrics_port = parse_address(config.metrics, "metrics")
@@ -300,6 +319,7 @@ class Node:
                 await task
         if self.server is not None:
             await self.server.stop(grace=0.5 if graceful else 0)
+        await self.groups.stop()
         await self.gossip.stop()
         await self.multiraft.stop()
         await self.transport.close()
@@ -410,8 +430,13 @@ class Node:
     def topics_loaded(self) -> bool:
         return self.topic_admin.loaded
 
-    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
-        return await self.topic_admin.create_topic(request)
+    async def create_topic(
+        self, request: pb.CreateTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        return await self.topic_admin.create_topic(request, internal=internal)
+
+    async def refresh_topics(self) -> None:
+        await self.topic_admin.refresh(now=True)
 
     async def delete_topic(self, name: str) -> None:
         await self.topic_admin.delete_topic(name)

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
+from cluster.groups import GroupHost
 from cluster.metrics import Metrics
 from cluster.multiraft import Proposal
 from cluster.replica import Replica
@@ -44,7 +45,16 @@ class NodeApi(Protocol):
         means "not loaded yet", not "does not exist"."""
         ...
 
-    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo: ...
+    async def create_topic(
+        self, request: pb.CreateTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        """`internal`: a node creating one of the cluster's own topics (`proto.groups`), which
+        clients may not create."""
+        ...
+
+    async def refresh_topics(self) -> None:
+        """Brings the topic table up to date now (a request named a topic it lacks)."""
+        ...
 
     async def delete_topic(self, name: str) -> None: ...
 
@@ -63,6 +73,12 @@ class NodeApi(Protocol):
 
     def preferred_hint(self, topic: str, partition: int) -> str:
         """The hint of the first reachable member a partition is assigned to ("" if none)."""
+        ...
+
+    # -- consumer groups -------------------------------------------------------------------------
+    @property
+    def groups(self) -> GroupHost:
+        """The coordinators of the `__groups` partitions this node leads."""
         ...
 
     # -- replicas ------------------------------------------------------------------------------

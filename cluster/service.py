@@ -4,8 +4,9 @@ Every request is validated here, at the edge (DESIGN §9), before anything chang
 gets a precise status and changes nothing. Leadership errors carry the leader in trailing
 metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
 
-One module of about 460 lines: the calls of one servicer, which share its request checks
-(`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`.
+One module of about 480 lines: the calls of one servicer, which share its request checks
+(`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`, and
+the consumer-group calls, which share none of them, in `cluster.group_service` (a mixin).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import grpc
 from cluster.errors import (
     Invalid,
 )
+from cluster.group_service import GroupCalls
 from cluster.idempotence import Duplicate
 from cluster.logs import event
 from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
@@ -51,9 +53,11 @@ from cluster.statuses import (
     status_name,
     topic_change,
 )
+from cluster.topics import INTERNAL_TOPIC_KEY
 from cluster.validation import check_topic_name
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.groups import INTERNAL_PREFIX, is_internal
 from proto.reasons import UNKNOWN_PRODUCER_ID
 from proto.records import CHECK_CHUNK_RECORDS, InvalidBatch, check_body, read_header
 from raft.errors import NotLeader, ProposalDropped
@@ -69,8 +73,9 @@ MAX_WAIT_MS = 60_000
 log = logging.getLogger("flotilla.service")
 
 
-class ClientService(flotilla_pb2_grpc.FlotillaServicer):
-    """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node)."""
+class ClientService(GroupCalls, flotilla_pb2_grpc.FlotillaServicer):
+    """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node); the consumer-group
+    calls are the `GroupCalls` mixin's (`cluster.group_service`)."""
 
     def __init__(self, node: NodeApi) -> None:
         self.node = node
@@ -80,7 +85,9 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
         who = client_of(context)
-        info = await topic_change(context, self.node.create_topic(request))
+        # a node creating one of the cluster's own topics says so (`cluster.topics`)
+        internal = any(key == INTERNAL_TOPIC_KEY for key, _ in context.invocation_metadata() or ())
+        info = await topic_change(context, self.node.create_topic(request, internal=internal))
         event(
             log, "topic_created", topic=request.name, partitions=len(info.partitions),
             replication_factor=info.replication_factor, retention_bytes=info.retention_bytes,
@@ -110,7 +117,9 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(names=sorted(self.node.topics))
+        # the cluster's own topics (`__groups`) are not the user's: Metadata still serves them
+        names = sorted(name for name in self.node.topics if not is_internal(name))
+        return pb.ListTopicsResponse(names=names)
 
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
@@ -176,6 +185,13 @@ class ClientService(flotilla_pb2_grpc.FlotillaServicer):
                 f"timeout_ms={request.timeout_ms} exceeds max_produce_timeout_ms="
                 f"{node.config.max_produce_timeout_ms}: use 1..{node.config.max_produce_timeout_ms}"
                 " (0: the node's default)",
+            )
+        if is_internal(request.topic):
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"topic {request.topic!r} is the cluster's own (names starting with "
+                f"{INTERNAL_PREFIX!r} are reserved): clients may read it, not produce to it",
             )
         replica = await self._leader_replica(request.topic, request.partition, context)
         batch = request.batch  # each access to a bytes field copies it: read it once

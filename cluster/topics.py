@@ -7,6 +7,10 @@ next call to it sees the change (other nodes see it within a poll, `TOPICS_POLL_
 changes are placed here too: new partitions' initial voters come from rendezvous placement over
 the live members, with preferred leaders balanced across nodes (`cluster.placement`).
 
+Names starting with `__` (`proto.groups.INTERNAL_PREFIX`) are the cluster's own topics: a client
+may read them, but not create, alter or delete them (`Invalid`, naming the prefix). A node
+creates `__groups` itself (`internal=True`); forwarded, that creation carries `INTERNAL_TOPIC_KEY`.
+
 `TopicAdmin` owns the node's topic table (`topics`, `loaded`, `version`); it is built with only
 what it uses: the node's config, its peer transport (to forward and poll), the live members (for
 placement), the control plane once it started (`controller`, None on other nodes) and the
@@ -44,9 +48,11 @@ from cluster.validation import (
 )
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.groups import GROUPS_TOPIC, INTERNAL_PREFIX, is_internal
 
 __all__ = [
     "FORWARDED_FOR_KEY",
+    "INTERNAL_TOPIC_KEY",
     "TOPICS_POLL_S",
     "TopicAdmin",
     "default_replication_factor",
@@ -57,6 +63,11 @@ __all__ = [
 # task; a change forwarded to a controller carries it in this metadata key.
 requested_by: contextvars.ContextVar[str] = contextvars.ContextVar("requested_by", default="")
 FORWARDED_FOR_KEY = "flotilla-forwarded-for"
+# A CreateTopic a node forwards for one of the cluster's own topics carries this metadata key.
+# (Not a credential: the client API has none; it keeps a client from creating one by accident.)
+INTERNAL_TOPIC_KEY = "flotilla-internal-topic"
+# The internal topics a node may create.
+INTERNAL_TOPICS = frozenset({GROUPS_TOPIC})
 
 T = TypeVar("T")
 
@@ -118,8 +129,13 @@ class TopicAdmin:
         """This node's control plane, once started; None on a node that is not a controller."""
         return self._controller()
 
-    async def create_topic(self, request: pb.CreateTopicRequest) -> pb.TopicInfo:
+    async def create_topic(
+        self, request: pb.CreateTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        """`internal`: this node creates one of the cluster's own topics (`INTERNAL_TOPICS`)."""
         check_topic_name(request.name)
+        if not (internal and request.name in INTERNAL_TOPICS):
+            check_not_internal(request.name, "create")
         check_partition_count(request.partitions)
         live = self.live_candidates()
         factor, note = default_replication_factor(
@@ -131,7 +147,11 @@ class TopicAdmin:
         check_replication_factor(factor, len(live))
         if self.controller is None:
             return await self._forward(
-                lambda stub, metadata: stub.CreateTopic(request, timeout=15, metadata=metadata)
+                lambda stub, metadata: stub.CreateTopic(
+                    request,
+                    timeout=15,
+                    metadata=(*metadata, (INTERNAL_TOPIC_KEY, "1")) if internal else metadata,
+                )
             )
         assignment = self._assign(request.name, range(request.partitions), factor)
         spec = TopicSpec(
@@ -169,6 +189,7 @@ class TopicAdmin:
 
     async def delete_topic(self, name: str) -> None:
         check_topic_name(name)
+        check_not_internal(name, "delete")
         if self.controller is None:
             await self._forward(
                 lambda stub, metadata: stub.DeleteTopic(
@@ -184,6 +205,7 @@ class TopicAdmin:
         """Changes a topic's retention (every node applies it at its next retention check) or
         adds partitions (placed as a new topic's are; each node opens its new replicas)."""
         check_topic_name(request.name)
+        check_not_internal(request.name, "alter")
         partitions = request.partitions if request.HasField("partitions") else None
         if partitions is not None:
             check_partition_count(partitions)
@@ -251,11 +273,14 @@ class TopicAdmin:
             f"no controller reachable ({'; '.join(errors) or 'none known yet'})"
         )
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, now: bool = False) -> None:
         """Brings the topic table up to date: from the control plane on a controller, else
-        from a controller, at most every `TOPICS_POLL_S`."""
+        from a controller, at most every `TOPICS_POLL_S` (`now`: at once, for a request that
+        names a topic this node does not know yet)."""
         # one poll at a time: a poll sent before a change must not land after one sent since
         async with self._lock:
+            if now:
+                self._polled_at = 0.0
             await self._refresh_now()
 
     async def _refresh_now(self) -> None:
@@ -302,6 +327,14 @@ class TopicAdmin:
             }
             self.loaded = True
             return
+
+
+def check_not_internal(name: str, verb: str) -> None:
+    if is_internal(name):
+        raise Invalid(
+            f"topic {name!r} is the cluster's own (names starting with {INTERNAL_PREFIX!r} are "
+            f"reserved): clients may read it, not {verb} it"
+        )
 
 
 async def _decided(verb: str, name: str, change: concurrent.futures.Future[T]) -> T:

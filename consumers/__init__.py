@@ -20,6 +20,7 @@ from consumers.types import (
     PartitionView,
     TopicMeta,
     TopicPartition,
+    UnknownTopic,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "PartitionView",
     "TopicMeta",
     "TopicPartition",
+    "UnknownTopic",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "PartitionView",
     "TopicMeta",
     "TopicPartition",
+    "UnknownTopic",
 ]
 
 TopicPartition = tuple[str, int]
@@ -111,3 +112,7 @@ class GroupNotEmpty(GroupError):
 
 class InvalidGroupRequest(GroupError):
     """A bad field (the message names it and what is valid)."""
+
+
+class UnknownTopic(GroupError):
+    """A commit or reset names a topic that does not exist (the node answers NOT_FOUND)."""

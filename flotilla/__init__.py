@@ -10,8 +10,12 @@ from importlib import metadata as _metadata
 
 from flotilla import _fork_safety  # noqa: F401  (first: before gRPC initialises)
 from flotilla.client import Client
+from flotilla.consumer import AsyncConsumer, Consumer
 from flotilla.errors import (
+    FencedMember,
     FlotillaError,
+    GroupNotEmpty,
+    GroupNotFound,
     InvalidArgument,
     NotLeader,
     OffsetNotAvailable,
@@ -23,7 +27,16 @@ from flotilla.errors import (
     Unavailable,
     UnknownProducer,
 )
-from flotilla.types import Member, PartitionInfo, Record, RecordMetadata, TopicInfo
+from flotilla.types import (
+    GroupInfo,
+    GroupMember,
+    GroupPartition,
+    Member,
+    PartitionInfo,
+    Record,
+    RecordMetadata,
+    TopicInfo,
+)
 
 try:  # one source of truth: the version pyproject.toml gives the installed distribution
     __version__ = _metadata.version("flotilla-mq")
@@ -31,8 +44,16 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
     __version__ = "0+unknown"
 
 __all__ = [
+    "AsyncConsumer",
     "Client",
+    "Consumer",
+    "FencedMember",
     "FlotillaError",
+    "GroupInfo",
+    "GroupMember",
+    "GroupNotEmpty",
+    "GroupNotFound",
+    "GroupPartition",
     "InvalidArgument",
     "Member",
     "NotLeader",

@@ -4,6 +4,8 @@ nothing). No I/O; both clients and the producer use them."""
 
 from __future__ import annotations
 
+import re
+
 from flotilla.errors import InvalidArgument
 from proto import flotilla_pb2 as pb
 
@@ -154,3 +156,131 @@ def check_acks(acks: str) -> pb.Acks:
     if acks not in ("all", "leader"):
         raise InvalidArgument(f"acks={acks!r}: use 'all' (durable on a quorum) or 'leader'")
     return pb.ACKS_ALL if acks == "all" else pb.ACKS_LEADER
+
+
+# -- consumer groups ------------------------------------------------------------------------------
+GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+STARTS = ("earliest", "latest")
+MIN_SESSION_TIMEOUT_MS = 1_000  # the coordinator's bounds (GroupHeartbeatRequest)
+MAX_SESSION_TIMEOUT_MS = 300_000
+
+
+def check_group(group: object) -> str:
+    """InvalidArgument naming a bad group name ([A-Za-z0-9._-], 1 to 200 characters)."""
+    if not isinstance(group, str) or not GROUP_NAME.fullmatch(group):
+        raise InvalidArgument(
+            f"group {group!r} is invalid: use 1 to 200 characters of A-Z, a-z, 0-9, '.', '_', '-'"
+        )
+    return group
+
+
+def check_topics(topics: object) -> tuple[str, ...]:
+    """The topics a consumer subscribes to (a name, or a non-empty list of names), in order,
+    without repeats; InvalidArgument naming a bad one."""
+    names = [topics] if isinstance(topics, str) else topics
+    if not isinstance(names, list | tuple | set | frozenset) or not names:
+        raise InvalidArgument(
+            f"topics={topics!r} is invalid: give one or more topic names, e.g. ['orders']"
+        )
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"topic {name!r} in topics={topics!r} is not a topic name")
+    return tuple(dict.fromkeys(sorted(names) if isinstance(names, set | frozenset) else names))
+
+
+def check_start(start: object) -> str:
+    """Where a partition with no committed offset begins: "earliest" or "latest"."""
+    if start not in STARTS:
+        raise InvalidArgument(
+            f"start={start!r} is invalid: use 'earliest' (the log start) or 'latest' (only "
+            "records written from now on), for partitions with no committed offset"
+        )
+    return str(start)
+
+
+def check_consumer(
+    auto_commit: object,
+    auto_commit_interval_ms: object,
+    session_timeout_ms: object,
+    instance_id: object,
+    on_assign: object,
+    on_revoke: object,
+) -> None:
+    """InvalidArgument naming a bad consumer setting; nothing is sent."""
+    if not isinstance(auto_commit, bool):
+        raise InvalidArgument(f"auto_commit={auto_commit!r} is invalid: use True or False")
+    if type(auto_commit_interval_ms) is not int or not 1 <= auto_commit_interval_ms <= 3_600_000:
+        raise InvalidArgument(
+            f"auto_commit_interval_ms={auto_commit_interval_ms!r} is invalid: use an integer "
+            "number of milliseconds from 1 to 3600000 (default 5000)"
+        )
+    if type(session_timeout_ms) is not int or not (
+        MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS
+    ):
+        raise InvalidArgument(
+            f"session_timeout_ms={session_timeout_ms!r} is invalid: use an integer number of "
+            f"milliseconds from {MIN_SESSION_TIMEOUT_MS} to {MAX_SESSION_TIMEOUT_MS} (default 10000)"
+        )
+    if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+        raise InvalidArgument(
+            f"instance_id={instance_id!r} is invalid: use None (a dynamic member) or a non-empty "
+            "string that stays the same across this member's restarts (a static member)"
+        )
+    for name, callback in (("on_assign", on_assign), ("on_revoke", on_revoke)):
+        if callback is not None and not callable(callback):
+            raise InvalidArgument(
+                f"{name}={callback!r} is invalid: use None or a function taking a "
+                "set of (topic, partition)"
+            )
+
+
+def check_offsets(offsets: object) -> dict[tuple[str, int], int]:
+    """A commit's offsets: {(topic, partition): next offset to read}, each offset 0 to
+    2**63 - 1; InvalidArgument naming a bad entry."""
+    if not isinstance(offsets, dict):
+        raise InvalidArgument(
+            f"offsets={offsets!r} is invalid: use a dict of (topic, partition) -> the next "
+            "offset to read, e.g. {('orders', 0): 42}"
+        )
+    checked: dict[tuple[str, int], int] = {}
+    for key, offset in offsets.items():
+        if (
+            not isinstance(key, tuple)
+            or len(key) != 2
+            or not isinstance(key[0], str)
+            or type(key[1]) is not int
+            or key[1] < 0
+        ):
+            raise InvalidArgument(
+                f"{key!r} in offsets is invalid: name a partition as (topic, partition), "
+                "e.g. ('orders', 0)"
+            )
+        checked[key] = _offset(f"offset {offset!r} of {key!r}", offset)
+    return checked
+
+
+def _offset(what: str, offset: object) -> int:
+    if type(offset) is not int or not 0 <= offset < 1 << 63:
+        raise InvalidArgument(f"{what} is invalid: use an integer from 0 to {(1 << 63) - 1}")
+    return offset
+
+
+def check_reset_to(to: object) -> str | int | dict[int, int]:
+    """`reset_group_offsets`'s `to`: "earliest", "latest", an offset, or {partition: offset}."""
+    if to in STARTS:
+        return str(to)
+    if type(to) is int:
+        return _offset(f"to={to!r}", to)
+    if isinstance(to, dict) and to:
+        for partition, offset in to.items():
+            if type(partition) is not int or partition < 0:
+                raise InvalidArgument(
+                    f"partition {partition!r} in to={to!r} is invalid: use partition numbers "
+                    "(integers >= 0) as keys"
+                )
+            _offset(f"offset {offset!r} of partition {partition}", offset)
+        return dict(to)
+    raise InvalidArgument(
+        f"to={to!r} is invalid: use 'earliest', 'latest', an offset (an integer >= 0) or a "
+        "dict {partition: offset}"
+    )

@@ -357,7 +357,7 @@ class ClientCore:
         self, topic: str, partition: int, offset: int, max_records: int, replica: str | None
     ) -> Plan[list[Record]]:
         response = yield from self.fetch(topic, partition, offset, max_records, replica)
-        return decode_fetch(response, offset, max_records)
+        return decode_fetch(response, offset, max_records, topic, partition)
 
     def poll(
         self,
@@ -375,7 +375,7 @@ class ClientCore:
             response = yield from self.fetch(
                 topic, partition, offset, max_records, replica, max_wait_ms=int(step_s * 1000)
             )
-            records = decode_fetch(response, offset, max_records)
+            records = decode_fetch(response, offset, max_records, topic, partition)
             if records or time.monotonic() >= deadline:
                 return records
 

@@ -329,7 +329,7 @@ class Subscription:
 
     def records(self, response: pb.FetchResponse) -> list[Record]:
         """The records of one streamed answer, past those delivered; the position moves on."""
-        records = decode_fetch(response, self.offset, 1 << 62)
+        records = decode_fetch(response, self.offset, 1 << 62, self.topic, self.partition)
         if records:
             self.offset = records[-1].offset + 1
         return records

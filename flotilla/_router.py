@@ -14,15 +14,30 @@ import threading
 import time
 from collections.abc import Sequence
 
+import msgpack
 import xxhash
 
 from flotilla._sequences import Sequences
 from flotilla.errors import InvalidArgument, TopicNotFound
 from flotilla.types import Headers, Member, PartitionInfo, Record, TopicInfo
 from proto import flotilla_pb2 as pb
-from proto.records import decode_batch, encode_batch, peek_record_count, with_producer
+from proto.records import (
+    BATCH_HEADER_SIZE,
+    InvalidBatch,
+    encode_batch,
+    peek_record_count,
+    read_header,
+    with_producer,
+)
 
-__all__ = ["DEFAULT_MAX_BATCH_BYTES", "Router", "decode_fetch", "member", "topic_info"]
+__all__ = [
+    "DEFAULT_MAX_BATCH_BYTES",
+    "Router",
+    "decode_fetch",
+    "decode_records",
+    "member",
+    "topic_info",
+]
 
 # A node's max_batch_bytes unless configured otherwise; each reports its own in metadata.
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
@@ -61,11 +76,38 @@ def member(message: pb.Member) -> Member:
     )
 
 
-def decode_fetch(response: pb.FetchResponse, offset: int, max_records: int) -> list[Record]:
-    """The records of a Fetch answer from `offset` on, at most `max_records`."""
+def decode_records(data: bytes, base_offset: int, topic: str, partition: int) -> list[Record]:
+    """The records of one stored batch of `topic`/`partition` (as `proto.records.decode_batch`,
+    straight into the SDK's `Record`, which names where it was read). InvalidBatch if
+    malformed."""
+    header = read_header(data)
+    try:
+        rows = msgpack.unpackb(memoryview(data)[BATCH_HEADER_SIZE:], raw=False)
+        first = header.first_timestamp_ms
+        return [
+            Record(
+                base_offset + position,
+                key,
+                value,
+                tuple((name, data) for name, data in headers),
+                first + delta,
+                topic,
+                partition,
+            )
+            for position, (key, value, headers, delta) in enumerate(rows)
+        ]
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise InvalidBatch(f"batch body is not a list of records: {error}") from None
+
+
+def decode_fetch(
+    response: pb.FetchResponse, offset: int, max_records: int, topic: str = "", partition: int = -1
+) -> list[Record]:
+    """The records of a Fetch answer of `topic`/`partition` from `offset` on, at most
+    `max_records`."""
     records: list[Record] = []
     for batch in response.batches:
-        for record in decode_batch(batch.data, batch.base_offset):
+        for record in decode_records(batch.data, batch.base_offset, topic, partition):
             if record.offset >= offset:
                 records.append(record)
     return records[:max_records]

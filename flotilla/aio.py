@@ -11,8 +11,9 @@ routing, retries, metadata and the idempotent producer's sequence numbers are th
 only the transport differs (grpc.aio). tests/flotilla/test_client_surface.py holds the two
 clients' calls to the same names, parameters and defaults.
 
-One call is not a coroutine: `producer(...)` returns an `AsyncProducer`, the asyncio face of the
-thread-based batching producer (see its text).
+Two calls are not coroutines: `producer(...)` returns an `AsyncProducer`, the asyncio face of the
+thread-based batching producer (see its text), and `consumer(...)` an `AsyncConsumer`
+(`flotilla.consumer`), whose calls are.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import grpc
 
 from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
 from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
+from flotilla._group_client import AsyncGroupAdmin
 from flotilla._plans import unreachable_reason
 from flotilla._router import Router
 from flotilla.client import Client as SyncClient
@@ -39,10 +41,11 @@ __all__ = ["AsyncProducer", "Client"]
 T = TypeVar("T")
 
 
-class Client:
+class Client(AsyncGroupAdmin):
     """The asyncio twin of `flotilla.Client`: the same calls, arguments and errors, as
-    coroutines (`subscribe` is an async iterator, `producer` returns an `AsyncProducer`). Use it
-    from one event loop; close it (or use `async with`) when done."""
+    coroutines (`subscribe` is an async iterator, `producer` returns an `AsyncProducer`,
+    `consumer` an `AsyncConsumer`). Use it from one event loop; close it (or use `async with`)
+    when done."""
 
     def __init__(
         self, bootstrap: str | Sequence[str], *, timeout_s: float = 15.0, acks: str = "all"

@@ -13,12 +13,14 @@
     flotilla consume TOPIC [--partition N]
                      [--from-beginning | --offset N | --last N | --since TIME]
                      [-f FORMAT | -f json] [--max N] [--idle-timeout S] [-e] [--replica ID]
+    flotilla consume TOPIC --group G [--from-beginning] [-f FORMAT] [--max N] [--idle-timeout S]
+    flotilla group list | describe G | reset G TOPIC --to earliest|latest|N | delete G
     flotilla status [--json]
     flotilla --version
 
 Client commands take `--bootstrap HOST:PORT[,HOST:PORT...]` (default: $FLOTILLA_BOOTSTRAP, else
 the local dev cluster at 127.0.0.1:7001); `produce` and `consume` are described in
-`flotilla.cli_records`. The first node started without `--join` bootstraps the cluster.
+`flotilla.cli_records`, `group` and `consume --group` in `flotilla.cli_groups`. The first node started without `--join` bootstraps the cluster.
 Ctrl-C or SIGTERM stops a node gracefully: its leaderships move away first, then it leaves the
 membership.
 """
@@ -31,6 +33,7 @@ import sys
 from typing import Any
 
 from flotilla.cli_format import InputError, non_negative, positive
+from flotilla.cli_groups import add_group_parsers, run_group, run_group_consume
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
 from flotilla.cli_records import add_record_parsers, run_consume, run_produce
 
@@ -124,6 +127,7 @@ def _client_parsers(sub: Any) -> None:
     delete.add_argument("name")
 
     add_record_parsers(sub, [bootstrap])
+    add_group_parsers(sub, [bootstrap])
 
     status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -170,8 +174,12 @@ def _run_client_command(args: argparse.Namespace) -> int:
                     print(f"deleted {args.name}")
             elif args.command == "produce":
                 return run_produce(client, args, sys.stdout, sys.stderr)
+            elif args.command == "consume" and args.group is not None:
+                return run_group_consume(client, args, sys.stdout.buffer, sys.stderr)
             elif args.command == "consume":
                 return run_consume(client, args, sys.stdout.buffer, sys.stderr)
+            elif args.command == "group":
+                return run_group(client, args, sys.stdout)
             elif args.command == "status":
                 tools.status(client, console, as_json=args.json)
     except InputError as error:

@@ -101,9 +101,10 @@ def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None
     consume = sub.add_parser(
         "consume",
         parents=parents,
-        help="print records (every partition; follows the tail)",
+        help="print records (every partition; follows the tail; or as a group member)",
         description="Prints records of every partition (or --partition N), merged, then follows "
-        "the tail until --max, --idle-timeout, -e or Ctrl-C (exit 130).",
+        "the tail until --max, --idle-timeout, -e or Ctrl-C (exit 130). With --group G, prints "
+        "the partitions the group gives this member and commits what it printed.",
     )
     consume.add_argument("topic")
     consume.add_argument(
@@ -163,6 +164,13 @@ def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None
     )
     consume.add_argument(
         "--replica", help="read from this member (default: any replica of each partition)"
+    )
+    consume.add_argument(
+        "--group",
+        metavar="G",
+        help="read as a member of consumer group G: the partitions G gives it, from G's committed "
+        "offsets (else the tail, or the log start with --from-beginning), committing what it "
+        "printed (default: no group)",
     )
 
 

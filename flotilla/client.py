@@ -30,6 +30,7 @@ from flotilla._checks import (
     check_stop_after_idle,
 )
 from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
+from flotilla._group_client import GroupAdmin
 from flotilla._plans import POLL_STEP_S, keepalive_ms, unreachable_reason
 from flotilla._router import Router
 from flotilla.errors import from_rpc_error
@@ -49,8 +50,10 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Client:
-    """A connection to a Flotilla cluster: topics, produce, read, poll and subscribe.
+class Client(GroupAdmin):
+    """A connection to a Flotilla cluster: topics, produce, read, poll and subscribe, and
+    consumer groups (`consumer`, `list_groups`, `describe_group`, `reset_group_offsets`,
+    `delete_group`).
 
     `bootstrap`: one or more `host:port` of any nodes; the client learns the rest. `timeout_s`:
     how long a call retries (failover, no leader yet) before it raises. `acks`: "all" (a

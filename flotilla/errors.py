@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import grpc
 
-from proto.reasons import OFFSET_NOT_AVAILABLE, OVERLOADED, REASON_KEY, UNKNOWN_PRODUCER_ID
+from proto.reasons import (
+    COORDINATOR_LOADING,
+    FENCED_MEMBER,
+    GROUP_NOT_EMPTY,
+    GROUP_NOT_FOUND,
+    NOT_COORDINATOR,
+    OFFSET_NOT_AVAILABLE,
+    OVERLOADED,
+    REASON_KEY,
+    UNKNOWN_PRODUCER_ID,
+)
 
 __all__ = [
+    "CoordinatorLoading",
+    "FencedMember",
     "FlotillaError",
+    "GroupNotEmpty",
+    "GroupNotFound",
     "InvalidArgument",
+    "NotCoordinator",
     "NotLeader",
     "OffsetNotAvailable",
     "OffsetOutOfRange",
@@ -47,8 +62,34 @@ class NotLeader(FlotillaError):
         self.leader = leader
 
 
+class NotCoordinator(NotLeader):
+    """The node asked does not coordinate the consumer group; `leader` names the one that does
+    ("id=host:port") when known. The SDK follows it by itself; you see this only when retries
+    ran out."""
+
+
+class FencedMember(FlotillaError):
+    """A consumer-group member was refused: its session ended (it was silent past its session
+    timeout, or paused), it left or was replaced, or it named a partition it no longer owns.
+    Nothing was committed. The consumer rejoins the group by itself on its next `poll`."""
+
+
+class GroupNotFound(FlotillaError, LookupError):
+    """The consumer group does not exist: it has no members and no committed offsets."""
+
+
+class GroupNotEmpty(FlotillaError):
+    """The consumer group has active members, so its offsets cannot be reset nor the group
+    deleted; close its consumers first (or wait for their sessions to time out)."""
+
+
 class Unavailable(FlotillaError):
     """No node could serve the request (no leader yet, no quorum, or unreachable); retry later."""
+
+
+class CoordinatorLoading(Unavailable):
+    """The consumer group's coordinator was just elected and is still loading the groups' state
+    (or the cluster is creating its `__groups` topic). The SDK retries by itself."""
 
 
 class OffsetNotAvailable(Unavailable):
@@ -101,6 +142,9 @@ def leader_from(error: grpc.RpcError) -> str:
 def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else None) or str(code)
+    group_error = _group_error(code, reason_from(error), details, error)
+    if group_error is not None:
+        return group_error
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_from(error) == OVERLOADED:
         return Overloaded(details)
     # otherwise too big: a batch over max_batch_bytes, a message over gRPC's limit
@@ -123,3 +167,23 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     if reason_from(error) == OFFSET_NOT_AVAILABLE:
         return OffsetNotAvailable(details)
     return Unavailable(f"{details} ({code.name})")
+
+
+def _group_error(
+    code: grpc.StatusCode, reason: str, details: str, error: grpc.RpcError
+) -> FlotillaError | None:
+    """The consumer-group error a status names by its reason (proto/reasons.py), if any."""
+    if not reason:
+        return None
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        if reason == NOT_COORDINATOR:
+            return NotCoordinator(details, leader_from(error))
+        if reason == FENCED_MEMBER:
+            return FencedMember(details)
+        if reason == GROUP_NOT_EMPTY:
+            return GroupNotEmpty(details)
+    if code == grpc.StatusCode.NOT_FOUND and reason == GROUP_NOT_FOUND:
+        return GroupNotFound(details)
+    if code == grpc.StatusCode.UNAVAILABLE and reason == COORDINATOR_LOADING:
+        return CoordinatorLoading(details)
+    return None

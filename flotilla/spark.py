@@ -39,7 +39,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from flotilla.spark_partition import FlotillaPartition, describe_topics, partitions_of
+from flotilla.spark_partition import (
+    FlotillaPartition,
+    describe_topics,
+    group_offsets,
+    partitions_of,
+)
 from flotilla.spark_plan import (
     OffsetRange,
     SparkOptionError,
@@ -116,7 +121,9 @@ class FlotillaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         addresses: dict[str, str] = {}
         topics = describe_topics(self.options, addresses)
-        start = resolve_offsets("startingOffsets", self.options.starting_offsets, topics)
+        start = resolve_offsets(
+            "startingOffsets", self.options.starting_offsets, topics, group_offsets(self.options)
+        )
         end = resolve_offsets("endingOffsets", self.options.ending_offsets, topics)
         ranges = plan_ranges(topics, start, end, self.options, addresses=addresses)
         if not ranges:  # nothing to read: one empty task keeps the plan well formed

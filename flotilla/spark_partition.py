@@ -12,9 +12,9 @@ from pyspark.sql.datasource import InputPartition
 
 from flotilla.client import Client
 from flotilla.errors import TopicNotFound
-from flotilla.spark_plan import OffsetRange, SparkOptionError, SparkOptions
+from flotilla.spark_plan import OffsetRange, SparkOptionError, SparkOptions, group_of
 
-__all__ = ["FlotillaPartition", "describe_topics", "partitions_of"]
+__all__ = ["FlotillaPartition", "describe_topics", "group_offsets", "partitions_of"]
 
 
 class FlotillaPartition(InputPartition):
@@ -43,6 +43,19 @@ def describe_topics(
         if addresses is not None:
             addresses.update((m.id, m.address) for m in client.members())
     return infos
+
+
+def group_offsets(options: SparkOptions) -> dict[tuple[str, int], int] | None:
+    """With startingOffsets "group:<name>", that group's committed offsets of the topics read
+    (from its coordinator; none if the group does not exist yet); else None."""
+    group = group_of(options.starting_offsets)
+    if group is None:
+        return None
+    with Client(list(options.bootstrap), timeout_s=15) as client:
+        found: dict[tuple[str, int], int] = {}
+        for topic in options.topics:
+            found.update(client._group_offsets(group, topic))
+    return found
 
 
 def partitions_of(ranges: Sequence[OffsetRange]) -> list[FlotillaPartition]:

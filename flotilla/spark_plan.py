@@ -9,7 +9,8 @@ No Spark here, so it is testable and importable without PySpark. Guarantees:
   range's position so that tasks spread across replicas.
 
 Offsets JSON is the Kafka source's: `{"topic": {"0": 42, "1": -2}}` where -2 means earliest and
--1 latest.
+-1 latest. `startingOffsets` may also be `group:<name>`: consumer group <name>'s committed offsets
+(looked up by the driver, `group_offsets`), earliest where the group committed none.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from flotilla._checks import check_group
 from flotilla.errors import InvalidArgument
 from flotilla.types import PartitionInfo, TopicInfo
 
 __all__ = [
     "EARLIEST",
+    "GROUP_PREFIX",
     "LATEST",
     "OffsetRange",
     "SparkOptionError",
     "SparkOptions",
+    "group_of",
     "parse_options",
     "plan_ranges",
     "replica_order",
@@ -37,6 +41,7 @@ __all__ = [
 
 EARLIEST = -2
 LATEST = -1
+GROUP_PREFIX = "group:"  # startingOffsets "group:<name>": that consumer group's committed offsets
 REPLICA_CHOICES = ("any", "leader", "followers")
 DEFAULT_MAX_RECORDS_PER_REQUEST = 5000
 DEFAULT_REPLICA_TIMEOUT_MS = 2000
@@ -54,7 +59,7 @@ class SparkOptions:
 
     bootstrap: tuple[str, ...]
     topics: tuple[str, ...]
-    starting_offsets: str  # "earliest", "latest" or the JSON text
+    starting_offsets: str  # "earliest", "latest", "group:<name>" or the JSON text
     ending_offsets: str
     min_partitions: int
     replica: str  # one of REPLICA_CHOICES
@@ -93,10 +98,26 @@ def _positive_int(options: Mapping[str, str], name: str, default: int, minimum: 
     return value
 
 
+def group_of(spec: str) -> str | None:
+    """The consumer group an offsets option names ("group:<name>"), else None."""
+    return spec[len(GROUP_PREFIX) :] if spec.startswith(GROUP_PREFIX) else None
+
+
 def _offsets_spec(options: Mapping[str, str], name: str, default: str) -> str:
     text = options.get(name, default).strip()
     if text.lower() in ("earliest", "latest"):
         return text.lower()
+    if text.startswith(GROUP_PREFIX):
+        if name != "startingOffsets":
+            raise SparkOptionError(
+                f"option {name!r}={text!r}: a group's offsets are where a read starts; use it "
+                "in 'startingOffsets'"
+            )
+        try:
+            check_group(group_of(text))
+        except InvalidArgument as error:
+            raise SparkOptionError(f"option {name!r}={text!r}: {error}") from None
+        return text
     _parse_offsets_json(name, text)  # validates early; resolved against metadata later
     return text
 
@@ -185,10 +206,17 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Spa
 
 
 def resolve_offsets(
-    name: str, spec: str, topics: Mapping[str, TopicInfo]
+    name: str,
+    spec: str,
+    topics: Mapping[str, TopicInfo],
+    committed: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Concrete offsets for every partition of `topics` from an offsets option. Partitions the JSON
-    does not name start at earliest (startingOffsets) or end at latest (endingOffsets), as Kafka."""
+    does not name start at earliest (startingOffsets) or end at latest (endingOffsets), as Kafka.
+    "group:<name>": the group's `committed` offsets (which the caller looked up), earliest where
+    it has none; one that retention has since removed starts at the log start."""
+    if group_of(spec) is not None:
+        return _group_offsets(topics, committed or {})
     default = EARLIEST if name == "startingOffsets" else LATEST
     given = {} if spec in ("earliest", "latest") else _parse_offsets_json(name, spec)
     if spec in ("earliest", "latest"):
@@ -222,6 +250,20 @@ def resolve_offsets(
                 )
             resolved[topic][p.index] = concrete
     return resolved
+
+
+def _group_offsets(
+    topics: Mapping[str, TopicInfo], committed: Mapping[tuple[str, int], int]
+) -> dict[str, dict[int, int]]:
+    return {
+        topic: {
+            p.index: min(
+                max(committed.get((topic, p.index), p.log_start), p.log_start), p.high_watermark
+            )
+            for p in info.partitions
+        }
+        for topic, info in topics.items()
+    }
 
 
 def replica_order(partition: PartitionInfo, choice: str, rotation: int) -> tuple[str, ...]:

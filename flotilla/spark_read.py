@@ -20,7 +20,7 @@ from typing import Any
 from flotilla.client import Client
 from flotilla.errors import NotLeader, OffsetOutOfRange, Timeout, TopicNotFound, Unavailable
 from flotilla.spark_plan import OffsetRange, SparkOptions
-from proto.records import Record
+from flotilla.types import Record
 
 __all__ = ["SCHEMA_DDL", "read_range", "to_arrow", "to_rows"]
 

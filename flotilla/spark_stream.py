@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from flotilla.spark_partition import describe_topics, partitions_of
+from flotilla.spark_partition import describe_topics, group_offsets, partitions_of
 from flotilla.spark_plan import SparkOptions, plan_ranges, resolve_offsets
 from flotilla.spark_read import read_output
 
@@ -66,7 +66,14 @@ class FlotillaStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> StreamOffset:
         topics = describe_topics(self.options)
-        return _encode(resolve_offsets("startingOffsets", self.options.starting_offsets, topics))
+        return _encode(
+            resolve_offsets(
+                "startingOffsets",
+                self.options.starting_offsets,
+                topics,
+                group_offsets(self.options),
+            )
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger > 0:

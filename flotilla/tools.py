@@ -18,14 +18,18 @@ from rich.table import Table
 from flotilla._status import ClusterStatus, gather
 from flotilla.client import Client
 from proto import flotilla_pb2 as pb
+from proto.groups import is_internal
 
 __all__ = ["describe_topic", "list_topics", "partition_health", "status"]
 
 
 def list_topics(client: Client, out: IO[str]) -> list[pb.TopicInfo]:
     """Every topic with its partition count and replication factor, as aligned columns (as
-    rpk's `topic list`), sorted by name."""
-    topics = sorted(client.metadata().topics, key=lambda t: t.name)
+    rpk's `topic list`), sorted by name; the cluster's internal topics (`__groups`) are not
+    listed, as rpk hides them."""
+    topics = sorted(
+        (t for t in client.metadata().topics if not is_internal(t.name)), key=lambda t: t.name
+    )
     rows = [("NAME", "PARTITIONS", "REPLICATION-FACTOR")] + [
         (t.name, str(len(t.partitions)), str(t.replication_factor)) for t in topics
     ]

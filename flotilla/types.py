@@ -1,4 +1,5 @@
-"""The data the SDK returns: records, where a record was written, topics, partitions, members.
+"""The data the SDK returns: records, where a record was written, topics, partitions, members,
+consumer groups.
 
 All are immutable. `flotilla` exports each of them; this module is their one home (the routing
 and plans that build them are private: `flotilla._router`, `flotilla._plans`).
@@ -10,18 +11,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from proto.records import Record
+from proto.records import Record as WireRecord
 
-__all__ = ["Headers", "Member", "PartitionInfo", "Record", "RecordMetadata", "TopicInfo"]
+__all__ = [
+    "GroupInfo",
+    "GroupMember",
+    "GroupPartition",
+    "Headers",
+    "Member",
+    "PartitionInfo",
+    "Record",
+    "RecordMetadata",
+    "TopicInfo",
+    "TopicPartition",
+]
+
+TopicPartition = tuple[str, int]
+"""A partition of a topic, as consumer groups name it: (topic, partition)."""
 
 Headers = Sequence[tuple[str, bytes]]
 """A record's headers as the SDK takes them: (name, value) pairs, in order."""
 
-# `Record` is the wire codec's own class (proto.records decodes straight into it, once per record,
-# with no copy); its user-facing text is given here, where the SDK's other types are.
-Record.__doc__ = """One record as read: `offset` in its partition, `key` (None if it has none),
-`value`, `headers` ((name, value) pairs, in the order written) and `timestamp_ms` (the
-producer's clock when it was sent, milliseconds since the Unix epoch). Frozen."""
+
+# The SDK's record is the wire codec's (`proto.records.Record`, which the node side uses) with the
+# place it was read from added: the SDK decodes a fetched batch straight into it, once per record.
+@dataclass(frozen=True, slots=True)
+class Record(WireRecord):
+    """One record as read: its `topic` and `partition`, `offset` in that partition, `key` (None
+    if it has none), `value`, `headers` ((name, value) pairs, in the order written) and
+    `timestamp_ms` (the producer's clock when it was sent, milliseconds since the Unix epoch).
+    Frozen."""
+
+    topic: str = ""
+    partition: int = -1
 
 
 class RecordMetadata(NamedTuple):
@@ -73,3 +95,45 @@ class Member:
     state: str
     weight: float
     rack: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member of a consumer group: its `id` (the coordinator names it), `instance_id` (a static
+    member's; None for a dynamic one), `assignment` (the (topic, partition)s it owns or is being
+    given) and `epoch` (grows each time its assignment changes). Frozen."""
+
+    id: str
+    instance_id: str | None
+    assignment: frozenset[TopicPartition]
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartition:
+    """One partition a consumer group reads: `committed` (the next offset the group reads; None
+    where nothing is committed), the partition's `high_watermark`, `lag` (the records committed
+    to the partition that the group has not: high_watermark - committed, or high_watermark -
+    log_start where nothing is committed) and `owner` (the member id that owns it; None if
+    none). Frozen."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    high_watermark: int
+    lag: int
+    owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group as its coordinator sees it now: `name`, `kind` ("stream": members share
+    partitions; "queue": reserved), `coordinator` (the node id that coordinates it), `members`
+    (GroupMember) and `partitions` (GroupPartition: every partition of the topics it reads or
+    has committed offsets for). Frozen."""
+
+    name: str
+    kind: str
+    coordinator: str
+    members: tuple[GroupMember, ...]
+    partitions: tuple[GroupPartition, ...]

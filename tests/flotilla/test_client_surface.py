@@ -3,10 +3,12 @@
 Every public call of `flotilla.Client` (and the lifecycle dunders) is on `flotilla.aio.Client`
 with the same parameters — names, kinds, defaults and annotations, in order — and the other way
 round. A plain call is a coroutine on the asyncio side, a generator an async generator, and
-`with` is `async with`; the only call that stays plain on both sides is `producer` (a factory
-that does no I/O: it returns the thread-based producer, or its asyncio face). The batching
-producer and its asyncio face (`flotilla.aio.AsyncProducer`) are held to the same rule. The
-checker is shown to catch deliberately drifted copies.
+`with` is `async with`; the only calls that stay plain on both sides are `producer` and
+`consumer` (factories that do no I/O: they return the thread-based producer or its asyncio face,
+the `Consumer` or the `AsyncConsumer`). The batching producer and its asyncio face
+(`flotilla.aio.AsyncProducer`) are held to the same rule, and so are the group consumers
+(`flotilla.Consumer`, `flotilla.AsyncConsumer`), whose `assignment`, `seek` and `position` (no
+I/O) stay plain on both sides. The checker is shown to catch deliberately drifted copies.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 from flotilla import aio
 from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
 from flotilla.client import Client
+from flotilla.consumer import AsyncConsumer, Consumer
 from flotilla.producer import Producer
 
 # sync name -> its asyncio twin's name
 LIFECYCLE = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
-PLAIN_ON_BOTH = frozenset({"producer"})
+PLAIN_ON_BOTH = frozenset({"producer", "consumer"})
+CONSUMER_PLAIN_ON_BOTH = frozenset({"assignment", "seek", "position"})
 
 
 def calls(cls: type) -> dict[str, Callable[..., Any]]:
@@ -87,10 +91,39 @@ def drift(
 def test_the_asyncio_client_has_every_call_of_the_sync_one() -> None:
     assert drift(Client, aio.Client) == []
     assert {"fetch", "metadata", "producer", "send_batch", "subscribe"} <= set(calls(aio.Client))
+    assert {"consumer", "list_groups", "describe_group", "reset_group_offsets"} <= set(
+        calls(aio.Client)
+    )
 
 
 def test_the_asyncio_producer_has_every_call_of_the_sync_one() -> None:
     assert drift(Producer, aio.AsyncProducer) == []
+
+
+def test_the_asyncio_consumer_has_every_call_of_the_sync_one() -> None:
+    assert drift(Consumer, AsyncConsumer, CONSUMER_PLAIN_ON_BOTH) == []
+    assert {"poll", "commit", "committed", "assignment", "seek", "position", "close"} <= set(
+        calls(AsyncConsumer)
+    )
+
+
+def test_the_checker_catches_a_drifted_consumer() -> None:
+    """A consumer whose poll lost its default, or whose commit is not a coroutine, is caught."""
+    own = dict(vars(AsyncConsumer))
+
+    async def poll(self: object, max_records: int, timeout_s: float = 1.0) -> list[object]:
+        return []
+
+    def commit(self: object, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        return None
+
+    poll.__annotations__ = dict(inspect.get_annotations(AsyncConsumer.poll))
+    commit.__annotations__ = dict(inspect.get_annotations(AsyncConsumer.commit))
+    drifted = type("Drifted", (), {**own, "poll": poll, "commit": commit})
+    problems = drift(Consumer, drifted, CONSUMER_PLAIN_ON_BOTH)
+    assert any(p.startswith("poll: parameters differ") for p in problems), problems
+    assert "commit: plain on the asyncio side, expected: coroutine" in problems, problems
+    assert drift(Consumer, type("Copy", (), own), CONSUMER_PLAIN_ON_BOTH) == []
 
 
 def test_the_checker_catches_drifted_copies() -> None:
@@ -99,7 +132,8 @@ def test_the_checker_catches_drifted_copies() -> None:
 
     def copy(**changes: object) -> type:
         body = {**own, **changes}
-        return type("Drifted", (), {k: v for k, v in body.items() if v is not None})
+        body = {k: v for k, v in body.items() if v is not None}
+        return type("Drifted", aio.Client.__bases__, body)  # the group calls it inherits
 
     async def poll(  # a default changed (timeout_s 1.0 -> 2.0)
         self: object,

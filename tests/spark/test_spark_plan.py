@@ -44,6 +44,30 @@ def test_offsets_resolve_like_the_kafka_source() -> None:
         resolve_offsets("endingOffsets", '{"t": {"7": 1}}', {"t": TOPIC})
 
 
+def test_a_groups_committed_offsets_start_the_read_earliest_where_none() -> None:
+    parsed = parse_options(options(startingOffsets="group:billing"))
+    assert parsed.starting_offsets == "group:billing"
+    # t/0 committed at 40; t/1 none (earliest: its log start, 5)
+    start = resolve_offsets(
+        "startingOffsets", parsed.starting_offsets, {"t": TOPIC}, {("t", 0): 40}
+    )
+    assert start == {"t": {0: 40, 1: 5}}
+    # an offset retention removed since starts at the log start; a group unknown: earliest
+    assert resolve_offsets("startingOffsets", "group:billing", {"t": TOPIC}, {("t", 1): 2}) == {
+        "t": {0: 0, 1: 5}
+    }
+    assert resolve_offsets("startingOffsets", "group:billing", {"t": TOPIC}, None) == {
+        "t": {0: 0, 1: 5}
+    }
+    for bad, match in [
+        ({"startingOffsets": "group:"}, "option 'startingOffsets'='group:': group ''"),
+        ({"startingOffsets": "group:a b"}, "group 'a b' is invalid"),
+        ({"endingOffsets": "group:billing"}, "use it in 'startingOffsets'"),
+    ]:
+        with pytest.raises(SparkOptionError, match=match):
+            parse_options(options(**bad))
+
+
 def test_bad_options_name_the_option() -> None:
     for bad, match in [
         ({"bootstrap": ""}, "option 'bootstrap'"),

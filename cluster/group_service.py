@@ -1,0 +1,348 @@
+"""The consumer-group calls of the client service: a mixin of `cluster.service.ClientService`
+(one servicer, one registration: gRPC serves a service from one handler), kept in its own module.
+
+Each call finds the group's coordinator partition (`proto.groups.group_partition`, creating
+`__groups` on the first group call to a cluster), runs its request on this node's coordinator of
+that partition (`cluster.groups.GroupHost`) and turns the outcome into a status:
+
+    NotCoordinator          FAILED_PRECONDITION, reason NOT_COORDINATOR, `flotilla-leader` hint
+    CoordinatorLoading      UNAVAILABLE, reason COORDINATOR_LOADING (retry shortly)
+    CoordinatorUnavailable  UNAVAILABLE (a write failed or its outcome is unknown: retry)
+    FencedMember            FAILED_PRECONDITION, reason FENCED_MEMBER
+    GroupNotFound           NOT_FOUND, reason GROUP_NOT_FOUND
+    GroupNotEmpty           FAILED_PRECONDITION, reason GROUP_NOT_EMPTY
+    InvalidGroupRequest     INVALID_ARGUMENT
+    UnknownTopic            NOT_FOUND naming it (commit, reset; also checked here first)
+
+A bad field is refused here, before any coordinator is asked, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import grpc
+
+from cluster.failstop import NodeFailStopped
+from cluster.groups import (
+    CoordinatorLoading,
+    CoordinatorUnavailable,
+    NotCoordinator,
+    Op,
+    group_lag,
+    high_watermarks,
+)
+from cluster.node_api import NodeApi
+from cluster.statuses import abort
+from consumers import (
+    CommitRequest,
+    Coordinator,
+    FencedMember,
+    GroupError,
+    GroupNotEmpty,
+    GroupNotFound,
+    GroupView,
+    HeartbeatReply,
+    HeartbeatRequest,
+    TopicMeta,
+    UnknownTopic,
+)
+from proto import flotilla_pb2 as pb
+from proto.groups import GROUPS_TOPIC, group_partition
+from proto.reasons import (
+    COORDINATOR_LOADING,
+    FENCED_MEMBER,
+    GROUP_NOT_EMPTY,
+    GROUP_NOT_FOUND,
+    NOT_COORDINATOR,
+)
+
+__all__ = ["GroupCalls"]
+
+log = logging.getLogger("flotilla.service")
+
+GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+KINDS = {pb.GROUP_KIND_STREAM: "stream", pb.GROUP_KIND_QUEUE: "queue"}
+
+
+class GroupCalls:
+    """The seven group RPCs of `flotilla.v1.Flotilla` (proto/flotilla.proto states them)."""
+
+    node: NodeApi
+
+    async def GroupHeartbeat(
+        self, request: pb.GroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroupHeartbeatResponse:
+        group = await _group_name(request.group, context)
+        kind = KINDS.get(request.kind)
+        if kind is None:
+            valid = ", ".join(pb.GroupKind.Name(k) for k in KINDS)
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"kind={request.kind} is invalid: use one of {valid}",
+            )
+        heartbeat = HeartbeatRequest(
+            group=group,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            session_timeout_ms=request.session_timeout_ms,  # 0: the coordinator's default
+            instance_id=request.instance_id or None,
+            topics=None if request.topics_unchanged else tuple(request.topics),
+            owned=frozenset((tp.topic, tp.partition) for tp in request.owned),
+            kind=kind,
+        )
+
+        def beat(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.heartbeat(heartbeat, topics)
+
+        reply: HeartbeatReply = await self._on_coordinator(context, group, beat)
+        return pb.GroupHeartbeatResponse(
+            member_id=reply.member_id,
+            member_epoch=reply.member_epoch,
+            assignment=[
+                pb.TopicPartition(topic=t, partition=p) for t, p in sorted(reply.assignment)
+            ],
+            heartbeat_interval_ms=reply.heartbeat_interval_ms,
+        )
+
+    async def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetsResponse:
+        group = await _group_name(request.group, context)
+        offsets = tuple((o.topic, o.partition, o.offset) for o in request.offsets)
+        await self._known_topics({topic for topic, _, _ in offsets}, context)
+        commit = CommitRequest(group, request.member_id, request.member_epoch, offsets)
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.commit(commit, topics)
+
+        await self._on_coordinator(context, group, run)
+        return pb.CommitOffsetsResponse()
+
+    async def FetchOffsets(
+        self, request: pb.FetchOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchOffsetsResponse:
+        group = await _group_name(request.group, context)
+        only = frozenset(request.topics)
+        if only - set(self.node.topics):  # perhaps created a moment ago: look again
+            await self._topics_loaded(context)
+            await self.node.refresh_topics()
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.offsets(group, topics, only)
+
+        offsets: dict[tuple[str, int], int] = await self._on_coordinator(context, group, run)
+        return pb.FetchOffsetsResponse(
+            offsets=[
+                pb.PartitionOffset(topic=topic, partition=partition, offset=offset)
+                for (topic, partition), offset in sorted(offsets.items())
+            ]
+        )
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
+        count = await self._groups_partitions(context)
+        if request.partition >= count:
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"partition={request.partition} is invalid: {GROUPS_TOPIC} has partitions "
+                f"0..{count - 1}",
+            )
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.groups()
+
+        names: list[str] = await self._on_coordinator(context, "", run, request.partition)
+        return pb.ListGroupsResponse(names=sorted(names))
+
+    async def DescribeGroup(
+        self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroupInfo:
+        group = await _group_name(request.group, context)
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.describe(group, topics)
+
+        view: GroupView = await self._on_coordinator(context, group, run)
+        names = sorted({p.topic for p in view.partitions} & set(self.node.topics))
+        marks = high_watermarks(await self.node.metadata(names)) if names else {}
+        info = pb.GroupInfo(name=view.name, kind=view.kind, coordinator=self.node.config.node_id)
+        for member in view.members:
+            info.members.append(
+                pb.GroupMemberInfo(
+                    id=member.id,
+                    instance_id=member.instance_id or "",
+                    assignment=[
+                        pb.TopicPartition(topic=t, partition=p)
+                        for t, p in sorted(member.assignment)
+                    ],
+                    epoch=member.epoch,
+                )
+            )
+        lags = []
+        for partition in view.partitions:
+            high_watermark, log_start = marks.get((partition.topic, partition.partition), (0, 0))
+            lag = group_lag(high_watermark, log_start, partition.committed)
+            lags.append((partition.topic, partition.partition, lag))
+            entry = pb.GroupPartitionInfo(
+                topic=partition.topic,
+                partition=partition.partition,
+                high_watermark=high_watermark,
+                lag=lag,
+                owner=partition.owner or "",
+            )
+            if partition.committed is not None:
+                entry.committed = partition.committed
+            info.partitions.append(entry)
+        self.node.groups.note_group(view.name, len(view.members), lags)
+        return info
+
+    async def ResetGroupOffsets(
+        self, request: pb.ResetGroupOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResetGroupOffsetsResponse:
+        group = await _group_name(request.group, context)
+        await self._known_topics({request.topic}, context)
+        offsets: dict[int, int] = {}
+        for item in request.offsets:
+            if item.topic and item.topic != request.topic:
+                await abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"offset for topic {item.topic!r} in a reset of topic {request.topic!r}: "
+                    "every offset must name the reset's topic (or none)",
+                )
+            offsets[item.partition] = item.offset
+        topic = request.topic
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.reset_offsets(group, topic, offsets, topics)
+
+        await self._on_coordinator(context, group, run)
+        return pb.ResetGroupOffsetsResponse()
+
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupResponse:
+        group = await _group_name(request.group, context)
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.delete_group(group)
+
+        await self._on_coordinator(context, group, run)
+        return pb.DeleteGroupResponse()
+
+    # -- routing and outcomes ---------------------------------------------------------------------
+    async def _topics_loaded(self, context: grpc.aio.ServicerContext) -> None:
+        if not self.node.topics_loaded:  # every topic would look unknown
+            await abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"node {self.node.config.node_id} is starting: topic metadata is not loaded yet",
+                reason=COORDINATOR_LOADING,
+            )
+
+    async def _groups_partitions(self, context: grpc.aio.ServicerContext) -> int:
+        await self._topics_loaded(context)
+        try:
+            return await self.node.groups.ensure_topic()
+        except CoordinatorLoading as error:
+            await abort(
+                context, grpc.StatusCode.UNAVAILABLE, str(error), reason=COORDINATOR_LOADING
+            )
+
+    async def _on_coordinator(
+        self,
+        context: grpc.aio.ServicerContext,
+        group: str,
+        op: Op,
+        partition: int | None = None,
+    ) -> Any:
+        """Runs `op` on the coordinator of `group` (or of `__groups` partition `partition`)."""
+        count = await self._groups_partitions(context)
+        if partition is None:
+            partition = group_partition(group, count)
+        try:
+            return await self.node.groups.call(partition, group, op)
+        except NotCoordinator as error:
+            hint = await self._coordinator_hint(partition, error.leader_id)
+            await abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                str(error),
+                hint,
+                reason=NOT_COORDINATOR,
+            )
+        except CoordinatorLoading as error:
+            await abort(
+                context, grpc.StatusCode.UNAVAILABLE, str(error), reason=COORDINATOR_LOADING
+            )
+        except CoordinatorUnavailable as error:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        except GroupError as error:
+            await _refuse(context, error)
+        except NodeFailStopped:
+            raise
+        except Exception as error:  # a bug: logged with its traceback, answered as INTERNAL
+            log.exception("a group call failed on a bug")
+            await abort(
+                context,
+                grpc.StatusCode.INTERNAL,
+                f"internal error ({type(error).__name__}: {error}); see the node's log",
+            )
+
+    async def _coordinator_hint(self, partition: int, leader_id: str | None) -> str:
+        """`id=host:port` of the coordinator: this node's replica's leader, or else the leader
+        the other members report ("" if none knows)."""
+        if leader_id:
+            return self.node.leader_hint(leader_id)
+        metadata = await self.node.metadata([GROUPS_TOPIC])
+        for topic in metadata.topics:
+            for info in topic.partitions:
+                if info.index == partition and info.leader:
+                    return self.node.leader_hint(info.leader)
+        return ""
+
+    async def _known_topics(self, names: set[str], context: grpc.aio.ServicerContext) -> None:
+        """NOT_FOUND naming the first of `names` that is no topic (after one refresh of the
+        topic table, so a topic created a moment ago through another node counts)."""
+        await self._topics_loaded(context)
+        missing = sorted(names - set(self.node.topics))
+        if missing:
+            await self.node.refresh_topics()
+            missing = sorted(names - set(self.node.topics))
+        if missing:
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"topic {missing[0]!r} does not exist")
+
+
+async def _group_name(name: str, context: grpc.aio.ServicerContext) -> str:
+    if not GROUP_NAME.match(name):
+        shown = name if len(name) <= 40 else name[:40] + f"... ({len(name)} characters)"
+        await abort(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"group name {shown!r} is invalid: use 1 to 200 characters from [A-Za-z0-9._-]",
+        )
+    return name
+
+
+# The status and reason of each refusal of the core (the most specific first).
+_REFUSALS: tuple[tuple[type[GroupError], grpc.StatusCode, str], ...] = (
+    (FencedMember, grpc.StatusCode.FAILED_PRECONDITION, FENCED_MEMBER),
+    (GroupNotFound, grpc.StatusCode.NOT_FOUND, GROUP_NOT_FOUND),
+    (GroupNotEmpty, grpc.StatusCode.FAILED_PRECONDITION, GROUP_NOT_EMPTY),
+    (UnknownTopic, grpc.StatusCode.NOT_FOUND, ""),
+)
+
+
+async def _refuse(context: grpc.aio.ServicerContext, error: GroupError) -> NoReturn:
+    for kind, code, reason in _REFUSALS:
+        if isinstance(error, kind):
+            await abort(context, code, str(error), reason=reason)
+    # InvalidGroupRequest, and any other refusal: a bad field, named in the message
+    await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
