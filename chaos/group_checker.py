@@ -59,8 +59,8 @@ def check_group(
             if event.type is EventType.INVOKE:
                 pending_commits[member] = event.records
             elif event.type is EventType.OK:
-                for partition, offset in pending_commits.pop(member, event.records):
-                    acked_commits.append((event.t, partition, int(offset)))
+                for partition, position in pending_commits.pop(member, event.records):
+                    acked_commits.append((event.t, partition, int(position)))
             else:
                 pending_commits.pop(member, None)
         elif event.f == "assign":

@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                 positions = {
                     (topic, p): consumer.position(topic, p) for topic, p in consumer.assignment()
                 }
-                pairs = tuple(
+                committing = tuple(
                     (p, str(offset)) for (_, p), offset in sorted(positions.items()) if offset
                 )
-                history.record(name, EventType.INVOKE, "commit", records=pairs)
+                history.record(name, EventType.INVOKE, "commit", records=committing)
                 try:
                     consumer.commit({tp: o for tp, o in positions.items() if o})
                 except FencedMember as error:

@@ -20,15 +20,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
+from harness import wait_until
 
 from chaos.group_checker import GROUP_ANOMALIES, check_group
 from chaos.history import Event, EventType, HistoryWriter, load_history
 from cluster.local import LocalCluster
 from flotilla import Client
-from tests.harness import wait_until
 
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
 TOPIC, PARTITIONS, GROUP = "orders", 12, "billing"
@@ -107,7 +108,7 @@ def test_members_join_leave_die_and_pause_without_skips_or_two_owners(
         for number in range(6):  # join one by one (rendezvous may give a member nothing)
             member = Member(f"m{number}", bootstrap, tmp_path)
             members.append(member)
-            wait_until(lambda m=member: m.has("started"), 30, f"{member.name} to start")
+            wait_until(partial(member.has, "started"), 30, f"{member.name} to start")
             wait_until(lambda: sum(len(owned(m)) for m in members) == PARTITIONS, 30,
                        "every partition owned")  # fmt: skip
         for member in members[:3]:  # three leave: the rest take their partitions at once
