@@ -202,7 +202,7 @@ class ConsumerCore:
                     yield from self.out_of_range(tp, position)
                     continue
                 got = decode_fetch(response, position, max_records - len(records), *tp)
-                if got and self.state.advance(tp, position, got[-1].offset + 1):
+                if got and self.state.advance(tp, position, got[-1].offset + 1, time.monotonic()):
                     records.extend(got)
                 if len(records) >= max_records:
                     break

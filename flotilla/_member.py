@@ -151,14 +151,17 @@ class MemberState:
     def check_session(self, now: float) -> bool:
         """Has the session ended by the member's own clock? (It then is `lost`.)"""
         with self._lock:
-            if (
-                not self.lost
-                and self.member_id
-                and self._acked_sent_at is not None
-                and now - self._acked_sent_at >= self.session_timeout_s
-            ):
-                self._lose()
-            return self.lost
+            return self._session_over(now)
+
+    def _session_over(self, now: float) -> bool:
+        if (
+            not self.lost
+            and self.member_id
+            and self._acked_sent_at is not None
+            and now - self._acked_sent_at >= self.session_timeout_s
+        ):
+            self._lose()
+        return self.lost
 
     def heartbeat_timeout_s(self, now: float, ceiling_s: float) -> float:
         """How long the next heartbeat may take: no longer than what is left of the session (a
@@ -239,11 +242,13 @@ class MemberState:
             self.positions[tp] = offset
             return True
 
-    def advance(self, tp: TopicPartition, fetched_at: int, next_offset: int) -> bool:
-        """Records read from `fetched_at` up to `next_offset` were delivered: the position moves
-        there, if it is still `fetched_at` (not sought, not revoked meanwhile). False: drop them."""
+    def advance(self, tp: TopicPartition, fetched_at: int, next_offset: int, now: float) -> bool:
+        """Records read from `fetched_at` up to `next_offset` are to be delivered `now`: the
+        position moves there, if it is still `fetched_at` (not sought, not revoked meanwhile)
+        and the session has not ended by `now` (a member paused while its fetch was out may no
+        longer own the partition). False: drop them."""
         with self._lock:
-            if self.lost or self.positions.get(tp) != fetched_at:
+            if self._session_over(now) or self.positions.get(tp) != fetched_at:
                 return False
             self.positions[tp] = next_offset
             return True

@@ -271,6 +271,24 @@ def test_a_member_silent_past_its_session_stops_reading_and_rejoins(clock: Clock
     assert (join.member_id, join.member_epoch, list(join.topics)) == ("", 0, [TOPIC])
 
 
+def test_records_fetched_across_the_end_of_the_session_are_dropped(clock: Clock) -> None:
+    """A member paused (SIGSTOP) while a fetch was out resumes past its session: what that fetch
+    brings back must not be delivered, even before its heartbeat thread noticed the session's
+    end — the partition may belong to another member by now."""
+    script = Script()
+    plans, _ = consumer(script, clock)
+    answer_heartbeats(script, [0])
+    script.run(plans.heartbeat())
+
+    def paused_fetch(request: pb.FetchRequest) -> pb.FetchResponse:
+        clock.now += 10.0  # the process stood still while the fetch was out
+        return script.fetch(request)
+
+    script.answers["Fetch"] = paused_fetch
+    assert script.run(plans.poll(max_records=100, timeout_s=0)) == []
+    assert plans.state.lost
+
+
 def test_a_heartbeat_answer_to_a_member_that_rejoined_since_is_ignored(clock: Clock) -> None:
     state = MemberState(
         "g", (TOPIC,), session_timeout_ms=10_000, instance_id=None,
