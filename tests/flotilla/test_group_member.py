@@ -131,7 +131,10 @@ def consumer(
         pass
 
     def on_revoke(partitions: set[tuple[str, int]]) -> None:
-        pass
+        # what a heartbeat sent now (from the heartbeat thread) would report owned
+        request = state.heartbeat_request()
+        owned = {(tp.topic, tp.partition) for tp in request.owned} if request else set()
+        script.events.append(("owned during on_revoke", owned))
 
     plans = ConsumerCore(
         core, state, start=start, auto_commit=auto_commit, on_assign=on_assign,
@@ -205,10 +208,12 @@ def test_a_revoked_partition_is_committed_then_revoked_then_reported_gone(clock:
     del script.events[:]
     script.run(plans.poll(max_records=100, timeout_s=0))
     names = [m for m, _ in script.events]
-    assert names[:2] == ["CommitOffsets", "on_revoke"], names
+    assert names[:3] == ["CommitOffsets", "on_revoke", "owned during on_revoke"], names
     commit = script.events[0][1]
     assert [(o.topic, o.partition, o.offset) for o in commit.offsets] == [(TOPIC, 1, 12)]
     assert script.events[1][1] == {(TOPIC, 1)}
+    # while on_revoke runs, a heartbeat still reports the partition: no one else gets it yet
+    assert script.events[2][1] == {(TOPIC, 0), (TOPIC, 1)}
     assert wakes and plans.state.owned() == {(TOPIC, 0)}
     script.run(plans.heartbeat())
     reported = script.calls("GroupHeartbeat")[-1][1]
@@ -262,7 +267,7 @@ def test_a_member_silent_past_its_session_stops_reading_and_rejoins(clock: Clock
     del script.events[:]
     assert script.run(plans.poll(max_records=100, timeout_s=0)) == []
     # every partition revoked without a commit (it cannot), none fetched, then a fresh join
-    assert [m for m, _ in script.events] == ["on_revoke"]
+    assert [m for m, _ in script.events] == ["on_revoke", "owned during on_revoke"]
     assert script.events[0][1] == {(TOPIC, 0), (TOPIC, 1)}
     assert plans.state.identity() == ("", 0) and plans.state.owned() == frozenset()
     answer_heartbeats(script, [2])
@@ -331,10 +336,10 @@ def test_close_commits_revokes_and_leaves(clock: Clock) -> None:
     del script.events[:]
     script.run(plans.close())
     names = [m for m, _ in script.events]
-    assert names == ["CommitOffsets", "on_revoke", "GroupHeartbeat"]
+    assert names == ["CommitOffsets", "on_revoke", "owned during on_revoke", "GroupHeartbeat"]
     leave = script.events[-1][1]
     assert (leave.member_id, leave.member_epoch, list(leave.owned)) == ("m-1", -1, [])
-    assert script.run(plans.close()) is None and len(script.events) == 3  # once
+    assert script.run(plans.close()) is None and len(script.events) == 4  # once
 
 
 def test_a_static_member_leaves_with_epoch_minus_two() -> None:
