@@ -223,3 +223,28 @@ def test_the_group_commands(
         client.describe_group("printers")
     status, _, err = run("group", "describe", "printers")
     assert status == 1 and "printers" in err
+
+
+def test_a_static_member_keeps_its_partitions_across_a_restart(client: Client) -> None:
+    """A static member's close (epoch -2) keeps its partitions for its session timeout; the same
+    instance_id back within it takes them over at once, with no rebalance in between."""
+    topic = "static"
+    client.create_topic(topic, partitions=2, replication_factor=3)
+    both = {(topic, 0), (topic, 1)}
+    settings = {"instance_id": "host-7", "session_timeout_ms": 30_000}
+    first = client.consumer("statics", [topic], **settings)  # type: ignore[arg-type]
+    try:
+        Members(first).until(lambda o: o[0] == both)
+    finally:
+        first.close()
+    (kept,) = client.describe_group("statics").members
+    assert kept.instance_id == "host-7" and kept.assignment == both
+    again = client.consumer("statics", [topic], **settings)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        Members(again).until(lambda o: o[0] == both, timeout_s=10)
+        assert time.monotonic() - started < 10  # not after the 30 s session timeout
+        (member,) = client.describe_group("statics").members
+        assert member.id != kept.id and member.instance_id == "host-7"
+    finally:
+        again.close()
