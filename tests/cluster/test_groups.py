@@ -1,4 +1,4 @@
-"""Consumer groups on real nodes (`cluster.groups`, `cluster.group_service`), driven over raw gRPC
+"""Consumer groups on real nodes (`cluster.groups`, `cluster.groups_service`), driven over raw gRPC
 as an SDK would (the SDK is tested in tests/flotilla): `__groups` is created on the first group
 call (through n3, which is no controller, so its creation is forwarded), members join and share a
 topic's partitions, requests reach the coordinator by following NOT_COORDINATOR hints, an idle
@@ -349,7 +349,7 @@ def test_a_recreated_topic_starts_with_no_offsets(setup: Setup) -> None:
     old = metadata(setup, "again").uid
     setup.client.delete_topic("again")
     setup.client.create_topic("again", partitions=2, replication_factor=3)
-    assert metadata(setup, "again").uid != old
+    wait_until(lambda: metadata(setup, "again").uid != old, 10, "the new incarnation seen")
     coordinator = setup.local.nodes[coordinator_of(setup, "reborn")].address
     wait_until(
         lambda: not setup.groups.offsets("reborn"), 10, "the coordinator forgets the old offsets",
