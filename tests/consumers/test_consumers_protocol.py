@@ -380,9 +380,11 @@ def test_a_failover_rebuilds_the_same_state_and_causes_no_rebalance() -> None:
         epoch, owned = member.epoch, set(member.owned)
         reply, written = new.beat(member)
         assert (written, reply.member_epoch, set(reply.assignment)) == (0, epoch, owned)
+    assert new.log == kit.log  # no heartbeat wrote anything
     # sessions restarted at the failover: a member silent since before it keeps its session
-    assert new.ticks(int(CONFIG.default_session_timeout_ms / CONFIG.tick_ms) - 1) == []
-    assert new.log == kit.log
+    session_ticks = CONFIG.default_session_timeout_ms // CONFIG.tick_ms
+    assert new.ticks(session_ticks - 1) == []
+    assert len(new.ticks(1)) == 4  # ... and then ends (the three above and the other group's)
 
 
 def test_load_after_start_is_refused() -> None:
