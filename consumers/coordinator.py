@@ -129,7 +129,10 @@ class Coordinator:
         """Folds one committed entry (a record value of the partition) into the state."""
         if self._started:
             raise RuntimeError("load() after start(): a started coordinator writes its own entries")
-        self._table.apply(decode(entry))
+        decoded = decode(entry)
+        if self._faults.load_keeps_first_offset and isinstance(decoded, OffsetsCommitted):
+            decoded = self._first_offsets_only(decoded)
+        self._table.apply(decoded)
 
     def start(self) -> None:
         """Loading is done: sessions of every loaded member start now."""
@@ -409,6 +412,13 @@ class Coordinator:
         if self._faults.unseeded_member_ids:
             return f"{group}-{random.getrandbits(32)}"  # TEST-ONLY: breaks determinism
         return f"{group}-{serial}"
+
+    def _first_offsets_only(self, entry: OffsetsCommitted) -> OffsetsCommitted:
+        """TEST-ONLY (`load_keeps_first_offset`): drops offsets already loaded."""
+        state = self._table.group(entry.group)
+        known = state.offsets if state is not None else {}
+        kept = tuple(o for o in entry.offsets if o[2] not in known.get(o[1], ("", {}))[1])
+        return replace(entry, offsets=kept)
 
     def _require_started(self) -> None:
         if not self._started:
