@@ -348,6 +348,11 @@ class Coordinator:
             member = replace(member, topics=subscription)
             self._table.apply(MemberSet(group.name, group.kind, member))  # its target moves
         target = self._target(group, topics).get(member.id, frozenset())
+        interval_ms = min(self.config.heartbeat_interval_ms, max(1, session_ms // 3))
+        if before is member and session_ms == member.session_timeout_ms:
+            current = {(t, p) for t, p, _ in member.assignment}
+            if current == target:  # the common case, an idle member: nothing to do
+                return Outcome(HeartbeatReply(member.id, member.epoch, target, interval_ms))
         assigned = {(t, p): e for t, p, e in member.assignment}
         for tp in set(assigned) - target - request.owned:
             del assigned[tp]  # revoked, and the member reports it gone: free now
@@ -368,13 +373,8 @@ class Coordinator:
         if member != before:
             entries.append(self._apply(MemberSet(group.name, group.kind, member)))
             self._touch(group.name, member)
-        reply = HeartbeatReply(
-            member.id,
-            member.epoch,
-            frozenset(tp for tp in assigned if tp in target),
-            min(self.config.heartbeat_interval_ms, max(1, member.session_timeout_ms // 3)),
-        )
-        return Outcome(reply, entries)
+        assignment = frozenset(tp for tp in assigned if tp in target)
+        return Outcome(HeartbeatReply(member.id, member.epoch, assignment, interval_ms), entries)
 
     def _target(
         self, group: GroupState, topics: Mapping[str, TopicMeta]
