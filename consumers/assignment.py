@@ -48,7 +48,7 @@ def target_assignment(
             continue
         # the bytes of `weight`'s input, built once per member and per partition
         keys = [(s.key.encode() + b"\x00", s.key, s.member_id) for s in candidates]
-        suffix = b"\x00" + topic.encode() + b"\x00"
+        suffix = topic.encode() + b"\x00"
         digest = xxhash.xxh64_intdigest
         for partition in range(meta.partitions):
             tail = suffix + str(partition).encode()
