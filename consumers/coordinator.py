@@ -39,6 +39,7 @@ from typing import Generic, TypeVar
 from consumers import offsets as commits
 from consumers import validate
 from consumers.assignment import Subscriber, target_assignment
+from consumers.config import DEFAULT_CONFIG, CoordinatorConfig
 from consumers.entries import (
     Entry,
     GroupDeleted,
@@ -76,34 +77,6 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class CoordinatorConfig:
-    tick_ms: int = 100  # how often the node calls `tick`
-    # what the coordinator asks of members, lowered to a third of a member's session timeout
-    heartbeat_interval_ms: int = 500
-    default_session_timeout_ms: int = 10_000
-    min_session_timeout_ms: int = 1_000
-    max_session_timeout_ms: int = 300_000
-
-    def __post_init__(self) -> None:
-        if self.tick_ms < 1 or self.heartbeat_interval_ms < 1:
-            raise ValueError(
-                f"tick_ms {self.tick_ms} and heartbeat_interval_ms "
-                f"{self.heartbeat_interval_ms} must be >= 1"
-            )
-        if not (
-            1
-            <= self.min_session_timeout_ms
-            <= self.default_session_timeout_ms
-            <= self.max_session_timeout_ms
-        ):
-            raise ValueError(
-                "session timeouts must satisfy 1 <= min <= default <= max, not "
-                f"{self.min_session_timeout_ms} <= {self.default_session_timeout_ms} <= "
-                f"{self.max_session_timeout_ms}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome(Generic[T]):
     reply: T
     entries: list[bytes] = field(default_factory=list)
@@ -112,7 +85,7 @@ class Outcome(Generic[T]):
 class Coordinator:
     def __init__(
         self,
-        config: CoordinatorConfig = CoordinatorConfig(),
+        config: CoordinatorConfig = DEFAULT_CONFIG,
         *,
         faults: CoordinatorFaults = NO_FAULTS,
     ) -> None:
