@@ -12,8 +12,10 @@
 (d) liveness: after faults stop, within a bound of ticks every partition of a subscribed topic
     is owned by a live member (checked by the world at the end of the quiet phase).
 (e) determinism: the same seed gives the same trace (checked by running a seed twice).
-(f) no record skipped: a member starts processing a partition at or below the highest offset
-    anyone has processed (the committed offset is a position someone reached).
+(f) at-least-once, bounded: no record is skipped (a member processes a partition only from at
+    or below the highest offset anyone processed), and a new owner starts exactly at the
+    partition's committed offset (0 where none), so what it reads again is at most what came
+    after the last commit.
 
 A failed check raises `Violation`. `disabled` turns checks off by letter (the tests show each
 checker catching a deliberately broken coordinator on its own).
@@ -28,7 +30,7 @@ from consumers.entries import Entry, OffsetsCommitted
 from consumers.sim.member import SimMember
 from consumers.types import GroupView, TopicMeta, TopicPartition
 
-__all__ = ["Checker", "Violation"]
+__all__ = ["CHECKS", "Checker", "Violation"]
 
 
 class Violation(Exception):
@@ -137,6 +139,15 @@ class Checker:
                 )
 
     # (f)
+    def starts_at_commit(self, pid: int, tp: TopicPartition, uid: str, position: int) -> None:
+        committed = self.committed.get((uid, tp[1]), 0)
+        if position != committed and "f" not in self.disabled:
+            raise Violation(
+                "start-not-at-commit",
+                f"pid {pid} starts {tp[0]}/{tp[1]} at {position}; its committed offset is "
+                f"{committed}",
+            )
+
     def processing_starts(self, pid: int, tp: TopicPartition, start: int, end: int) -> None:
         reached = self.frontier.get(tp, 0)
         if start > reached and "f" not in self.disabled:

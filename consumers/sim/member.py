@@ -96,6 +96,7 @@ class SimMember:
     committed_by_me: dict[TopicPartition, int] = field(default_factory=dict)
     seq: int = 0
     outbox: list[Request] = field(default_factory=list)
+    started: list[tuple[TopicPartition, int]] = field(default_factory=list)  # (tp, position)
     fenced_count: int = 0
     self_fenced_count: int = 0
 
@@ -212,6 +213,7 @@ class SimMember:
                 if owned is not None and owned.phase is Phase.STARTING:
                     owned.phase = Phase.PROCESSING
                     owned.position = reply.get((topic, partition), 0)
+                    self.started.append(((topic, partition), owned.position))
 
     def _assigned(self, request: Request, reply: HeartbeatReply, now: int) -> None:
         if request.epoch in (LEAVE, LEAVE_STATIC):

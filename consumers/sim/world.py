@@ -185,6 +185,9 @@ class Simulation:
             if member.state is not State.PAUSED:  # a paused member's messages wait for it
                 for message in self.mailboxes.pop(member.pid, []):
                     member.on_reply(message.request, message.reply, self.now)
+            for tp, position in member.started:
+                self.checker.starts_at_commit(member.pid, tp, self.topics[tp[0]].uid, position)
+            member.started.clear()
             processed = member.step(self.now, self.high_watermarks)
             for tp, (start, end) in processed.items():
                 if self.shell_fault == "skip_ahead":
