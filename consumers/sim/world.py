@@ -52,6 +52,7 @@ STAT_NAMES = (
     "self_fenced",
     "zombie_commits_sent",
     "lost_messages",
+    "partitions_added",
     "records_processed",
     "liveness_ticks",
 )
@@ -64,6 +65,7 @@ class Profile:
     loss: float = 0.03
     max_commit_delay_ticks: int = 2
     failover_chance: float = 0.01  # per tick
+    grow_chance: float = 0.004  # per tick: a topic gets more partitions
     event_chance: float = 0.05  # per tick: a join, leave, crash or pause
     sessions_ms: tuple[int, ...] = (2_000, 2_500, 4_000)
     # faults stop this many ticks before the end; by `liveness_bound_ticks` after that (two
@@ -302,6 +304,8 @@ class Simulation:
         rng, profile = self.rng, self.profile
         if rng.random() < profile.failover_chance:
             self.failover()
+        if rng.random() < profile.grow_chance:
+            self._grow()
         if not self._running() or rng.random() < profile.event_chance:
             running = self._running()
             choice = rng.random()
@@ -328,6 +332,16 @@ class Simulation:
                 if member.queued_on_pause is not None:
                     self.stats["zombie_commits_sent"] += 1
         self.trace.update(f"t{self.now}".encode())
+
+    def _grow(self) -> None:
+        topic = self.rng.choice(sorted(self.topics))
+        meta = self.topics[topic]
+        added = self.rng.randint(1, 2)
+        self.topics[topic] = TopicMeta(meta.uid, meta.partitions + added)
+        for partition in range(meta.partitions, meta.partitions + added):
+            self.high_watermarks[(topic, partition)] = 0
+        self.stats["partitions_added"] += added
+        self.trace.update(f"grow {topic} +{added}".encode())
 
     def _join(self, instance_id: str | None = None) -> None:
         pid = len(self.members)
