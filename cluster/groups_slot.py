@@ -293,12 +293,13 @@ class PartitionCoordinator:
         replica = self.replica
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEASE_WAIT_S
+        replica.idle_ticks = 0  # members still ask: keep the lease fresh, do not quiesce yet
         while self.leads():
             if replica.node.lease_read_index() is not None:
                 return True
             if loop.time() >= deadline:
                 break
-            replica.idle_ticks = 0  # members still ask: keep the lease fresh, do not quiesce
+            replica.idle_ticks = 0
             if replica.node.quiesced:
                 self.shell.wake(replica.group)
             await asyncio.sleep(self.shell.raft_tick_s)
