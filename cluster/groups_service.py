@@ -27,14 +27,8 @@ from typing import Any, NoReturn
 import grpc
 
 from cluster.failstop import NodeFailStopped
-from cluster.groups import (
-    CoordinatorLoading,
-    CoordinatorUnavailable,
-    NotCoordinator,
-    Op,
-    group_lag,
-    high_watermarks,
-)
+from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, NotCoordinator, Op
+from cluster.groups_gauges import group_lag, high_watermarks
 from cluster.node_api import NodeApi
 from cluster.statuses import abort
 from consumers import (
