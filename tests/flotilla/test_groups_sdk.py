@@ -7,7 +7,9 @@ its next poll; the asyncio consumer; and the group commands of the CLI."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import io
 import time
 from collections.abc import Iterator
 
@@ -16,6 +18,8 @@ from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client, Consumer, FencedMember, GroupNotEmpty, GroupNotFound, Record, aio, cli
+from flotilla.cli_groups import run_group_consume
+from flotilla.cli_records import add_record_parsers
 
 pytestmark = pytest.mark.integration
 
@@ -248,3 +252,34 @@ def test_a_static_member_keeps_its_partitions_across_a_restart(client: Client) -
         assert member.id != kept.id and member.instance_id == "host-7"
     finally:
         again.close()
+
+
+def test_consume_with_a_group_never_commits_what_it_did_not_write(client: Client) -> None:
+    """Ctrl-C while a poll's records are being printed: the group's offset stays at most where
+    the printed records end (none of this poll's is committed), so none is skipped next time."""
+    topic = "interrupted"
+    client.create_topic(topic, partitions=1, replication_factor=3)
+    client.produce_batch(topic, [b"i%d" % n for n in range(4)])
+
+    class Interrupted(io.BytesIO):
+        def write(self, data: bytes) -> int:  # type: ignore[override]
+            if self.tell():
+                raise KeyboardInterrupt  # the second record
+            return super().write(data)
+
+    args = cli_main_args(topic, "interrupters")
+    with pytest.raises(KeyboardInterrupt):
+        run_group_consume(client, args, Interrupted(), io.StringIO())
+    try:
+        committed = client.describe_group("interrupters").partitions[0].committed
+    except GroupNotFound:  # nothing committed and its member left: no group at all
+        committed = None
+    assert committed in (None, 0, 1)
+
+
+def cli_main_args(topic: str, group: str) -> argparse.Namespace:
+    """`flotilla consume TOPIC --group G --from-beginning` as the CLI parses it."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    add_record_parsers(sub, [])
+    return parser.parse_args(["consume", topic, "--group", group, "--from-beginning"])
