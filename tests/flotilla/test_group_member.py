@@ -9,6 +9,7 @@ changed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -369,3 +370,56 @@ def test_polls_start_at_a_different_partition_each_time() -> None:
     state.add({(TOPIC, p): 0 for p in range(3)}, {})
     firsts = {state.fetch_order()[0] for _ in range(3)}
     assert firsts == {(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)}
+
+
+def test_the_asyncio_consumer_awaits_coroutine_callbacks(clock: Clock) -> None:
+    from flotilla.consumer import AsyncConsumer
+
+    script = Script()
+    seen: list[set[tuple[str, int]]] = []
+
+    async def on_assign(partitions: set[tuple[str, int]]) -> None:
+        await asyncio.sleep(0)
+        seen.append(partitions)
+
+    async def call(rpc: Rpc) -> Any:
+        return script.answers[rpc.method](rpc.request)
+
+    async def main() -> None:
+        core = ClientCore("127.0.0.1:1", 5.0, "all")
+        core.router.absorb(metadata())
+        consumer = AsyncConsumer(core, call, "billing", [TOPIC], on_assign=on_assign)
+        answer_heartbeats(script, [2])
+        await consumer._run(consumer._core.heartbeat())
+        await consumer._run(consumer._core.reconcile())
+        assert consumer.assignment() == {(TOPIC, 2)}
+
+    asyncio.run(main())
+    assert seen == [{(TOPIC, 2)}]
+
+
+def test_a_callback_that_raises_still_lets_close_leave(clock: Clock) -> None:
+    """The sync driver throws a callback's exception into the plan: close()'s cleanup (drop,
+    leave) runs, then the caller sees the exception."""
+    from flotilla.consumer import Consumer
+
+    script = Script()
+    calls: list[str] = []
+
+    def on_revoke(partitions: set[tuple[str, int]]) -> None:
+        raise RuntimeError("the application's bug")
+
+    def call(rpc: Rpc) -> Any:
+        calls.append(rpc.method)
+        return script.answers[rpc.method](rpc.request)
+
+    core = ClientCore("127.0.0.1:1", 5.0, "all")
+    core.router.absorb(metadata())
+    consumer = Consumer(core, call, "billing", [TOPIC], on_revoke=on_revoke, auto_commit=False)
+    answer_heartbeats(script, [1])
+    consumer._run(consumer._core.heartbeat())
+    consumer._run(consumer._core.reconcile())
+    with pytest.raises(RuntimeError, match="application's bug"):
+        consumer.close()
+    assert calls[-1] == "GroupHeartbeat" and consumer.assignment() == set()
+    assert consumer._core.state.closed
