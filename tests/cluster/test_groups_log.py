@@ -32,6 +32,13 @@ def test_a_large_round_is_split_between_entries_never_inside_one() -> None:
     assert values == [value for _, value in entries]
 
 
+def test_an_entry_larger_than_the_bound_goes_alone() -> None:
+    entries = [("big", b"x" * 5000), ("g", b"y")]
+    split = list(batches(entries, timestamp_ms=0, max_bytes=1000))
+    assert [count for _, count in split] == [1, 1]
+    assert [decode_batch(batch, 0)[0].value for batch, _ in split] == [b"x" * 5000, b"y"]
+
+
 def test_nothing_to_write_is_no_batch() -> None:
     assert list(batches([], timestamp_ms=0)) == []
 
