@@ -10,7 +10,7 @@ partition's history.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from cluster.replica import Replica
 from consumers import Coordinator, CoordinatorConfig
@@ -51,7 +51,7 @@ def replay(replica: Replica, config: CoordinatorConfig) -> tuple[Coordinator, in
 
 
 def batches(
-    entries: list[Entry], timestamp_ms: int, max_bytes: int = MAX_BATCH_BYTES
+    entries: Sequence[Entry], timestamp_ms: int, max_bytes: int = MAX_BATCH_BYTES
 ) -> Iterator[tuple[bytes, int]]:
     """(record batch, record count) for `entries`, in order, each batch at most about
     `max_bytes` (one entry larger than that goes alone)."""
