@@ -18,7 +18,7 @@ import pytest
 from flotilla._consumer import Callback, ConsumerCore, ConsumerPlan
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._member import MemberState
-from flotilla.errors import FencedMember, FlotillaError, InvalidArgument
+from flotilla.errors import FencedMember, FlotillaError, InvalidArgument, Unavailable
 from proto import flotilla_pb2 as pb
 from proto.records import encode_batch
 
@@ -423,3 +423,24 @@ def test_a_callback_that_raises_still_lets_close_leave(clock: Clock) -> None:
         consumer.close()
     assert calls[-1] == "GroupHeartbeat" and consumer.assignment() == set()
     assert consumer._core.state.closed
+
+
+def test_a_revocation_whose_commit_fails_still_lets_the_partition_go(clock: Clock) -> None:
+    """The coordinator is away when a partition moves: poll does not fail; the partition is
+    revoked and reported gone anyway (its next owner repeats from the last commit)."""
+    script = Script()
+    plans, _ = consumer(script, clock)
+    answer_heartbeats(script, [0, 1])
+    script.run(plans.heartbeat())
+    script.run(plans.poll(max_records=100, timeout_s=0))
+    answer_heartbeats(script, [0], epoch=2)
+    script.run(plans.heartbeat())
+
+    def away(request: object) -> Unavailable:
+        clock.now += 1.0  # each attempt takes a second, until the commit gives up
+        return Unavailable("coordinator away")
+
+    script.answers["CommitOffsets"] = away
+    script.run(plans.poll(max_records=100, timeout_s=0))
+    assert script.calls("on_revoke") == [("on_revoke", {(TOPIC, 1)})]
+    assert plans.state.owned() == {(TOPIC, 0)}
