@@ -283,3 +283,33 @@ def cli_main_args(topic: str, group: str) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command")
     add_record_parsers(sub, [])
     return parser.parse_args(["consume", topic, "--group", group, "--from-beginning"])
+
+
+def test_a_commit_survives_kill_9_of_the_coordinator_with_no_rebalance(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """Runs last: it kills a node (and starts it again). The SDK finds the new coordinator by
+    itself; the committed offset reads back as committed; the member keeps its partition (a
+    coordinator failover alone moves nothing) and commits on."""
+    topic = "durable"
+    client.create_topic(topic, partitions=1, replication_factor=3)
+    client.produce_batch(topic, [b"d%d" % n for n in range(5)])
+    with client.consumer("durables", [topic], auto_commit=False) as consumer:
+        members = Members(consumer)
+        members.until(lambda o: len(members.delivered.get((topic, 0), ())) == 5)
+        consumer.commit()
+        member = client.describe_group("durables")
+        coordinator = member.coordinator
+        cluster.kill(coordinator)
+        try:
+            assert consumer.committed(topic, 0) == 5
+            client.produce(topic, b"d5", partition=0)
+            members.until(lambda o: len(members.delivered[(topic, 0)]) == 6)
+            consumer.commit()
+            assert consumer.committed(topic, 0) == 6
+            assert consumer.assignment() == {(topic, 0)}
+            after = client.describe_group("durables")
+            assert after.coordinator != coordinator
+            assert [m.id for m in after.members] == [m.id for m in member.members]
+        finally:
+            cluster.start(coordinator)
