@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -178,3 +179,41 @@ def test_an_entry_of_a_newer_format_stops_the_partitions_groups(
     asyncio.run(scenario())
     unreadable = [r for r in caplog.records if "cannot serve the groups" in r.getMessage()]
     assert len(unreadable) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_a_write_that_fails_drops_the_coordinator_and_the_next_call_finds_it_rebuilt(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> list[tuple[str, int]]:
+        node = Node(tmp_path)
+        await node.start()
+        try:
+            await node.call(lambda c, topics: c.groups())  # loaded
+            patient = node.host.shell
+            node.host.shell = dataclasses.replace(patient, write_timeout_s=1e-9)
+            for slot in node.host._slots.values():  # the running coordinator's, too
+                slot.shell = node.host.shell
+            join = HeartbeatRequest("g", "", 0, 10_000, topics=("orders",))
+            with pytest.raises(CoordinatorUnavailable, match="failed"):
+                await node.call(lambda c, topics: c.heartbeat(join, topics))
+            node.host.shell = patient
+            # rebuilt from the log: the join's entry may have committed after all (its
+            # outcome was unknown), and the coordinator holds exactly what the log holds
+            view = await node.call(lambda c, topics: c.groups() and c.describe("g", topics))
+            rebuilt = sorted((m.id, m.epoch) for m in view.members) if view else []
+        finally:
+            await node.stop()
+        node = Node(tmp_path)
+        await node.start()
+        try:
+            groups = await node.call(lambda c, topics: c.groups())
+            reloaded: list[tuple[str, int]] = []
+            if groups:
+                view = await node.call(lambda c, topics: c.describe("g", topics))
+                reloaded = sorted((m.id, m.epoch) for m in view.members)
+        finally:
+            await node.stop()
+        assert rebuilt == reloaded
+        return rebuilt
+
+    asyncio.run(scenario())
