@@ -163,13 +163,18 @@ class PartitionCoordinator:
             self._ticks_due += 1
             self._wake.set()
 
-    def drop(self, error: ClusterError, failure: Failure = Failure.MOVED) -> None:
+    def drop(
+        self,
+        error: ClusterError,
+        failure: Failure = Failure.MOVED,
+        unknown: ClusterError | None = None,
+    ) -> None:
         """Stops the slot: calls not taken yet get `error`; calls whose write is in flight get
-        `CoordinatorUnavailable` (their outcome is unknown). Once."""
+        `unknown` (by default: leadership changed, their outcome is unknown). Once."""
         if self.dropped:
             return
         self.dropped = True
-        unknown = CoordinatorUnavailable(
+        unknown = unknown or CoordinatorUnavailable(
             f"leadership of {self.replica.group} changed before the write committed; the "
             "outcome is unknown: retry"
         )
@@ -324,11 +329,13 @@ class PartitionCoordinator:
             reason = str(error) or type(error).__name__
             log.info("a write to %s failed (%s): the coordinator is rebuilt from the log",
                      self.replica.group, reason)  # fmt: skip
+            group = self.replica.group
             self.drop(
-                CoordinatorUnavailable(
-                    f"the write to {self.replica.group} failed ({reason}); retry"
-                ),
+                CoordinatorUnavailable(f"the coordinator of {group} is being rebuilt; retry"),
                 Failure.WRITE,
+                CoordinatorUnavailable(
+                    f"the write to {group} failed ({reason}): the outcome is unknown; retry"
+                ),
             )
             return False
 

@@ -339,6 +339,10 @@ def test_a_group_with_members_is_not_deleted_and_every_group_is_listed(setup: Se
         request = pb.ListGroupsRequest(partition=partition)
         listed |= set(setup.groups.call("ListGroups", request, key=f"list/{partition}").names)
     assert {"billing", "idle", "short-lived"} <= listed, listed
+    with pytest.raises(grpc.RpcError) as unknown:
+        member.commit({("never-made", 0): 1})
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+    assert "'never-made'" in unknown.value.details()
     setup.groups.heartbeat("short-lived", member.member_id, LEAVE)  # leaves at once
     setup.groups.call("DeleteGroup", delete)
     with pytest.raises(grpc.RpcError) as gone:

@@ -174,6 +174,29 @@ def test_n_members_share_the_partitions_without_overlap(n: int) -> None:
     assert {m.id: m.owned for m in members} == target
 
 
+def test_through_the_coordinator_a_join_or_leave_moves_only_about_one_nth() -> None:
+    kit = Kit({"orders": TopicMeta("u", 400)})
+    for _ in range(4):
+        kit.join()
+    kit.settle()
+    before = owners(kit)
+    newcomer = kit.join()
+    kit.settle()
+    after = owners(kit)
+    moved = {tp for tp in before if before[tp] != after[tp]}
+    print(f"join of a 5th member moved {len(moved)} of 400 partitions (ideal 80)")
+    assert {after[tp] for tp in moved} == {newcomer.id}
+    assert 0.6 * 80 <= len(moved) <= 1.4 * 80
+    leaver = next(m for m in kit.members.values() if m.id != newcomer.id)
+    kit.take(kit.c.heartbeat(HeartbeatRequest("g", leaver.id, LEAVE, 0), kit.topics))
+    del kit.members[leaver.id]
+    kit.settle()
+    final = owners(kit)
+    moved = {tp for tp in after if after[tp] != final.get(tp)}
+    assert {after[tp] for tp in moved} == {leaver.id}  # only the leaver's partitions moved
+    assert set(final) == set(after)
+
+
 def test_a_grant_waits_until_the_old_owner_reports_the_partition_gone() -> None:
     kit = Kit()
     a = kit.join()
