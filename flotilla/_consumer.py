@@ -179,7 +179,16 @@ class ConsumerCore:
         check_read(0, max_records)
         return check_poll_timeout(timeout_s)
 
+    def check_open(self) -> None:
+        """InvalidArgument once the consumer is closed (it left the group)."""
+        if self.state.closed:
+            raise InvalidArgument(
+                f"this consumer of group {self.group!r} is closed (it left the group): make "
+                "another with client.consumer(...)"
+            )
+
     def poll(self, max_records: int, timeout_s: float) -> ConsumerPlan[list[Record]]:
+        self.check_open()
         deadline = time.monotonic() + self.check_poll(max_records, timeout_s)
         yield from self.reconcile()
         if self.auto_commit and self.state.auto_commit_due(time.monotonic()):
@@ -220,6 +229,7 @@ class ConsumerCore:
         """Commits `offsets` ({(topic, partition): next offset}), or every owned partition's
         position (None); all or nothing. FencedMember if the member does not own one of them
         or its session ended (it rejoins on the next poll)."""
+        self.check_open()
         if offsets is None:
             yield from self.commit_positions(None)
             return

@@ -341,6 +341,10 @@ def test_close_commits_revokes_and_leaves(clock: Clock) -> None:
     leave = script.events[-1][1]
     assert (leave.member_id, leave.member_epoch, list(leave.owned)) == ("m-1", -1, [])
     assert script.run(plans.close()) is None and len(script.events) == 4  # once
+    with pytest.raises(InvalidArgument, match="is closed"):
+        script.run(plans.poll(max_records=1, timeout_s=0))
+    with pytest.raises(InvalidArgument, match="is closed"):
+        script.run(plans.commit(None))
 
 
 def test_a_static_member_leaves_with_epoch_minus_two() -> None:
