@@ -6,7 +6,7 @@ metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
 
 One module of about 480 lines: the calls of one servicer, which share its request checks
 (`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`, and
-the consumer-group calls, which share none of them, in `cluster.group_service` (a mixin).
+the consumer-group calls, which share none of them, in `cluster.groups_service` (a mixin).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import grpc
 from cluster.errors import (
     Invalid,
 )
-from cluster.group_service import GroupCalls
+from cluster.groups_service import GroupCalls
 from cluster.idempotence import Duplicate
 from cluster.logs import event
 from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
@@ -75,7 +75,7 @@ log = logging.getLogger("flotilla.service")
 
 class ClientService(GroupCalls, flotilla_pb2_grpc.FlotillaServicer):
     """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node); the consumer-group
-    calls are the `GroupCalls` mixin's (`cluster.group_service`)."""
+    calls are the `GroupCalls` mixin's (`cluster.groups_service`)."""
 
     def __init__(self, node: NodeApi) -> None:
         self.node = node

@@ -46,7 +46,12 @@ def target_assignment(
         meta = topics.get(topic)
         if meta is None:
             continue
+        # the bytes of `weight`'s input, built once per member and per partition
+        keys = [(s.key.encode() + b"\x00", s.key, s.member_id) for s in candidates]
+        suffix = topic.encode() + b"\x00"
+        digest = xxhash.xxh64_intdigest
         for partition in range(meta.partitions):
-            best = max(candidates, key=lambda s: (weight(s.key, topic, partition), s.key))
-            target[best.member_id].add((topic, partition))
+            tail = suffix + str(partition).encode()
+            best = max(keys, key=lambda k: (digest(k[0] + tail), k[1]))
+            target[best[2]].add((topic, partition))
     return {member_id: frozenset(tps) for member_id, tps in target.items()}

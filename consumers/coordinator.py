@@ -39,6 +39,7 @@ from typing import Generic, TypeVar
 from consumers import offsets as commits
 from consumers import validate
 from consumers.assignment import Subscriber, target_assignment
+from consumers.config import DEFAULT_CONFIG, CoordinatorConfig
 from consumers.entries import (
     Entry,
     GroupDeleted,
@@ -76,34 +77,6 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class CoordinatorConfig:
-    tick_ms: int = 100  # how often the node calls `tick`
-    # what the coordinator asks of members, lowered to a third of a member's session timeout
-    heartbeat_interval_ms: int = 500
-    default_session_timeout_ms: int = 10_000
-    min_session_timeout_ms: int = 1_000
-    max_session_timeout_ms: int = 300_000
-
-    def __post_init__(self) -> None:
-        if self.tick_ms < 1 or self.heartbeat_interval_ms < 1:
-            raise ValueError(
-                f"tick_ms {self.tick_ms} and heartbeat_interval_ms "
-                f"{self.heartbeat_interval_ms} must be >= 1"
-            )
-        if not (
-            1
-            <= self.min_session_timeout_ms
-            <= self.default_session_timeout_ms
-            <= self.max_session_timeout_ms
-        ):
-            raise ValueError(
-                "session timeouts must satisfy 1 <= min <= default <= max, not "
-                f"{self.min_session_timeout_ms} <= {self.default_session_timeout_ms} <= "
-                f"{self.max_session_timeout_ms}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome(Generic[T]):
     reply: T
     entries: list[bytes] = field(default_factory=list)
@@ -112,7 +85,7 @@ class Outcome(Generic[T]):
 class Coordinator:
     def __init__(
         self,
-        config: CoordinatorConfig = CoordinatorConfig(),
+        config: CoordinatorConfig = DEFAULT_CONFIG,
         *,
         faults: CoordinatorFaults = NO_FAULTS,
     ) -> None:
@@ -129,7 +102,10 @@ class Coordinator:
         """Folds one committed entry (a record value of the partition) into the state."""
         if self._started:
             raise RuntimeError("load() after start(): a started coordinator writes its own entries")
-        self._table.apply(decode(entry))
+        decoded = decode(entry)
+        if self._faults.load_keeps_first_offset and isinstance(decoded, OffsetsCommitted):
+            decoded = self._first_offsets_only(decoded)
+        self._table.apply(decoded)
 
     def start(self) -> None:
         """Loading is done: sessions of every loaded member start now."""
@@ -345,6 +321,11 @@ class Coordinator:
             member = replace(member, topics=subscription)
             self._table.apply(MemberSet(group.name, group.kind, member))  # its target moves
         target = self._target(group, topics).get(member.id, frozenset())
+        interval_ms = min(self.config.heartbeat_interval_ms, max(1, session_ms // 3))
+        if before is member and session_ms == member.session_timeout_ms:
+            current = {(t, p) for t, p, _ in member.assignment}
+            if current == target:  # the common case, an idle member: nothing to do
+                return Outcome(HeartbeatReply(member.id, member.epoch, target, interval_ms))
         assigned = {(t, p): e for t, p, e in member.assignment}
         for tp in set(assigned) - target - request.owned:
             del assigned[tp]  # revoked, and the member reports it gone: free now
@@ -365,13 +346,8 @@ class Coordinator:
         if member != before:
             entries.append(self._apply(MemberSet(group.name, group.kind, member)))
             self._touch(group.name, member)
-        reply = HeartbeatReply(
-            member.id,
-            member.epoch,
-            frozenset(tp for tp in assigned if tp in target),
-            min(self.config.heartbeat_interval_ms, max(1, member.session_timeout_ms // 3)),
-        )
-        return Outcome(reply, entries)
+        assignment = frozenset(tp for tp in assigned if tp in target)
+        return Outcome(HeartbeatReply(member.id, member.epoch, assignment, interval_ms), entries)
 
     def _target(
         self, group: GroupState, topics: Mapping[str, TopicMeta]
@@ -409,6 +385,13 @@ class Coordinator:
         if self._faults.unseeded_member_ids:
             return f"{group}-{random.getrandbits(32)}"  # TEST-ONLY: breaks determinism
         return f"{group}-{serial}"
+
+    def _first_offsets_only(self, entry: OffsetsCommitted) -> OffsetsCommitted:
+        """TEST-ONLY (`load_keeps_first_offset`): drops offsets already loaded."""
+        state = self._table.group(entry.group)
+        known = state.offsets if state is not None else {}
+        kept = tuple(o for o in entry.offsets if o[2] not in known.get(o[1], ("", {}))[1])
+        return replace(entry, offsets=kept)
 
     def _require_started(self) -> None:
         if not self._started:

@@ -25,6 +25,8 @@ class CoordinatorFaults:
     never_expire: bool = False
     # name members from an unseeded random source instead of the replicated counter
     unseeded_member_ids: bool = False
+    # on load, keep a partition's first committed offset instead of the last
+    load_keeps_first_offset: bool = False
 
     @property
     def any(self) -> bool:

@@ -1,8 +1,12 @@
 """Member sessions, counted in coordinator ticks. Not replicated: a coordinator that takes over
 (failover) starts every member's session afresh, so a failover alone ends no session.
 
-A member heard at tick t with a session of T ticks expires at tick t + T, where
-T = ceil(session_timeout_ms / tick_ms): silent for its whole session timeout, never less.
+A member heard after tick t (and before tick t + 1) with a session of T ticks expires at tick
+t + T + 1, where T = ceil(session_timeout_ms / tick_ms): T whole tick intervals after it was heard,
+so silent for its whole session timeout, never less (the node's ticks never run ahead of its
+clock). The member, which gives up once its session timeout has passed since it *sent* the last
+heartbeat that was answered, therefore always gives its partitions up before the coordinator
+hands them on.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ class Sessions:
         self._deadlines: dict[MemberKey, int] = {}
 
     def touch(self, key: MemberKey, ticks: int) -> None:
-        self._deadlines[key] = self.now + ticks
+        self._deadlines[key] = self.now + ticks + 1
 
     def end(self, key: MemberKey) -> None:
         self._deadlines.pop(key, None)

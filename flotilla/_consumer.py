@@ -37,6 +37,9 @@ T = TypeVar("T")
 PartitionsCallback = Callable[[set[TopicPartition]], Any]
 # How long a poll with nothing owned waits before it looks again (the heartbeat may bring some).
 IDLE_STEP_S = 0.05
+# An automatic commit (at a poll, or of a partition moving away) gives up after this, so a
+# coordinator failover holds a poll up no longer; the next one commits what it could not.
+AUTO_COMMIT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +126,9 @@ class ConsumerCore:
         changes = self.state.changes(time.monotonic())
         if changes.revoke:
             if self.auto_commit and not changes.lost:
-                try:
-                    yield from self.commit_positions(changes.revoke)
-                except FencedMember:
-                    pass  # the session ended meanwhile: the next records repeat, none is lost
+                # a failure (fenced meanwhile, coordinator away) lets the partition go anyway:
+                # its next owner repeats the records after its last commit, none is lost
+                yield from self.commit_positions(changes.revoke, quiet=True)
             if self.on_revoke is not None:
                 yield Callback(self.on_revoke, set(changes.revoke))
             self.state.drop(changes.revoke)
@@ -177,7 +179,16 @@ class ConsumerCore:
         check_read(0, max_records)
         return check_poll_timeout(timeout_s)
 
+    def check_open(self) -> None:
+        """InvalidArgument once the consumer is closed (it left the group)."""
+        if self.state.closed:
+            raise InvalidArgument(
+                f"this consumer of group {self.group!r} is closed (it left the group): make "
+                "another with client.consumer(...)"
+            )
+
     def poll(self, max_records: int, timeout_s: float) -> ConsumerPlan[list[Record]]:
+        self.check_open()
         deadline = time.monotonic() + self.check_poll(max_records, timeout_s)
         yield from self.reconcile()
         if self.auto_commit and self.state.auto_commit_due(time.monotonic()):
@@ -218,6 +229,7 @@ class ConsumerCore:
         """Commits `offsets` ({(topic, partition): next offset}), or every owned partition's
         position (None); all or nothing. FencedMember if the member does not own one of them
         or its session ended (it rejoins on the next poll)."""
+        self.check_open()
         if offsets is None:
             yield from self.commit_positions(None)
             return
@@ -236,15 +248,15 @@ class ConsumerCore:
         self, partitions: frozenset[TopicPartition] | None, quiet: bool = False
     ) -> Plan[None]:
         """Commits the positions of the owned partitions (of `partitions`) that changed since
-        their last commit; none changed: nothing is sent. `quiet` (auto-commit): a failure other
-        than fencing is left for the next one."""
+        their last commit; none changed: nothing is sent. `quiet` (auto-commit): it gives up
+        after `AUTO_COMMIT_TIMEOUT_S`, and a failure is left for the next one."""
         if not quiet:
             self._check_session()
         offsets = self.state.uncommitted(partitions)
         if not offsets or self.state.lost:
             return
         try:
-            yield from self._send_commit(offsets)
+            yield from self._send_commit(offsets, AUTO_COMMIT_TIMEOUT_S if quiet else None)
         except FlotillaError:
             if not quiet:
                 raise
@@ -258,10 +270,14 @@ class ConsumerCore:
                 "its next poll"
             )
 
-    def _send_commit(self, offsets: dict[TopicPartition, int]) -> Plan[None]:
+    def _send_commit(
+        self, offsets: dict[TopicPartition, int], timeout_s: float | None = None
+    ) -> Plan[None]:
         member_id, epoch = self.state.identity()
+        if timeout_s is not None:
+            timeout_s = min(timeout_s, self.core.timeout_s)
         try:
-            yield from self.groups.commit(self.group, member_id, epoch, offsets)
+            yield from self.groups.commit(self.group, member_id, epoch, offsets, timeout_s)
         except FencedMember:
             self.state.fenced()
             raise

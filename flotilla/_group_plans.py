@@ -182,7 +182,12 @@ class GroupCalls:
         return {(o.topic, o.partition): int(o.offset) for o in response.offsets}
 
     def commit(
-        self, group: str, member_id: str, epoch: int, offsets: dict[TopicPartition, int]
+        self,
+        group: str,
+        member_id: str,
+        epoch: int,
+        offsets: dict[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> Plan[None]:
         request = pb.CommitOffsetsRequest(
             group=group,
@@ -193,7 +198,7 @@ class GroupCalls:
                 for (t, p), o in sorted(offsets.items())
             ],
         )
-        yield from self.call(group, "CommitOffsets", request)
+        yield from self.call(group, "CommitOffsets", request, timeout_s=timeout_s)
 
     # -- admin -----------------------------------------------------------------------------------
     def list_groups(self) -> Plan[list[str]]:

@@ -157,7 +157,9 @@ def run_group_consume(
     last_record = time.monotonic()
     start = "earliest" if args.from_beginning else "latest"
     try:
-        with client.consumer(args.group, [args.topic], start=start) as consumer:
+        # no auto-commit: it would commit records polled but not yet written out (Ctrl-C while
+        # printing); each poll's records are committed once written, and only then
+        with client.consumer(args.group, [args.topic], start=start, auto_commit=False) as consumer:
             while args.max is None or printed < args.max:
                 wait_s = 1.0
                 if args.idle_timeout is not None:

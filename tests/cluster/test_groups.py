@@ -1,4 +1,4 @@
-"""Consumer groups on real nodes (`cluster.groups`, `cluster.group_service`), driven over raw gRPC
+"""Consumer groups on real nodes (`cluster.groups`, `cluster.groups_service`), driven over raw gRPC
 as an SDK would (the SDK is tested in tests/flotilla): `__groups` is created on the first group
 call (through n3, which is no controller, so its creation is forwarded), members join and share a
 topic's partitions, requests reach the coordinator by following NOT_COORDINATOR hints, an idle
@@ -26,6 +26,7 @@ from harness import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.local import LocalCluster, free_port
+from consumers.types import LEAVE
 from flotilla import Client
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -33,6 +34,8 @@ from proto.groups import GROUPS_TOPIC, group_partition
 from proto.reasons import (
     COORDINATOR_LOADING,
     FENCED_MEMBER,
+    GROUP_NOT_EMPTY,
+    GROUP_NOT_FOUND,
     NOT_COORDINATOR,
     REASON_KEY,
 )
@@ -321,6 +324,34 @@ def test_an_idle_group_writes_nothing_to_raft(setup: Setup) -> None:
     assert high_watermark() == before + 1
 
 
+def test_a_group_with_members_is_not_deleted_and_every_group_is_listed(setup: Setup) -> None:
+    setup.client.create_topic("brief", partitions=1, replication_factor=3)
+    member = Member(setup.groups, "short-lived", ["brief"])
+    wait_until(lambda: member.beat() == {("brief", 0)}, 30, "the member owns the partition")
+    member.commit({("brief", 0): 1})
+    delete = pb.DeleteGroupRequest(group="short-lived")
+    with pytest.raises(grpc.RpcError) as refused:
+        setup.groups.call("DeleteGroup", delete)
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert reason_of(refused.value) == GROUP_NOT_EMPTY, refused.value.details()
+    listed: set[str] = set()
+    for partition in range(GROUP_PARTITIONS):  # each partition's coordinator lists its groups
+        request = pb.ListGroupsRequest(partition=partition)
+        listed |= set(setup.groups.call("ListGroups", request, key=f"list/{partition}").names)
+    assert {"billing", "idle", "short-lived"} <= listed, listed
+    with pytest.raises(grpc.RpcError) as unknown:
+        member.commit({("never-made", 0): 1})
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+    assert "'never-made'" in unknown.value.details()
+    setup.groups.heartbeat("short-lived", member.member_id, LEAVE)  # leaves at once
+    setup.groups.call("DeleteGroup", delete)
+    with pytest.raises(grpc.RpcError) as gone:
+        setup.groups.call("DescribeGroup", pb.DescribeGroupRequest(group="short-lived"))
+    assert gone.value.code() is grpc.StatusCode.NOT_FOUND
+    assert reason_of(gone.value) == GROUP_NOT_FOUND
+    assert setup.groups.offsets("short-lived") == {}
+
+
 # -- fencing and incarnations ---------------------------------------------------------------------
 def test_a_removed_members_commit_is_fenced_and_changes_nothing(setup: Setup) -> None:
     setup.client.create_topic("fence", partitions=2, replication_factor=3)
@@ -349,7 +380,7 @@ def test_a_recreated_topic_starts_with_no_offsets(setup: Setup) -> None:
     old = metadata(setup, "again").uid
     setup.client.delete_topic("again")
     setup.client.create_topic("again", partitions=2, replication_factor=3)
-    assert metadata(setup, "again").uid != old
+    wait_until(lambda: metadata(setup, "again").uid != old, 10, "the new incarnation seen")
     coordinator = setup.local.nodes[coordinator_of(setup, "reborn")].address
     wait_until(
         lambda: not setup.groups.offsets("reborn"), 10, "the coordinator forgets the old offsets",
@@ -367,10 +398,9 @@ def test_a_recreated_topic_starts_with_no_offsets(setup: Setup) -> None:
 def test_the_coordinator_serves_the_groups_lag_and_members(setup: Setup) -> None:
     setup.client.create_topic("lagged", partitions=1, replication_factor=3)
     setup.client.produce_batch("lagged", [b"r%d" % n for n in range(10)], partition=0)
-    reset = pb.ResetGroupOffsetsRequest(
-        group="lagging", topic="lagged", offsets=[pb.PartitionOffset(partition=0, offset=4)]
-    )
-    setup.groups.call("ResetGroupOffsets", reset)
+    member = Member(setup.groups, "lagging", ["lagged"])
+    wait_until(lambda: member.beat() == {("lagged", 0)}, 30, "the member owns the partition")
+    member.commit({("lagged", 0): 4})
     info = setup.groups.call("DescribeGroup", pb.DescribeGroupRequest(group="lagging"))
     (partition,) = info.partitions
     assert (partition.committed, partition.high_watermark, partition.lag) == (4, 10, 6)
@@ -382,18 +412,10 @@ def test_the_coordinator_serves_the_groups_lag_and_members(setup: Setup) -> None
         for s in family.samples
         if s.name.startswith("flotilla_group_")
     }
-    labels = {"node": info.coordinator, "group": "lagging", "topic": "lagged", "partition": "0"}
-    assert samples[("flotilla_group_lag", tuple(sorted(labels.items())))] == 6, samples
-    billing = {"node": coordinator_of(setup, "billing"), "group": "billing"}
-    if billing["node"] == info.coordinator:  # members are served by the group's coordinator
-        setup.groups.call("DescribeGroup", pb.DescribeGroupRequest(group="billing"))
-        with urllib.request.urlopen(f"http://{setup.metrics[info.coordinator]}/metrics") as answer:
-            text = answer.read().decode()
-        members = [
-            s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == "flotilla_group_members" and s.labels == billing
-        ]  # fmt: skip
-        assert members == [3], members
+    group = {"node": info.coordinator, "group": "lagging"}
+    lag = tuple(sorted({**group, "topic": "lagged", "partition": "0"}.items()))
+    assert samples[("flotilla_group_lag", lag)] == 6, samples
+    assert samples[("flotilla_group_members", tuple(sorted(group.items())))] == 1, samples
 
 
 # -- failover (last: it kills and restarts nodes) ---------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.assignment import Subscriber, target_assignment
+from consumers.assignment import Subscriber, target_assignment, weight
 from consumers.types import TopicMeta, TopicPartition
 
 PARTITIONS = 2_000
@@ -57,3 +57,14 @@ def test_the_target_is_deterministic_and_follows_subscriptions() -> None:
     # a static member's key, not its id, decides: a new id with the same key gets the same
     renamed = [subs[0], Subscriber("g-9", "static-a", ("orders", "audit")), subs[2]]
     assert target_assignment(renamed, TOPICS)["g-9"] == target["g-2"]
+
+
+def test_each_partition_goes_to_the_subscriber_of_highest_weight() -> None:
+    """The target is the definition: argmax of `weight(key, topic, partition)` (ties to the
+    larger key), whatever the computation does to go fast."""
+    subs = [Subscriber(f"g-{i}", f"key-{i}", ("orders", "audit")) for i in range(7)]
+    target = target_assignment(subs, TOPICS)
+    for topic, meta in TOPICS.items():
+        for partition in range(min(meta.partitions, 300)):
+            best = max(subs, key=lambda s: (weight(s.key, topic, partition), s.key))
+            assert (topic, partition) in target[best.member_id]

@@ -174,6 +174,29 @@ def test_n_members_share_the_partitions_without_overlap(n: int) -> None:
     assert {m.id: m.owned for m in members} == target
 
 
+def test_through_the_coordinator_a_join_or_leave_moves_only_about_one_nth() -> None:
+    kit = Kit({"orders": TopicMeta("u", 400)})
+    for _ in range(4):
+        kit.join()
+    kit.settle()
+    before = owners(kit)
+    newcomer = kit.join()
+    kit.settle()
+    after = owners(kit)
+    moved = {tp for tp in before if before[tp] != after[tp]}
+    print(f"join of a 5th member moved {len(moved)} of 400 partitions (ideal 80)")
+    assert {after[tp] for tp in moved} == {newcomer.id}
+    assert 0.6 * 80 <= len(moved) <= 1.4 * 80
+    leaver = next(m for m in kit.members.values() if m.id != newcomer.id)
+    kit.take(kit.c.heartbeat(HeartbeatRequest("g", leaver.id, LEAVE, 0), kit.topics))
+    del kit.members[leaver.id]
+    kit.settle()
+    final = owners(kit)
+    moved = {tp for tp in after if after[tp] != final.get(tp)}
+    assert {after[tp] for tp in moved} == {leaver.id}  # only the leaver's partitions moved
+    assert set(final) == set(after)
+
+
 def test_a_grant_waits_until_the_old_owner_reports_the_partition_gone() -> None:
     kit = Kit()
     a = kit.join()
@@ -205,11 +228,12 @@ def test_a_grant_waits_until_the_old_owners_session_ends() -> None:
     a = kit.join(session_timeout_ms=1_000)  # 10 ticks of 100 ms
     b = kit.join(session_timeout_ms=5_000)
     kit.beat(a, owned=ALL)  # A's last word: it owns everything, then it falls silent
-    for _ in range(9):
+    for _ in range(10):
         assert kit.ticks(1) == []
         kit.beat(b)
         assert b.owned == set()
-    expired = kit.ticks(1)  # the 10th tick since A's last heartbeat
+    # the 11th tick: 10 whole intervals after the heartbeat, which came between two ticks
+    expired = kit.ticks(1)
     assert len(expired) == 1
     assert [m.id for m in kit.c.describe("g", kit.topics).members] == [b.id]
     reply, _ = kit.beat(b)
@@ -299,11 +323,11 @@ def test_member_ids_are_never_reused_even_after_the_group_is_deleted() -> None:
 
 def test_sessions_end_after_their_timeout_in_ticks_and_heartbeats_extend_them() -> None:
     kit = Kit()
-    a = kit.join(session_timeout_ms=1_050)  # 11 ticks of 100 ms (rounded up)
+    a = kit.join(session_timeout_ms=1_050)  # 11 ticks of 100 ms (rounded up), + 1: see sessions
     for _ in range(3):
-        assert kit.ticks(10) == []
+        assert kit.ticks(11) == []
         kit.beat(a)
-    assert kit.ticks(10) == []
+    assert kit.ticks(11) == []
     assert len(kit.ticks(1)) == 1
     with pytest.raises(FencedMember):
         kit.beat(a)
@@ -346,7 +370,7 @@ def test_a_static_member_that_does_not_come_back_loses_its_partitions() -> None:
     b = kit.join(session_timeout_ms=60_000)
     kit.settle()
     kit.take(kit.c.heartbeat(HeartbeatRequest("g", a.id, LEAVE_STATIC, 0), kit.topics))
-    assert kit.ticks(19) == []
+    assert kit.ticks(20) == []
     assert len(kit.ticks(1)) == 1
     del kit.members[a.id]
     kit.settle()
@@ -380,9 +404,11 @@ def test_a_failover_rebuilds_the_same_state_and_causes_no_rebalance() -> None:
         epoch, owned = member.epoch, set(member.owned)
         reply, written = new.beat(member)
         assert (written, reply.member_epoch, set(reply.assignment)) == (0, epoch, owned)
+    assert new.log == kit.log  # no heartbeat wrote anything
     # sessions restarted at the failover: a member silent since before it keeps its session
-    assert new.ticks(int(CONFIG.default_session_timeout_ms / CONFIG.tick_ms) - 1) == []
-    assert new.log == kit.log
+    session_ticks = CONFIG.default_session_timeout_ms // CONFIG.tick_ms + 1
+    assert new.ticks(session_ticks - 1) == []
+    assert len(new.ticks(1)) == 4  # ... and then ends (the three above and the other group's)
 
 
 def test_load_after_start_is_refused() -> None:

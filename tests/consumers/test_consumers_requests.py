@@ -75,7 +75,7 @@ def test_a_commit_from_an_unknown_or_expired_member_is_fenced() -> None:
     a = join(c)
     with pytest.raises(FencedMember, match="'g-99' is not in group 'g'"):
         commit(c, HeartbeatReply("g-99", 1, frozenset(), 0), ("orders", 0, 1))
-    for _ in range(100):  # the default session: 10 s of 100 ms ticks
+    for _ in range(101):  # the default session: 10 s of 100 ms ticks, + 1 (see sessions)
         c.tick()
     with pytest.raises(FencedMember, match=a.member_id):
         commit(c, a, ("orders", 0, 1))

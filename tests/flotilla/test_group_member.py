@@ -9,6 +9,7 @@ changed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from flotilla._consumer import Callback, ConsumerCore, ConsumerPlan
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._member import MemberState
-from flotilla.errors import FencedMember, FlotillaError, InvalidArgument
+from flotilla.errors import FencedMember, FlotillaError, InvalidArgument, Unavailable
 from proto import flotilla_pb2 as pb
 from proto.records import encode_batch
 
@@ -131,7 +132,10 @@ def consumer(
         pass
 
     def on_revoke(partitions: set[tuple[str, int]]) -> None:
-        pass
+        # what a heartbeat sent now (from the heartbeat thread) would report owned
+        request = state.heartbeat_request()
+        owned = {(tp.topic, tp.partition) for tp in request.owned} if request else set()
+        script.events.append(("owned during on_revoke", owned))
 
     plans = ConsumerCore(
         core, state, start=start, auto_commit=auto_commit, on_assign=on_assign,
@@ -205,10 +209,12 @@ def test_a_revoked_partition_is_committed_then_revoked_then_reported_gone(clock:
     del script.events[:]
     script.run(plans.poll(max_records=100, timeout_s=0))
     names = [m for m, _ in script.events]
-    assert names[:2] == ["CommitOffsets", "on_revoke"], names
+    assert names[:3] == ["CommitOffsets", "on_revoke", "owned during on_revoke"], names
     commit = script.events[0][1]
     assert [(o.topic, o.partition, o.offset) for o in commit.offsets] == [(TOPIC, 1, 12)]
     assert script.events[1][1] == {(TOPIC, 1)}
+    # while on_revoke runs, a heartbeat still reports the partition: no one else gets it yet
+    assert script.events[2][1] == {(TOPIC, 0), (TOPIC, 1)}
     assert wakes and plans.state.owned() == {(TOPIC, 0)}
     script.run(plans.heartbeat())
     reported = script.calls("GroupHeartbeat")[-1][1]
@@ -262,7 +268,7 @@ def test_a_member_silent_past_its_session_stops_reading_and_rejoins(clock: Clock
     del script.events[:]
     assert script.run(plans.poll(max_records=100, timeout_s=0)) == []
     # every partition revoked without a commit (it cannot), none fetched, then a fresh join
-    assert [m for m, _ in script.events] == ["on_revoke"]
+    assert [m for m, _ in script.events] == ["on_revoke", "owned during on_revoke"]
     assert script.events[0][1] == {(TOPIC, 0), (TOPIC, 1)}
     assert plans.state.identity() == ("", 0) and plans.state.owned() == frozenset()
     answer_heartbeats(script, [2])
@@ -349,10 +355,14 @@ def test_close_commits_revokes_and_leaves(clock: Clock) -> None:
     del script.events[:]
     script.run(plans.close())
     names = [m for m, _ in script.events]
-    assert names == ["CommitOffsets", "on_revoke", "GroupHeartbeat"]
+    assert names == ["CommitOffsets", "on_revoke", "owned during on_revoke", "GroupHeartbeat"]
     leave = script.events[-1][1]
     assert (leave.member_id, leave.member_epoch, list(leave.owned)) == ("m-1", -1, [])
-    assert script.run(plans.close()) is None and len(script.events) == 3  # once
+    assert script.run(plans.close()) is None and len(script.events) == 4  # once
+    with pytest.raises(InvalidArgument, match="is closed"):
+        script.run(plans.poll(max_records=1, timeout_s=0))
+    with pytest.raises(InvalidArgument, match="is closed"):
+        script.run(plans.commit(None))
 
 
 def test_a_static_member_leaves_with_epoch_minus_two() -> None:
@@ -382,3 +392,77 @@ def test_polls_start_at_a_different_partition_each_time() -> None:
     state.add({(TOPIC, p): 0 for p in range(3)}, {})
     firsts = {state.fetch_order()[0] for _ in range(3)}
     assert firsts == {(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)}
+
+
+def test_the_asyncio_consumer_awaits_coroutine_callbacks(clock: Clock) -> None:
+    from flotilla.consumer import AsyncConsumer
+
+    script = Script()
+    seen: list[set[tuple[str, int]]] = []
+
+    async def on_assign(partitions: set[tuple[str, int]]) -> None:
+        await asyncio.sleep(0)
+        seen.append(partitions)
+
+    async def call(rpc: Rpc) -> Any:
+        return script.answers[rpc.method](rpc.request)
+
+    async def main() -> None:
+        core = ClientCore("127.0.0.1:1", 5.0, "all")
+        core.router.absorb(metadata())
+        consumer = AsyncConsumer(core, call, "billing", [TOPIC], on_assign=on_assign)
+        answer_heartbeats(script, [2])
+        await consumer._run(consumer._core.heartbeat())
+        await consumer._run(consumer._core.reconcile())
+        assert consumer.assignment() == {(TOPIC, 2)}
+
+    asyncio.run(main())
+    assert seen == [{(TOPIC, 2)}]
+
+
+def test_a_callback_that_raises_still_lets_close_leave(clock: Clock) -> None:
+    """The sync driver throws a callback's exception into the plan: close()'s cleanup (drop,
+    leave) runs, then the caller sees the exception."""
+    from flotilla.consumer import Consumer
+
+    script = Script()
+    calls: list[str] = []
+
+    def on_revoke(partitions: set[tuple[str, int]]) -> None:
+        raise RuntimeError("the application's bug")
+
+    def call(rpc: Rpc) -> Any:
+        calls.append(rpc.method)
+        return script.answers[rpc.method](rpc.request)
+
+    core = ClientCore("127.0.0.1:1", 5.0, "all")
+    core.router.absorb(metadata())
+    consumer = Consumer(core, call, "billing", [TOPIC], on_revoke=on_revoke, auto_commit=False)
+    answer_heartbeats(script, [1])
+    consumer._run(consumer._core.heartbeat())
+    consumer._run(consumer._core.reconcile())
+    with pytest.raises(RuntimeError, match="application's bug"):
+        consumer.close()
+    assert calls[-1] == "GroupHeartbeat" and consumer.assignment() == set()
+    assert consumer._core.state.closed
+
+
+def test_a_revocation_whose_commit_fails_still_lets_the_partition_go(clock: Clock) -> None:
+    """The coordinator is away when a partition moves: poll does not fail; the partition is
+    revoked and reported gone anyway (its next owner repeats from the last commit)."""
+    script = Script()
+    plans, _ = consumer(script, clock)
+    answer_heartbeats(script, [0, 1])
+    script.run(plans.heartbeat())
+    script.run(plans.poll(max_records=100, timeout_s=0))
+    answer_heartbeats(script, [0], epoch=2)
+    script.run(plans.heartbeat())
+
+    def away(request: object) -> Unavailable:
+        clock.now += 1.0  # each attempt takes a second, until the commit gives up
+        return Unavailable("coordinator away")
+
+    script.answers["CommitOffsets"] = away
+    script.run(plans.poll(max_records=100, timeout_s=0))
+    assert script.calls("on_revoke") == [("on_revoke", {(TOPIC, 1)})]
+    assert plans.state.owned() == {(TOPIC, 0)}

@@ -210,6 +210,19 @@ def test_stream_restarts_from_its_checkpoint_exactly_once(
     assert sorted(values) == sorted(f"stream-{n}" for n in range(100))
 
 
+def test_a_read_can_start_at_a_consumer_groups_committed_offsets(
+    spark: Any, cluster: LocalCluster, client: Client
+) -> None:
+    """startingOffsets "group:<name>": where the group committed, earliest where it did not."""
+    produce(client, "grouped", 60)
+    ends = [p.high_watermark for p in client.describe_topic("grouped").partitions]
+    assert all(end > 4 for end in ends)
+    client.reset_group_offsets("spark-readers", "grouped", to={0: 4, 2: ends[2]})
+    df = reader(spark, cluster, "grouped", startingOffsets="group:spark-readers")
+    got = {(row.partition, row.offset) for row in df.select("partition", "offset").collect()}
+    assert got == {(0, o) for o in range(4, ends[0])} | {(1, o) for o in range(ends[1])}
+
+
 def test_a_replica_killed_while_a_job_runs_does_not_fail_it(
     spark: Any, cluster: LocalCluster, client: Client
 ) -> None:

@@ -19,6 +19,7 @@ A bad field is refused here, before any coordinator is asked, and changes nothin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Mapping
@@ -27,14 +28,8 @@ from typing import Any, NoReturn
 import grpc
 
 from cluster.failstop import NodeFailStopped
-from cluster.groups import (
-    CoordinatorLoading,
-    CoordinatorUnavailable,
-    NotCoordinator,
-    Op,
-    group_lag,
-    high_watermarks,
-)
+from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, NotCoordinator, Op
+from cluster.groups_gauges import group_lag, high_watermarks
 from cluster.node_api import NodeApi
 from cluster.statuses import abort
 from consumers import (
@@ -63,6 +58,10 @@ from proto.reasons import (
 __all__ = ["GroupCalls"]
 
 log = logging.getLogger("flotilla.service")
+
+# How long a commit or reset naming a topic this node does not know looks for it, and how often.
+UNKNOWN_TOPIC_WAIT_S = 2.0
+UNKNOWN_TOPIC_POLL_S = 0.1
 
 GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 KINDS = {pb.GROUP_KIND_STREAM: "stream", pb.GROUP_KIND_QUEUE: "queue"}
@@ -309,13 +308,19 @@ class GroupCalls:
         return ""
 
     async def _known_topics(self, names: set[str], context: grpc.aio.ServicerContext) -> None:
-        """NOT_FOUND naming the first of `names` that is no topic (after one refresh of the
-        topic table, so a topic created a moment ago through another node counts)."""
+        """NOT_FOUND naming the first of `names` that is no topic. A topic this node does not
+        know is looked for again for up to UNKNOWN_TOPIC_WAIT_S: one created a moment ago
+        through another node reaches this node's table within a poll (or, on a controller, as
+        soon as its control plane applies it)."""
         await self._topics_loaded(context)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + UNKNOWN_TOPIC_WAIT_S
         missing = sorted(names - set(self.node.topics))
-        if missing:
+        while missing and loop.time() < deadline:
             await self.node.refresh_topics()
             missing = sorted(names - set(self.node.topics))
+            if missing:
+                await asyncio.sleep(UNKNOWN_TOPIC_POLL_S)
         if missing:
             await abort(context, grpc.StatusCode.NOT_FOUND, f"topic {missing[0]!r} does not exist")
 

@@ -1,0 +1,1 @@
+"""The deterministic consumer-group simulator: `python -m consumers.sim --help`."""
