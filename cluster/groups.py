@@ -48,6 +48,7 @@ from cluster.groups_slot import (
 from cluster.metrics import GroupGauges
 from cluster.multiraft import Proposal
 from cluster.replica import Replica
+from cluster.versions import reads_group_entries
 from consumers import CoordinatorConfig, TopicMeta
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC, is_internal
@@ -89,8 +90,12 @@ class GroupHost:
         write_timeout_s: float,
         config: CoordinatorConfig | None = None,
         ticker: Ticker | None = None,
+        member_version: Callable[[str], str | None] = lambda member_id: None,
     ) -> None:
-        """`metadata(topics)`: the node's metadata view (high watermarks for the lag gauges)."""
+        """`metadata(topics)`: the node's metadata view (high watermarks for the lag gauges).
+        `member_version(id)`: the version a member advertises in gossip (None: unknown); a
+        partition's groups are served only once no replica of it is known to run a version
+        older than the group entries (`cluster.versions`: a rolling upgrade)."""
         self.node_id = node_id
         self.config = config = config or CoordinatorConfig()
         self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
@@ -102,6 +107,7 @@ class GroupHost:
         self._topics_loaded = topics_loaded
         self._create_topic = create_topic
         self._live_members = live_members
+        self._member_version = member_version
         self.group_partitions = group_partitions
         self._slots: dict[int, PartitionCoordinator] = {}
         # partition -> (replica, term, failures of the core this term)
@@ -215,6 +221,11 @@ class GroupHost:
                 None,
             )
         node = replica.node
+        if node.role is Role.LEADER and (old := self._older_replicas(replica)):
+            return CoordinatorUnavailable(
+                f"{group}'s replicas do not all read consumer-group entries yet "
+                f"({', '.join(old)}): finish the rolling upgrade"
+            )
         if node.role is Role.LEADER:  # leads, but the core failed this term
             return CoordinatorUnavailable(
                 f"node {self.node_id} leads {group} but cannot serve its groups (see its log)"
@@ -254,7 +265,7 @@ class GroupHost:
             slot = None
         if slot is not None or replica is None or replica.node.role is not Role.LEADER:
             return slot
-        if not self._started:
+        if not self._started or self._older_replicas(replica):
             return None
         failed = self._failures.get(partition)
         if failed is not None and failed == (replica, replica.node.term, MAX_REBUILDS_PER_TERM):
@@ -262,6 +273,15 @@ class GroupHost:
         slot = PartitionCoordinator(partition, replica, self.shell, self._dropped)
         self._slots[partition] = slot
         return slot
+
+    def _older_replicas(self, replica: Replica) -> list[str]:
+        """`<id> runs <version>` of each replica known to run a version without group entries."""
+        old = []
+        for member_id in sorted(replica.node.configuration.members):
+            version = self._member_version(member_id)
+            if reads_group_entries(version) is False:
+                old.append(f"{member_id} runs {version}")
+        return old
 
     def _dropped(self, slot: PartitionCoordinator, failure: Failure) -> None:
         if self._slots.get(slot.partition) is slot:

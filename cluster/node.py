@@ -59,6 +59,7 @@ from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
+from cluster.versions import VERSION
 from membership import EventKind, Member, MembershipEvent, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -69,8 +70,6 @@ from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageEr
 __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
-
-VERSION = "0.1.0"
 
 
 class Node:
@@ -201,6 +200,7 @@ class Node:
             live_members=lambda: len(self.live_candidates()),
             metadata=self.metadata_view.metadata,
             group_partitions=config.group_partitions,
+            member_version=self._member_version,
             write_timeout_s=config.produce_timeout_ms / 1000,
         )
         self.partitions = PartitionManager(
@@ -398,6 +398,10 @@ class Node:
 
     def live_candidates(self) -> list[Candidate]:
         return [Candidate(m.id, m.weight, m.rack) for m in self.gossip.swim.live_members()]
+
+    def _member_version(self, member_id: str) -> str | None:
+        member = self.gossip.swim.member(member_id)
+        return member.version if member is not None else None
 
     def placement_candidates(self) -> list[Candidate]:
         """Live members, plus members dead or gone for less than `replace_after` (so that a

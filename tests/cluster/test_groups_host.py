@@ -21,6 +21,7 @@ from cluster.controller import TopicSpec
 from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, GroupHost
 from cluster.multiraft import MultiRaft, Proposal
 from cluster.replica import Replica, Waiter
+from cluster.versions import reads_group_entries
 from consumers import CommitRequest, Coordinator, HeartbeatRequest, TopicMeta
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC
@@ -39,7 +40,8 @@ TOPICS = {
 class Node:
     """One node's MultiRaft, its `__groups/0` replica, and a group host over them."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, versions: Mapping[str, str] | None = None) -> None:
+        """`versions`: what gossip says each member runs (default: nothing known)."""
         self.root = root
         self.journal = StateJournal(root / "journal")
         self.multiraft = MultiRaft(NODE, lambda to, group, parts: None, 0.01, self.journal)
@@ -58,6 +60,7 @@ class Node:
             wake=self.multiraft.wake, raft_tick_s=0.01, create_topic=_refuse,
             live_members=lambda: 1, metadata=_no_metadata, group_partitions=1,
             write_timeout_s=5.0, ticker=self.ticker,
+            member_version=(versions or {}).get,
         )  # fmt: skip
 
     async def start(self) -> None:
@@ -217,3 +220,39 @@ def test_a_write_that_fails_drops_the_coordinator_and_the_next_call_finds_it_reb
         return rebuilt
 
     asyncio.run(scenario())
+
+
+def test_groups_wait_until_every_replica_runs_a_version_that_reads_their_entries(
+    tmp_path: Path,
+) -> None:
+    """A rolling upgrade: while a replica of the partition advertises a version older than the
+    group entries, the leader writes none (refused, naming the node and its version); once
+    it advertises a new one, the groups are served."""
+
+    async def scenario() -> None:
+        versions = {NODE: "0.1.0"}
+        node = Node(tmp_path, versions)
+        await node.start()
+        try:
+            for _ in range(3):
+                with pytest.raises(CoordinatorUnavailable, match=r"n1 runs 0\.1\.0"):
+                    await node.host.call(0, "g", lambda c, topics: c.groups())
+                node.ticker.advance(1)
+                await asyncio.sleep(0.01)
+            assert node.replica.node.log.last_index <= 1  # the leader's no-op, nothing else
+            versions[NODE] = "0.2.0"
+            assert await node.call(lambda c, topics: c.groups()) == []
+        finally:
+            await node.stop()
+
+    asyncio.run(scenario())
+
+
+def test_versions_are_compared_as_numbers() -> None:
+    assert (
+        reads_group_entries("0.2.0")
+        and reads_group_entries("0.10")
+        and reads_group_entries("1.0.0")
+    )
+    assert reads_group_entries("0.1.9") is False
+    assert reads_group_entries("") is None and reads_group_entries("dev") is None
