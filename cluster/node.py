@@ -21,6 +21,11 @@ decision (`replace_after_s`, the hand-off's limit, leader balancing, settling) r
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
 leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
 runs on the event loop.
+
+Why one module of ~490 lines: it is the one place the parts meet — their construction (each
+given only its collaborators), the start and stop order, and the `NodeApi` delegations (one
+line each) — and each part's logic already lives in its own module; splitting the wiring
+would only spread one order over several files.
 """
 
 from __future__ import annotations

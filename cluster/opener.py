@@ -39,6 +39,9 @@ quarantined (`cluster.quarantine`) and never opened again by this process, while
 its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) stops the node.
 
 Settling time is measured on the injected `clock` (the node's ticker's), not the wall clock.
+
+Why one module of ~470 lines: admission, the incarnation check and retirement are three rules
+about one act, opening a replica directory, and each needs the others' state at that moment.
 """
 
 from __future__ import annotations
