@@ -200,6 +200,11 @@ class GroupHost:
             )
         return await slot.submit(group, op)
 
+    def serves(self, partition: int) -> bool:
+        """Does this node coordinate the groups of `partition` now (loaded)?"""
+        slot = self._slots.get(partition)
+        return slot is not None and slot.coordinator is not None and slot.leads()
+
     def _refusal(self, partition: int) -> ClusterError:
         group = f"{GROUPS_TOPIC}/{partition}"
         replica = self.shell.replica(group)

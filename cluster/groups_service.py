@@ -12,7 +12,7 @@ that partition (`cluster.groups.GroupHost`) and turns the outcome into a status:
     GroupNotFound           NOT_FOUND, reason GROUP_NOT_FOUND
     GroupNotEmpty           FAILED_PRECONDITION, reason GROUP_NOT_EMPTY
     InvalidGroupRequest     INVALID_ARGUMENT
-    UnknownTopic            NOT_FOUND naming it (commit, reset; also checked here first)
+    UnknownTopic            NOT_FOUND naming it (commit, reset: looked for a while first)
 
 A bad field is refused here, before any coordinator is asked, and changes nothing.
 """
@@ -113,13 +113,13 @@ class GroupCalls:
     ) -> pb.CommitOffsetsResponse:
         group = await _group_name(request.group, context)
         offsets = tuple((o.topic, o.partition, o.offset) for o in request.offsets)
-        await self._known_topics({topic for topic, _, _ in offsets}, context)
         commit = CommitRequest(group, request.member_id, request.member_epoch, offsets)
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
             return coordinator.commit(commit, topics)
 
-        await self._on_coordinator(context, group, run)
+        named = frozenset(topic for topic, _, _ in offsets)
+        await self._on_coordinator(context, group, run, named=named, wait=True)
         return pb.CommitOffsetsResponse()
 
     async def FetchOffsets(
@@ -127,14 +127,13 @@ class GroupCalls:
     ) -> pb.FetchOffsetsResponse:
         group = await _group_name(request.group, context)
         only = frozenset(request.topics)
-        if only - set(self.node.topics):  # perhaps created a moment ago: look again
-            await self._topics_loaded(context)
-            await self.node.refresh_topics()
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
             return coordinator.offsets(group, topics, only)
 
-        offsets: dict[tuple[str, int], int] = await self._on_coordinator(context, group, run)
+        offsets: dict[tuple[str, int], int] = await self._on_coordinator(
+            context, group, run, named=only
+        )
         return pb.FetchOffsetsResponse(
             offsets=[
                 pb.PartitionOffset(topic=topic, partition=partition, offset=offset)
@@ -206,7 +205,6 @@ class GroupCalls:
         self, request: pb.ResetGroupOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResetGroupOffsetsResponse:
         group = await _group_name(request.group, context)
-        await self._known_topics({request.topic}, context)
         offsets: dict[int, int] = {}
         for item in request.offsets:
             if item.topic and item.topic != request.topic:
@@ -222,7 +220,7 @@ class GroupCalls:
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
             return coordinator.reset_offsets(group, topic, offsets, topics)
 
-        await self._on_coordinator(context, group, run)
+        await self._on_coordinator(context, group, run, named=frozenset({topic}), wait=True)
         return pb.ResetGroupOffsetsResponse()
 
     async def DeleteGroup(
@@ -261,11 +259,18 @@ class GroupCalls:
         group: str,
         op: Op,
         partition: int | None = None,
+        *,
+        named: frozenset[str] = frozenset(),
+        wait: bool = False,
     ) -> Any:
-        """Runs `op` on the coordinator of `group` (or of `__groups` partition `partition`)."""
+        """Runs `op` on the coordinator of `group` (or of `__groups` partition `partition`).
+        `named`: topics the request names, looked for first if this node, the coordinator,
+        does not know them (`_look_for_topics`; `wait`: for a while)."""
         count = await self._groups_partitions(context)
         if partition is None:
             partition = group_partition(group, count)
+        if named - set(self.node.topics) and self.node.groups.serves(partition):
+            await self._look_for_topics(named, wait)
         try:
             return await self.node.groups.call(partition, group, op)
         except NotCoordinator as error:
@@ -307,22 +312,18 @@ class GroupCalls:
                     return self.node.leader_hint(info.leader)
         return ""
 
-    async def _known_topics(self, names: set[str], context: grpc.aio.ServicerContext) -> None:
-        """NOT_FOUND naming the first of `names` that is no topic. A topic this node does not
-        know is looked for again for up to UNKNOWN_TOPIC_WAIT_S: one created a moment ago
-        through another node reaches this node's table within a poll (or, on a controller, as
-        soon as its control plane applies it)."""
-        await self._topics_loaded(context)
+    async def _look_for_topics(self, names: frozenset[str], wait: bool) -> None:
+        """Refreshes the topic table for topics it lacks (once, or with `wait` until they are
+        there or UNKNOWN_TOPIC_WAIT_S passed): one created a moment ago through another node
+        reaches this node's table within a poll (on a controller, once its control plane has
+        applied it). A topic still unknown is the core's `UnknownTopic` (NOT_FOUND naming it)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + UNKNOWN_TOPIC_WAIT_S
-        missing = sorted(names - set(self.node.topics))
-        while missing and loop.time() < deadline:
+        deadline = loop.time() + (UNKNOWN_TOPIC_WAIT_S if wait else 0.0)
+        while True:
             await self.node.refresh_topics()
-            missing = sorted(names - set(self.node.topics))
-            if missing:
-                await asyncio.sleep(UNKNOWN_TOPIC_POLL_S)
-        if missing:
-            await abort(context, grpc.StatusCode.NOT_FOUND, f"topic {missing[0]!r} does not exist")
+            if not names - set(self.node.topics) or loop.time() >= deadline:
+                return
+            await asyncio.sleep(UNKNOWN_TOPIC_POLL_S)
 
 
 async def _group_name(name: str, context: grpc.aio.ServicerContext) -> str:

@@ -187,7 +187,8 @@ def metadata(setup: Setup, topic: str) -> pb.TopicInfo:
             try:
                 response = stub.Metadata(pb.MetadataRequest(topics=[topic]), timeout=10)
             except grpc.RpcError as error:
-                if error.code() is grpc.StatusCode.UNAVAILABLE:  # starting
+                # starting, or its table is a poll behind a topic just created
+                if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND):
                     continue
                 raise
             found[:] = response.topics
