@@ -48,6 +48,7 @@ bench: $(STAMP)
 chaos: $(STAMP)
 	$(PY) -m chaos sweep --nodes 3 --nemesis all --seeds 1,2,3 --duration 60
 	$(PY) -m chaos sweep --nodes 5 --nemesis churn --seeds 1,2,3 --duration 60 --replace-after-s 2
+	$(PY) -m chaos sweep --nodes 3 --nemesis kill-leader,pause,partition-random --seeds 1,2,3 --duration 60 --group-members 3
 
 ## The long Raft simulation sweep: 10,000 seeds x 2,000 steps with membership churn (about 35 min
 ## on one core), then 2,000 seeds on the real storage code over a simulated disk (crashes that

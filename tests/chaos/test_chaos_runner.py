@@ -72,6 +72,8 @@ def short(tmp_path: Path, names: tuple[str, ...], seed: int = 1, **changes: obje
 
 def sweep_config(tmp_path: Path, group: str) -> RunConfig:
     names = GROUPS[group]
+    if group == "process":  # kills and pauses with a consumer group reading (chaos.group_checker)
+        return short(tmp_path, names, group_members=2)
     return short(tmp_path, names, **(MOVING if group == "moves" else {}))
 
 
@@ -109,6 +111,10 @@ def test_short_sweep_finds_no_anomaly(tmp_path: Path, group: str) -> None:
     assert (outcome.directory / "report.json").exists()
     if group == "moves":
         churn_moved_replicas_and_would_catch_a_split_brain(outcome)
+    if group == "process":  # the group read everything, and its checks ran
+        history = load_history(outcome.directory / "history.jsonl")
+        assert any(e.f == "drained" for e in history), report(outcome)
+        assert "interleaved" in outcome.result.counts, report(outcome)
 
 
 def churn_moved_replicas_and_would_catch_a_split_brain(outcome: RunOutcome) -> None:
