@@ -12,7 +12,7 @@ from cluster.versions import GROUP_ENTRIES_SINCE, VERSION, parse_version
 def test_the_advertised_version_is_the_package_version() -> None:
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     declared = tomllib.loads(pyproject.read_text())["project"]["version"]
-    assert VERSION == declared
+    assert declared == VERSION
 
 
 def test_this_version_reads_group_entries() -> None:
