@@ -195,6 +195,7 @@ class Node:
             metadata=self.metadata_view.metadata,
             group_partitions=config.group_partitions,
             write_timeout_s=config.produce_timeout_ms / 1000,
+            pause_guard_s=2 * config.election_timeout_ms / 1000,
         )
         self.partitions = PartitionManager(
             config,
