@@ -91,18 +91,24 @@ class GroupHost:
         config: CoordinatorConfig | None = None,
         ticker: Ticker | None = None,
         member_version: Callable[[str], str | None] = lambda member_id: None,
+        pause_guard_s: float = 0.0,
     ) -> None:
         """`metadata(topics)`: the node's metadata view (high watermarks for the lag gauges).
         `member_version(id)`: the version a member advertises in gossip (None: unknown); a
         partition's groups are served only once no replica of it is known to run a version
-        older than the group entries (`cluster.versions`: a rolling upgrade)."""
+        older than the group entries (`cluster.versions`: a rolling upgrade).
+        `pause_guard_s` (0: off): after the event loop stood still this long (the process was
+        paused, e.g. SIGSTOP), nothing is answered for as long again (`paused`)."""
         self.node_id = node_id
         self.config = config = config or CoordinatorConfig()
         self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
         self.shell = Shell(
             node_id, config, replica, propose, wake, raft_tick_s, write_timeout_s,
-            self.topic_meta, refresh_topics,
+            self.topic_meta, refresh_topics, self.paused,
         )  # fmt: skip
+        self.pause_guard_s = pause_guard_s
+        self._last_tick_at = 0.0  # loop time of the last tick
+        self._quiet_until = 0.0
         self._topics = topics
         self._topics_loaded = topics_loaded
         self._create_topic = create_topic
@@ -122,6 +128,7 @@ class GroupHost:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self._started = True
+        self._last_tick_at = asyncio.get_running_loop().time()
         self.ticker.start(self._on_tick)
         self._gauges_task = asyncio.get_running_loop().create_task(self._refresh_gauges())
 
@@ -196,6 +203,11 @@ class GroupHost:
             raise CoordinatorLoading(
                 f"node {self.node_id} is starting: topic metadata is not loaded yet"
             )
+        if self.paused():
+            raise CoordinatorLoading(
+                f"node {self.node_id} was paused: it answers group calls again once it is sure "
+                "no other coordinator took over; retry shortly"
+            )
         slot = self._look(partition)
         if slot is None:
             raise self._refusal(partition)
@@ -238,7 +250,22 @@ class GroupHost:
         )
 
     # -- ticks and leadership ---------------------------------------------------------------------
+    def paused(self) -> bool:
+        """Was the process paused a moment ago (no tick for `pause_guard_s`, or less than that
+        since)? Then its Raft leases, counted in ticks that did not pass, may be stale: another
+        coordinator may have been elected meanwhile, and it has not heard yet."""
+        if not self.pause_guard_s:
+            return False
+        now = asyncio.get_running_loop().time()
+        return now - self._last_tick_at > self.pause_guard_s or now < self._quiet_until
+
     def _on_tick(self, at: float) -> None:
+        now = asyncio.get_running_loop().time()
+        if self.pause_guard_s and now - self._last_tick_at > self.pause_guard_s:
+            self._quiet_until = now + self.pause_guard_s
+            log.info("no tick for %.1f s (paused?): group calls wait %.1f s for news of a new "
+                     "coordinator", now - self._last_tick_at, self.pause_guard_s)  # fmt: skip
+        self._last_tick_at = now
         count = self.partitions or 0
         for partition in [p for p in self._slots if p >= count]:
             self._slots[partition].drop(NotCoordinator(f"{GROUPS_TOPIC} is gone", None))

@@ -16,9 +16,9 @@ built and dropped).
    committed, or its own. A round that decided nothing writes nothing (an idle group costs no
    Raft write); its answers wait for the replica's Raft lease instead
    (`RaftNode.lease_read_index`), so a leader cut off from the others, which a new coordinator
-   may already have overtaken, answers no stale assignment or offset. (The lease assumes the
-   process is not paused: a coordinator resumed from SIGSTOP may answer from its state until it
-   hears of the new term.)
+   may already have overtaken, answers no stale assignment or offset. (The lease counts ticks,
+   which do not pass while the process is paused: so after a pause, e.g. SIGSTOP, the host
+   answers nothing until the node would have heard of a new leader, `GroupHost.paused`.)
 3. **Dropping** (`drop`): calls not taken yet get the error given (`NotCoordinator` when
    leadership moved); calls whose write was in flight get `CoordinatorUnavailable` (the outcome
    is unknown). A failed append (not leader, dropped, timed out) drops the slot, whose state may
@@ -109,6 +109,7 @@ class Shell:
     write_timeout_s: float
     topic_meta: Callable[[], Mapping[str, TopicMeta]]
     refresh_topics: Callable[[], Awaitable[None]]
+    paused: Callable[[], bool] = lambda: False  # a lease may be stale: the process was paused
 
 
 @dataclass(slots=True, eq=False)
@@ -300,6 +301,8 @@ class PartitionCoordinator:
         deadline = loop.time() + LEASE_WAIT_S
         replica.idle_ticks = 0  # members still ask: keep the lease fresh, do not quiesce yet
         while self.leads():
+            if self.shell.paused():
+                return False
             if replica.node.lease_read_index() is not None:
                 return True
             if loop.time() >= deadline:

@@ -207,6 +207,7 @@ class Node:
             group_partitions=config.group_partitions,
             member_version=self._member_version,
             write_timeout_s=config.produce_timeout_ms / 1000,
+            pause_guard_s=2 * config.election_timeout_ms / 1000,
         )
         self.partitions = PartitionManager(
             config,

@@ -419,6 +419,30 @@ def test_the_coordinator_serves_the_groups_lag_and_members(setup: Setup) -> None
     assert samples[("flotilla_group_members", tuple(sorted(group.items())))] == 1, samples
 
 
+def test_a_coordinator_resumed_from_a_pause_answers_nothing_stale(setup: Setup) -> None:
+    setup.client.create_topic("frozen", partitions=1, replication_factor=3)
+    member = Member(setup.groups, "thawed", ["frozen"], session_timeout_ms=60_000)
+    wait_until(lambda: member.beat() == {("frozen", 0)}, 30, "the member owns the partition")
+    member.commit({("frozen", 0): 5})
+    paused = coordinator_of(setup, "thawed")
+    stub = setup.groups.stub(setup.local.nodes[paused].address)
+    setup.local.pause(paused)
+    try:  # another coordinator takes over, and the member commits there
+        member.commit({("frozen", 0): 9})
+        fetch = pb.FetchOffsetsRequest(group="thawed", topics=["frozen"])
+        asked = [stub.FetchOffsets.future(fetch, timeout=10) for _ in range(5)]  # queued
+    finally:
+        setup.local.resume(paused)
+    answers = []
+    for call in asked:
+        try:
+            answers.append([(o.partition, o.offset) for o in call.result().offsets])
+        except grpc.RpcError as error:
+            answers.append([error.code()])
+    assert [(0, 5)] not in answers, answers  # the offset it held before it was paused
+    assert setup.groups.offsets("thawed", "frozen") == {("frozen", 0): 9}
+
+
 # -- failover (last: it kills and restarts nodes) ---------------------------------------------------
 def test_a_commit_survives_kill_9_of_its_coordinator_and_moves_no_partition(setup: Setup) -> None:
     setup.client.create_topic("durable", partitions=2, replication_factor=3)
