@@ -86,3 +86,19 @@ def test_a_final_committed_offset_below_an_acknowledged_commit_regressed() -> No
 def test_a_record_consumed_with_another_value_is_wrong() -> None:
     h = History().poll("member-0", 0, [(0, "a"), (1, "zz")])
     assert counts(h, {})["wrong"] == 1
+
+
+def test_a_poll_already_out_when_another_member_took_over_orders_nothing() -> None:
+    """A member paused with its fetch out delivers after the partition moved (a zombie: its
+    commit is fenced): its poll began before the new owner's delivery, so the two are
+    concurrent and prove no double ownership; the new owner goes on without a new assignment."""
+    h = History().add("member-0", OK, "assign", partition=0)
+    h.poll("member-0", 0, [(0, "a")])
+    h.add("member-0", INVOKE, "poll")  # the fetch goes out; the process is paused
+    h.add("member-1", OK, "assign", partition=0).poll("member-1", 0, [(1, "b")])
+    h.add("member-0", OK, "consume", partition=0, records=((1, "b"),)).add("member-0", OK, "poll")
+    h.poll("member-1", 0, [(2, "c")])
+    assert counts(h, {})["interleaved"] == 0
+    # but once its next poll begins after the new owner's delivery, it is judged again
+    h.poll("member-0", 0, [(3, "d")])
+    assert counts(h, {})["interleaved"] == 1
