@@ -25,6 +25,10 @@ directly: a Toxiproxy partition does not cut it.
 Everything but `write_deploy` and `main` is pure. `python -m chaos.topology compose` prints
 docker-compose.yml; `write-deploy` writes it with deploy/dial-maps/<id>.json and
 deploy/toxiproxy.json (a test checks that the committed files are byte-identical to this output).
+
+Why one module of ~590 lines: the topology is one description (nodes, addresses, dial maps,
+proxies) rendered three ways (local runs, compose, deploy files) that must agree byte for byte;
+keeping the renderings beside the description is what keeps them in step.
 """
 
 from __future__ import annotations

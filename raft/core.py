@@ -48,6 +48,11 @@ only for entries of the leader's current term (earlier ones commit with them); a
 overwrites its own log; one configuration change at a time, and only after the leader has
 committed an entry of its own term; the latest configuration in the log (committed or not) is
 the one in force, so a truncated configuration entry reverts.
+
+Why one module of ~560 lines: `RaftNode` is the one object that owns the term, the role and the
+log, and every message handler must check and change them together; elections, replication and
+the follower's side already live in `election.py`, `leader.py` and `follower.py`, and what stays
+here is the dispatch and the state those share.
 """
 
 from __future__ import annotations

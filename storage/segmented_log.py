@@ -36,6 +36,11 @@ span, fsyncs included; what readers see is published under `_lock`, which is nev
 an fsync. `first_index`, `last_index`, `last_term`, `next_offset`, `first_offset` and
 `durable_index` are plain fields, read without any lock; the other reads take `_lock` briefly,
 so an event loop reading a log never waits for its fsync.
+
+Why one module of ~640 lines: every operation of the log (append, read, truncate either end,
+reset, retention, recovery's install) moves the same segment list under the same two locks, and
+the locking rule above holds only if they stay together; segments, their index and recovery live
+in their own modules.
 """
 
 from __future__ import annotations

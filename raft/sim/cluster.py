@@ -15,6 +15,10 @@ A run alternates two phases:
 
 One simulated step is one tick. Every random choice comes from `random.Random(seed)`, and sets
 are never iterated unsorted, so a seed replays exactly in any process.
+
+Why one module of ~550 lines: the simulated cluster is one world (the nodes, the network, the
+disks, the clients, the clock) whose every step must stay in one seeded order; the checks live in
+their own modules.
 """
 
 from __future__ import annotations
