@@ -46,8 +46,11 @@ def test_a_retry_after_a_restart_finds_a_batch_written_long_before(tmp_path: Pat
             first = _produce(address, batch)
             assert (first.base_offset, first.duplicate) == (0, False)
             # more batches of other producers than a restart scans without the saved table
+            # (one entry each; many in flight, so the leader writes them in few rounds)
             others = REBUILD_SCAN_ENTRIES + 600
-            with client.producer(linger_ms=0, batch_bytes=1024) as producer:
+            with client.producer(
+                linger_ms=0, batch_bytes=1024, max_in_flight=32, max_in_flight_per_partition=32
+            ) as producer:
                 futures = [producer.send("ids", b"x" * 900, partition=0) for _ in range(others)]
                 assert futures[-1].result(timeout=120).offset == others
         directory = tmp_path / "n1" / "partitions" / "ids" / "0"
