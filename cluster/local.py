@@ -31,6 +31,10 @@ __all__ = ["LocalCluster", "NodeSpec"]
 
 
 _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
+# FLOTILLA_LOCAL_PORTS="LOW-HIGH" narrows the range (LOW inclusive, HIGH exclusive): processes
+# that start clusters side by side (the suite's parallel workers, tests/conftest.py) each take
+# a range of their own, since the ports handed out below are remembered per process only
+PORTS_ENV = "FLOTILLA_LOCAL_PORTS"
 # ports handed out on any host: a port is handed out once per process, whatever the host. Each
 # server binds its own host:port (controllers too, since pysyncobj is given its bind address), so
 # once per host would do; once overall is as cheap and leaves no port to two servers of one host
@@ -42,8 +46,9 @@ def free_port(host: str) -> int:
     ephemeral range: a port from the kernel's own pick (bind to 0) can be taken by an outgoing
     connection of any process before the server binds it."""
     rng = random.Random()
+    low, high = _port_range()
     for _ in range(200):
-        port = rng.randrange(*_PORTS_BELOW_EPHEMERAL)
+        port = rng.randrange(low, high)
         if port in _handed_out:
             continue
         with socket.socket() as sock:
@@ -56,6 +61,25 @@ def free_port(host: str) -> int:
     with socket.socket() as sock:  # a crowded range: let the kernel pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _port_range() -> tuple[int, int]:
+    """The range `free_port` draws from: FLOTILLA_LOCAL_PORTS if set (it must lie within
+    20000-32768), else all of 20000-32768."""
+    text = os.environ.get(PORTS_ENV, "")
+    if not text:
+        return _PORTS_BELOW_EPHEMERAL
+    low_text, _, high_text = text.partition("-")
+    try:
+        low, high = int(low_text), int(high_text)
+    except ValueError:
+        low = high = 0
+    if not _PORTS_BELOW_EPHEMERAL[0] <= low < high <= _PORTS_BELOW_EPHEMERAL[1]:
+        raise ValueError(
+            f"{PORTS_ENV}={text!r}: use LOW-HIGH with "
+            f"{_PORTS_BELOW_EPHEMERAL[0]} <= LOW < HIGH <= {_PORTS_BELOW_EPHEMERAL[1]}"
+        )
+    return low, high
 
 
 @dataclass(slots=True)

@@ -24,6 +24,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+# cluster.local draws node and proxy ports from 20000-32768 and remembers them per process only:
+# two workers drawing from the whole range could both pick one port before either binds it
+_PORTS = (20_000, 32_768)
+
+
+def worker_port_range(worker: str, workers: int) -> tuple[int, int]:
+    """The slice of 20000-32768 for xdist worker `worker` ("gw0", "gw1", ...) of `workers`."""
+    index = int(worker.removeprefix("gw"))
+    if not 0 <= index < workers:
+        raise ValueError(f"worker {worker!r}: expected gw0..gw{workers - 1}")
+    size = (_PORTS[1] - _PORTS[0]) // workers
+    low = _PORTS[0] + index * size
+    return low, low + size
+
+
 def wait_until(
     condition: Callable[[], object],
     timeout_s: float = 20.0,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from harness import wait_until
 
+from cluster.healthcheck import check
 from cluster.local import LocalCluster, free_port
 from flotilla import Client
 
@@ -89,6 +90,17 @@ def _start_lone(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]
         )  # fmt: skip
 
 
+def _wait_serving(port: int, log: Path) -> None:
+    """Until the node answers Health as serving: the client gives up on an address that refuses
+    connections for 2 s, and a loaded machine can take longer than that to start a node."""
+    wait_until(
+        lambda: check(f"{HOST}:{port}")[0],
+        60,
+        f"the lone node on {HOST}:{port} to serve",
+        detail=lambda: log.read_text()[-2000:],
+    )
+
+
 def _stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -106,6 +118,7 @@ def test_a_lone_node_runs_its_own_control_plane_and_keeps_it(tmp_path: Path) -> 
     log = tmp_path / "solo.log"
     process = _start_lone(tmp_path / "solo", port, log)
     try:
+        _wait_serving(port, log)
         with Client(f"{HOST}:{port}", timeout_s=20) as client:
             info = client.create_topic("alone", partitions=2, replication_factor=0)
             assert info.replication_factor == 1, log.read_text()
@@ -119,6 +132,7 @@ def test_a_lone_node_runs_its_own_control_plane_and_keeps_it(tmp_path: Path) -> 
         secret = tmp_path / "solo" / "cluster.secret"
         assert secret.stat().st_mode & 0o777 == 0o600
         process = _start_lone(tmp_path / "solo", port, log)
+        _wait_serving(port, log)
         with Client(f"{HOST}:{port}", timeout_s=20) as client:
             # a restarted node serves before its control plane has replayed its journal
             wait_until(lambda: "alone" in client.list_topics(), what="the topic after a restart")

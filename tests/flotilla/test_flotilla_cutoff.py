@@ -58,6 +58,21 @@ def _leader(client: Client) -> str:
     return found[-1]
 
 
+def _known_everywhere(local: LocalCluster) -> bool:
+    """Every node has the topic in its table (a subscriber asks whichever node it reaches, and
+    a node whose table lags the creation answers TopicNotFound)."""
+    for spec in local.nodes.values():
+        with grpc.insecure_channel(spec.address) as channel:
+            stub = flotilla_pb2_grpc.FlotillaStub(channel)
+            try:
+                answer = stub.Metadata(pb.MetadataRequest(topics=[TOPIC]), timeout=5)
+            except grpc.RpcError:
+                return False
+        if not any(topic.name == TOPIC for topic in answer.topics):
+            return False
+    return True
+
+
 def _reason(error: grpc.RpcError) -> str:
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     return next((str(v) for k, v in trailing or () if k == REASON_KEY), "")
@@ -73,6 +88,7 @@ def test_subscribers_leave_a_cut_off_follower(cluster: tuple[LocalCluster, Chaos
     with Client(local.addresses(), timeout_s=30) as client:
         client.create_topic(TOPIC, partitions=1, replication_factor=3)
         leader = _leader(client)
+        wait_until(lambda: _known_everywhere(local), 30, f"every node to know {TOPIC}")
         follower = next(n for n in local.nodes if n != leader)
         expected = [f"c{n}".encode() for n in range(total)]
         for value in expected[:5]:
