@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-import time
 from collections.abc import Mapping, Sequence
 
 from chaos.history import EventType, HistoryWriter
@@ -48,6 +47,7 @@ class GroupWorkload:
         self.threads: list[threading.Thread] = []
         self.consumed: dict[int, int] = {}  # partition -> highest offset consumed + 1
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)  # notified as `consumed` grows
 
     def start(self) -> None:
         for number in range(self.members):
@@ -65,15 +65,14 @@ class GroupWorkload:
     def drain(self, ends: Mapping[int, int], timeout_s: float) -> bool:
         """Waits until every partition p was consumed up to `ends[p]` (its final length); records
         `drained` if so. Call before `stop`, after the heal: the members are still polling."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                done = all(self.consumed.get(p, 0) >= end for p, end in ends.items())
-            if done:
-                self.history.record("group", EventType.OK, "drained")
-                return True
-            time.sleep(0.1)
-        return False
+        with self._progress:
+            done = self._progress.wait_for(
+                lambda: all(self.consumed.get(p, 0) >= end for p, end in ends.items()),
+                timeout=timeout_s,
+            )
+        if done:
+            self.history.record("group", EventType.OK, "drained")
+        return done
 
     def _member(self, number: int) -> None:
         process = f"member-{number}"
@@ -117,8 +116,9 @@ class GroupWorkload:
                 for p, pairs in sorted(by_partition.items()):
                     self.history.record(process, EventType.OK, "consume", partition=p,
                                         records=tuple(pairs))  # fmt: skip
-                    with self._lock:
+                    with self._progress:
                         self.consumed[p] = max(self.consumed.get(p, 0), pairs[-1][0] + 1)
+                        self._progress.notify_all()
                 self.history.record(process, EventType.OK, "poll")
                 polls += 1
                 if polls % COMMIT_EVERY_POLLS == 0:
