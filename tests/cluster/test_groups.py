@@ -200,6 +200,15 @@ def metadata(setup: Setup, topic: str) -> pb.TopicInfo:
     return info
 
 
+def _topics_loaded(setup: Setup, node_id: str) -> bool:
+    stub = setup.groups.stub(setup.local.nodes[node_id].address)
+    try:
+        stub.Metadata(pb.MetadataRequest(topics_only=True), timeout=5)
+    except grpc.RpcError:
+        return False
+    return True
+
+
 def coordinator_of(setup: Setup, group: str) -> str:
     partition = group_partition(group, GROUP_PARTITIONS)
     return str(metadata(setup, GROUPS_TOPIC).partitions[partition].leader)
@@ -460,3 +469,6 @@ def test_a_commit_survives_kill_9_of_its_coordinator_and_moves_no_partition(setu
         # the new coordinator restarted the member's session: same partitions, same epoch
         assert member.beat() == assignment and member.epoch == epoch, (round_, member)
         setup.local.start(victim)
+        # one fault at a time: the next kill waits until the restarted node has its topic table
+        # (serving comes first: its control plane may still be catching up)
+        wait_until(lambda: _topics_loaded(setup, victim), 60, f"{victim} loads the topic table")
