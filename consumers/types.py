@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from consumers.queue_types import QueueOptions, QueuePartitionView
+
 __all__ = [
     "JOIN",
     "LEAVE",
@@ -51,6 +53,9 @@ class HeartbeatRequest:
     topics: tuple[str, ...] | None = None  # None: unchanged since the last heartbeat
     owned: frozenset[TopicPartition] = frozenset()
     kind: str = "stream"
+    # kind "queue": the group's options, replicated on join when they differ (the last join's
+    # win); None on a stream group's heartbeat and on a queue member's later heartbeats
+    queue: QueueOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,9 @@ class GroupView:
     kind: str
     members: tuple[MemberView, ...]
     partitions: tuple[PartitionView, ...]  # every partition of every subscribed or committed topic
+    # a queue group's options and per-partition state (empty for a stream group)
+    queue_options: QueueOptions | None = None
+    queue: tuple[QueuePartitionView, ...] = ()
 
 
 class GroupError(Exception):

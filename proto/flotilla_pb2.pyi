@@ -37,6 +37,13 @@ class GroupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     GROUP_KIND_STREAM: _ClassVar[GroupKind]
     GROUP_KIND_QUEUE: _ClassVar[GroupKind]
+
+class SettleAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SETTLE_ACK: _ClassVar[SettleAction]
+    SETTLE_RELEASE: _ClassVar[SettleAction]
+    SETTLE_REJECT: _ClassVar[SettleAction]
+    SETTLE_EXTEND: _ClassVar[SettleAction]
 MEMBER_STATE_UNSPECIFIED: MemberState
 ALIVE: MemberState
 SUSPECT: MemberState
@@ -56,6 +63,10 @@ GROUP_NOT_FOUND: ErrorReason
 GROUP_NOT_EMPTY: ErrorReason
 GROUP_KIND_STREAM: GroupKind
 GROUP_KIND_QUEUE: GroupKind
+SETTLE_ACK: SettleAction
+SETTLE_RELEASE: SettleAction
+SETTLE_REJECT: SettleAction
+SETTLE_EXTEND: SettleAction
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms")
@@ -316,7 +327,7 @@ class PartitionOffset(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class GroupHeartbeatRequest(_message.Message):
-    __slots__ = ("group", "member_id", "member_epoch", "instance_id", "topics", "topics_unchanged", "owned", "session_timeout_ms", "kind")
+    __slots__ = ("group", "member_id", "member_epoch", "instance_id", "topics", "topics_unchanged", "owned", "session_timeout_ms", "kind", "queue")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +337,7 @@ class GroupHeartbeatRequest(_message.Message):
     OWNED_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     member_epoch: int
@@ -335,7 +347,8 @@ class GroupHeartbeatRequest(_message.Message):
     owned: _containers.RepeatedCompositeFieldContainer[TopicPartition]
     session_timeout_ms: int
     kind: GroupKind
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., topics_unchanged: _Optional[bool] = ..., owned: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., kind: _Optional[_Union[GroupKind, str]] = ...) -> None: ...
+    queue: QueueOptions
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., topics_unchanged: _Optional[bool] = ..., owned: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., kind: _Optional[_Union[GroupKind, str]] = ..., queue: _Optional[_Union[QueueOptions, _Mapping]] = ...) -> None: ...
 
 class GroupHeartbeatResponse(_message.Message):
     __slots__ = ("member_id", "member_epoch", "assignment", "heartbeat_interval_ms")
@@ -410,34 +423,56 @@ class GroupMemberInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., instance_id: _Optional[str] = ..., assignment: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class GroupPartitionInfo(_message.Message):
-    __slots__ = ("topic", "partition", "committed", "high_watermark", "lag", "owner")
+    __slots__ = ("topic", "partition", "committed", "high_watermark", "lag", "owner", "queue")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     committed: int
     high_watermark: int
     lag: int
     owner: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., high_watermark: _Optional[int] = ..., lag: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
+    queue: QueuePartitionInfo
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., high_watermark: _Optional[int] = ..., lag: _Optional[int] = ..., owner: _Optional[str] = ..., queue: _Optional[_Union[QueuePartitionInfo, _Mapping]] = ...) -> None: ...
+
+class QueuePartitionInfo(_message.Message):
+    __slots__ = ("acked_floor", "in_flight", "waiting", "acked", "dead_lettered", "dead_letters_pending", "next_offset")
+    ACKED_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    acked_floor: int
+    in_flight: int
+    waiting: int
+    acked: int
+    dead_lettered: int
+    dead_letters_pending: int
+    next_offset: int
+    def __init__(self, acked_floor: _Optional[int] = ..., in_flight: _Optional[int] = ..., waiting: _Optional[int] = ..., acked: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., dead_letters_pending: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
-    __slots__ = ("name", "kind", "coordinator", "members", "partitions")
+    __slots__ = ("name", "kind", "coordinator", "members", "partitions", "queue")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     coordinator: str
     members: _containers.RepeatedCompositeFieldContainer[GroupMemberInfo]
     partitions: _containers.RepeatedCompositeFieldContainer[GroupPartitionInfo]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., coordinator: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMemberInfo, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[GroupPartitionInfo, _Mapping]]] = ...) -> None: ...
+    queue: QueueOptions
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., coordinator: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMemberInfo, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[GroupPartitionInfo, _Mapping]]] = ..., queue: _Optional[_Union[QueueOptions, _Mapping]] = ...) -> None: ...
 
 class ResetGroupOffsetsRequest(_message.Message):
     __slots__ = ("group", "topic", "offsets")
@@ -462,3 +497,93 @@ class DeleteGroupRequest(_message.Message):
 class DeleteGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class QueueOptions(_message.Message):
+    __slots__ = ("max_deliveries", "dead_letter_topic", "ordering", "backoff_ms", "max_in_flight")
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    max_deliveries: int
+    dead_letter_topic: str
+    ordering: str
+    backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    max_in_flight: int
+    def __init__(self, max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., ordering: _Optional[str] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
+
+class QueueReceiveRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "topic", "max_records", "invisible_ms", "wait_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    topic: str
+    max_records: int
+    invisible_ms: int
+    wait_ms: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., max_records: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class QueueLease(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "delivery_count", "deadline_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    deadline_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class QueueReceiveResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
+
+class QueueSettlement(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "delivery_count", "action", "delay_ms", "invisible_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    action: SettleAction
+    delay_ms: int
+    invisible_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ..., action: _Optional[_Union[SettleAction, str]] = ..., delay_ms: _Optional[int] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class QueueSettleRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "settlements")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    settlements: _containers.RepeatedCompositeFieldContainer[QueueSettlement]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., settlements: _Optional[_Iterable[_Union[QueueSettlement, _Mapping]]] = ...) -> None: ...
+
+class QueueSettleResponse(_message.Message):
+    __slots__ = ("applied", "lost")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    applied: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    lost: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    def __init__(self, applied: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ..., lost: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...

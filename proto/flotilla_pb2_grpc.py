@@ -119,6 +119,16 @@ class FlotillaStub:
                 request_serializer=proto_dot_flotilla__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=proto_dot_flotilla__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.QueueReceive = channel.unary_unary(
+                '/flotilla.v1.Flotilla/QueueReceive',
+                request_serializer=proto_dot_flotilla__pb2.QueueReceiveRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.QueueReceiveResponse.FromString,
+                _registered_method=True)
+        self.QueueSettle = channel.unary_unary(
+                '/flotilla.v1.Flotilla/QueueSettle',
+                request_serializer=proto_dot_flotilla__pb2.QueueSettleRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.QueueSettleResponse.FromString,
+                _registered_method=True)
 
 
 class FlotillaServicer:
@@ -253,6 +263,34 @@ class FlotillaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueReceive(self, request, context):
+        """Queues: a group of kind GROUP_KIND_QUEUE whose members share every partition of a topic
+        record by record (Qpid's acquire/accept/release, RocketMQ's POP, Kafka's share groups). A
+        member joins and heartbeats with GroupHeartbeat (kind QUEUE, `queue` options on join; its
+        assignment is always empty); the coordinator leases records to it and keeps every lease,
+        ack and dead letter in the group's `__groups` partition (one Raft log, one writer: no
+        separate ack or revive store to drift). A member whose session ends, or that leaves, has
+        its leases released at once. Record bytes are not in the answer: the member reads the
+        leased offsets from any replica of the topic (followers preferred).
+
+        Hands the member up to max_records leases (fewer when the partitions' in-flight windows are
+        full, none when there is nothing to hand out within wait_ms). A record is leased to one
+        member at a time until its deadline (then redelivered after a backoff), acked, released,
+        or dead-lettered (after max_deliveries hand-outs, or on reject).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueSettle(self, request, context):
+        """Acks, releases, rejects or extends leases the member holds, each on its own: a settlement
+        whose lease expired, moved or was settled already changes nothing and is returned in `lost`;
+        the others are applied (and committed) before the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FlotillaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -340,6 +378,16 @@ def add_FlotillaServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=proto_dot_flotilla__pb2.DeleteGroupRequest.FromString,
                     response_serializer=proto_dot_flotilla__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'QueueReceive': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueReceive,
+                    request_deserializer=proto_dot_flotilla__pb2.QueueReceiveRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.QueueReceiveResponse.SerializeToString,
+            ),
+            'QueueSettle': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueSettle,
+                    request_deserializer=proto_dot_flotilla__pb2.QueueSettleRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.QueueSettleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -801,6 +849,60 @@ class Flotilla:
             '/flotilla.v1.Flotilla/DeleteGroup',
             proto_dot_flotilla__pb2.DeleteGroupRequest.SerializeToString,
             proto_dot_flotilla__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueReceive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/QueueReceive',
+            proto_dot_flotilla__pb2.QueueReceiveRequest.SerializeToString,
+            proto_dot_flotilla__pb2.QueueReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueSettle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/QueueSettle',
+            proto_dot_flotilla__pb2.QueueSettleRequest.SerializeToString,
+            proto_dot_flotilla__pb2.QueueSettleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ One three-node cluster serves the module; the kill test runs last (it restarts w
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import urllib.request
@@ -471,4 +472,6 @@ def test_a_commit_survives_kill_9_of_its_coordinator_and_moves_no_partition(setu
         setup.local.start(victim)
         # one fault at a time: the next kill waits until the restarted node has its topic table
         # (serving comes first: its control plane may still be catching up)
-        wait_until(lambda: _topics_loaded(setup, victim), 60, f"{victim} loads the topic table")
+        wait_until(
+            functools.partial(_topics_loaded, setup, victim), 60, f"{victim} loads the topic table"
+        )
