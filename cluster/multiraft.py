@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cluster.clock import Ticker, ticker_or_loop
+from cluster.clock import MAX_BEHIND_TICKS, Ticker, ticker_or_loop
 from cluster.failstop import FailStop, NodeFailStopped, disk_failure
 from cluster.idempotence import Fresh, OutOfOrderSequence, Verdict
 from cluster.persist import describe, has_disk_work, write_all
@@ -141,6 +141,8 @@ class MultiRaft:
         )
         self._ticks_due = 0
         self._commits_saved_at = 0.0  # on the ticker's clock
+        self._last_tick_at = 0.0  # on the ticker's clock
+        self.leases_voided = 0  # times a pause voided every leader's lease
         self._active: set[Replica] = set()
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
@@ -203,7 +205,7 @@ class MultiRaft:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.ticker.start(self.tick)
-        self._commits_saved_at = self.ticker.started_at
+        self._commits_saved_at = self._last_tick_at = self.ticker.started_at
         self._tasks = [loop.create_task(self._driver())]
 
     async def stop(self) -> None:
@@ -270,13 +272,35 @@ class MultiRaft:
     def tick(self, at: float) -> None:
         """One tick at `at` (seconds on the ticker's clock): the active groups tick in the next
         round, and the moved commit indexes are saved once `COMMIT_SAVE_INTERVAL_S` has passed
-        since the last save. The ticker calls it; a host driven by hand may instead."""
+        since the last save. The ticker calls it; a host driven by hand may instead.
+
+        A tick later than MAX_BEHIND_TICKS intervals after the last (the ticker restarted its
+        schedule: the process was paused, e.g. SIGSTOP or a VM freeze) voids every leader's lease
+        (`RaftNode.void_lease`): the followers' clocks ran on meanwhile, so a lease counted in
+        this node's ticks may have ended, and another leader may have committed since."""
+        if at - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s:
+            self.void_leases()
+        self._last_tick_at = at
         if self._active:
             self._ticks_due += 1
             self._wake.set()
         if at - self._commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
             self._commits_saved_at = at
             self.save_commits_soon()
+
+    def void_leases(self) -> None:
+        """Every replica's lease ends (a lone int each: safe from the loop between rounds' steps,
+        and it must not wait for a round: a read may be served before the next one)."""
+        for replica in self.replicas.values():
+            replica.node.void_lease()
+        self.leases_voided += 1
+        log.warning("no tick for over %d intervals (was the process paused?): leader leases "
+                    "voided until a quorum answers anew", MAX_BEHIND_TICKS)  # fmt: skip
+
+    def ticks_stalled(self) -> bool:
+        """Is the next tick overdue by more than MAX_BEHIND_TICKS intervals (the process was just
+        paused and the tick that voids the leases has not run yet)? Lease reads wait meanwhile."""
+        return self.ticker.now() - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s
 
     async def _driver(self) -> None:
         while not self.fail_stop.stopped:

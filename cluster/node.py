@@ -481,6 +481,9 @@ class Node:
     def wake(self, group: str) -> None:
         self.multiraft.wake(group)
 
+    def leases_stalled(self) -> bool:
+        return self.multiraft.ticks_stalled()
+
     # -- reads -------------------------------------------------------------------------------------
     async def read(
         self, replica: Replica, offset: int, max_records: int, max_bytes: int

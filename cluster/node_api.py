@@ -92,6 +92,11 @@ class NodeApi(Protocol):
         """Un-quiesces a group, so that its replica hears from a leader again."""
         ...
 
+    def leases_stalled(self) -> bool:
+        """Are this node's ticks overdue (it was just paused)? Its leaders' leases are not to be
+        trusted until the next tick voids them and a quorum answers anew."""
+        ...
+
     async def read(
         self, replica: Replica, offset: int, max_records: int, max_bytes: int
     ) -> list[pb.StoredBatch]:

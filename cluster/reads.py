@@ -86,10 +86,16 @@ async def catch_up(replica: Replica, high_watermark: int, wait_s: float) -> None
 
 
 async def past_high_watermark(
-    replica: Replica, offset: int, node_id: str, wake: Callable[[str], None], tick_s: float
+    replica: Replica,
+    offset: int,
+    node_id: str,
+    wake: Callable[[str], None],
+    tick_s: float,
+    stalled: Callable[[], bool] = lambda: False,
 ) -> Refusal:
-    """The answer for `offset` past this replica's high watermark (after any wait)."""
-    commit_offset = await _leased_commit_offset(replica, wake, tick_s)
+    """The answer for `offset` past this replica's high watermark (after any wait). `stalled`:
+    are the node's ticks overdue (a pause), so that no lease is to be trusted yet?"""
+    commit_offset = await _leased_commit_offset(replica, wake, tick_s, stalled)
     if commit_offset is not None and offset > commit_offset:
         return offset_out_of_range(replica, offset)
     return Refusal(
@@ -137,7 +143,7 @@ def replica_closed(replica: Replica, topic_uid: str | None, node_id: str) -> Ref
 
 
 async def _leased_commit_offset(
-    replica: Replica, wake: Callable[[str], None], tick_s: float
+    replica: Replica, wake: Callable[[str], None], tick_s: float, stalled: Callable[[], bool]
 ) -> int | None:
     """The offset after the commit index, if this replica leads its group and holds its lease
     (so no other leader can have committed more: `RaftNode.lease_read_index`); None when it
@@ -145,7 +151,7 @@ async def _leased_commit_offset(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LEASE_WAIT_S
     while replica.node.role is Role.LEADER:
-        index = replica.node.lease_read_index()
+        index = None if stalled() else replica.node.lease_read_index()
         if index is not None:
             return replica.segmented.offset_after(index)
         if loop.time() >= deadline:

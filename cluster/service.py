@@ -372,7 +372,9 @@ class ClientService(GroupCalls, flotilla_pb2_grpc.FlotillaServicer):
                 await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
                     tick_s = node.config.tick_ms / 1000
-                    refusal = await past_high_watermark(replica, offset, node_id, node.wake, tick_s)
+                    refusal = await past_high_watermark(
+                        replica, offset, node_id, node.wake, tick_s, node.leases_stalled
+                    )
                     await refuse(context, refusal)
             if offset == replica.high_watermark and wait_s:
                 # a long poll (a subscription's) at the tail of a replica out of touch with any

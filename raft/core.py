@@ -162,6 +162,8 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self._leader_contact = 0 if hard_state.term > 0 else -config.election_ticks
         self._lease_acks: dict[NodeId, int] = {}
         self._lease_void = False
+        # heartbeats sent before this tick grant no lease (`void_lease`: the host was paused)
+        self._lease_floor = 0
         self._randomized_timeout = config.election_ticks
         self._deferred_ticks = 0  # `defer_campaign`: added to this election timeout only
         self._configuration = base
@@ -243,14 +245,27 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if self._faults.stale_lease:
             return self.commit
         acks = self._lease_acks
+        floor, never = self._lease_floor, -(1 << 62)
         sent = sorted(
-            (self._clock if v == self.id else acks.get(v, -(1 << 62)) for v in self._voters),
+            (
+                tick if tick >= floor else never
+                for tick in (
+                    self._clock if v == self.id else acks.get(v, never) for v in self._voters
+                )
+            ),
             reverse=True,
         )
         quorum_sent = sent[len(sent) // 2]
         if self._clock >= quorum_sent + self.config.election_ticks - LEASE_MARGIN_TICKS:
             return None
         return self.commit
+
+    def void_lease(self) -> None:
+        """The host's ticks stopped for a while (the process was paused, e.g. SIGSTOP or a VM
+        freeze): the followers' clocks ran on while this node's did not, so a lease counted in
+        its ticks may have ended long ago, and another leader may have been elected and have
+        committed since. No lease until a quorum answers a heartbeat sent from the next tick on."""
+        self._lease_floor = self._clock + 1
 
     # -- inputs ------------------------------------------------------------------------------------
     def tick(self) -> None:

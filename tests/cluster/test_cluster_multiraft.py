@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import open_replica
 
-from cluster.clock import FakeTicker
+from cluster.clock import MAX_BEHIND_TICKS, FakeTicker
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from raft.codec import decode_message, encode_message
@@ -236,3 +236,35 @@ def test_a_round_tells_the_transport_it_took_the_delivered_frames(tmp_path: Path
         return taken
 
     assert asyncio.run(scenario()) == [1]
+
+
+def test_a_tick_after_a_pause_voids_every_lease_and_regular_ticks_do_not(tmp_path: Path) -> None:
+    """The ticker restarts its schedule after a pause: a tick more than MAX_BEHIND_TICKS
+    intervals after the last voids the leases (`RaftNode.void_lease`); ticks on schedule, or
+    caught up within that, do not."""
+
+    async def scenario() -> None:
+        ticker = FakeTicker(0.05)
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, StateJournal(tmp_path / "j"), ticker=ticker)  # fmt: skip
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        voided: list[int] = []
+        void = replica.node.void_lease
+
+        def spy() -> None:
+            voided.append(1)
+            void()
+
+        replica.node.void_lease = spy  # type: ignore[method-assign]
+        multiraft.start()
+        try:
+            ticker.advance(3 * MAX_BEHIND_TICKS)
+            late = ticker.now() + MAX_BEHIND_TICKS * 0.05
+            multiraft.tick(late)  # late, within what the ticker catches up
+            assert multiraft.leases_voided == 0 and not voided
+            multiraft.tick(late + (MAX_BEHIND_TICKS + 2) * 0.05)  # after a pause
+            assert multiraft.leases_voided == 1 and voided == [1]
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())

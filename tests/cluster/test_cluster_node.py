@@ -319,6 +319,53 @@ def test_a_paused_leader_costs_one_attempt_not_the_whole_timeout(cluster: LocalC
         assert meta.offset == 1
 
 
+@pytest.mark.own_cluster
+def test_a_leader_paused_past_its_lease_never_calls_an_acknowledged_offset_out_of_range(
+    cluster: LocalCluster,
+) -> None:
+    """A leader paused (SIGSTOP) while the others elect a new one and acknowledge records must
+    not, once resumed, answer a read of one of them from its own stale state: its lease was
+    counted in ticks that did not pass while it was paused (OUT_OF_RANGE there would tell the
+    reader an acknowledged record does not exist). Which the resumed node does first, answer
+    the queued reads or hear of the new leader, is a race: two rounds, 40 reads each."""
+    codes: list[grpc.StatusCode] = []
+    with Client(cluster.addresses(), timeout_s=20) as client:
+        client.create_topic("leased", partitions=1, replication_factor=3)
+        end = client.produce("leased", b"before", partition=0).offset + 1
+        for _ in range(2):
+            leader = _wait_leader(client, "leased", 0)
+            stale = flotilla_pb2_grpc.FlotillaStub(
+                grpc.insecure_channel(cluster.nodes[leader].address)
+            )
+            wait_until(  # the leader holds its lease: a read past the end is answered at once
+                partial(_out_of_range, stale, "leased", end), 10, "a lease read on the leader"
+            )
+            cluster.pause(leader)
+            try:
+                _wait_leader(client, "leased", 0, not_=leader)
+                for value in (b"during-1", b"during-2"):
+                    end = client.produce("leased", value, partition=0).offset + 1
+                read = pb.FetchRequest(topic="leased", partition=0, offset=end - 1, max_records=1)
+                asked = [stale.Fetch.future(read, timeout=10) for _ in range(40)]  # queued
+            finally:
+                cluster.resume(leader)
+            for call in asked:
+                try:
+                    call.result()
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as error:
+                    codes.append(error.code())
+    assert grpc.StatusCode.OUT_OF_RANGE not in codes, codes
+
+
+def _out_of_range(stub: flotilla_pb2_grpc.FlotillaStub, topic: str, end: int) -> bool:
+    try:
+        stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=end + 1), timeout=5)
+    except grpc.RpcError as error:
+        return error.code() is grpc.StatusCode.OUT_OF_RANGE
+    return False
+
+
 def _placement(topic: str, partitions: int, nodes: list[str]) -> dict[int, set[str]]:
     from cluster.placement import Candidate, partition_id, place
 

@@ -22,6 +22,7 @@ from raft.types import (
     ConfigChange,
     ConfigChangeOp,
     Configuration,
+    HeartbeatResponse,
     LogReset,
     Removed,
     Role,
@@ -636,3 +637,20 @@ def test_a_quiesced_removed_follower_that_missed_the_word_learns_it_by_probing(g
     g.tick(E * 3)
     assert g.nodes["c"].removed_at == 0 and not _removed_messages(g, "c")
     assert a.role is Role.LEADER and a.term == term and g.nodes["c"].leader_id == "a"
+
+
+def test_a_voided_lease_needs_heartbeats_sent_after_it(group) -> None:  # type: ignore[no-untyped-def]
+    """A paused host (its ticks stopped while the followers' ran on) voids its leaders' leases:
+    answers to heartbeats sent before the pause must not restore them, answers to new ones do."""
+    g = group(ABC)
+    leader = g.elect("a")
+    g.tick(1)
+    assert leader.lease_read_index() == leader.commit
+    before = HeartbeatResponse(leader.term, "b", "a", leader._clock)  # answered pre-pause
+    leader.void_lease()
+    assert leader.lease_read_index() is None
+    leader.step(before)
+    leader.step(HeartbeatResponse(leader.term, "c", "a", leader._clock))
+    assert leader.lease_read_index() is None  # both answer heartbeats sent before the pause
+    g.tick(E // 2)  # heartbeats from the ticks after the pause are answered by b and c
+    assert leader.lease_read_index() == leader.commit
