@@ -231,8 +231,8 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         lease holds while `now < s + election_ticks - LEASE_MARGIN_TICKS`, and only for a leader
         that has committed an entry of its term, is not quiesced, and has not begun a transfer
         this term (TimeoutNow overrides followers' leases). It assumes tick rates differ by less
-        than LEASE_MARGIN_TICKS per election timeout; a host that cannot bound drift (or may
-        pause a process) must not serve reads from it.
+        than LEASE_MARGIN_TICKS per election timeout; a host whose ticks stop for a while (a
+        paused process) calls `void_lease` when they resume, and serves no lease read meanwhile.
         """
         if (
             self.role is not Role.LEADER
