@@ -12,7 +12,6 @@ replacement coordinator honours its predecessor's deadlines and waiting times.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from consumers import queue_validate, validate
 from consumers.config import CoordinatorConfig
@@ -21,27 +20,25 @@ from consumers.entries import (
     MemberRecord,
     QueueDeadLettered,
     QueueLeased,
-    QueueSettled,
 )
 from consumers.faults import CoordinatorFaults
+from consumers.queue_plans import ReceivePlan, SettleBuilder
 from consumers.queue_types import (
     ACK,
     EXTEND,
     KEY,
     QUEUE,
-    REASON_MAX_DELIVERIES,
     REASON_REJECTED,
     RELEASE,
     DeadLetterJob,
     Extent,
     Lease,
-    QueueOptions,
     QueuePartitionView,
     ReceiveRequest,
     SettleReply,
     SettleRequest,
 )
-from consumers.queues import Leased, PartitionQueue, Pending, QueueGroup, key_hash, producer_id
+from consumers.queues import PartitionQueue, Pending, QueueGroup
 from consumers.table import GroupState, GroupTable
 from consumers.types import (
     FencedMember,
@@ -54,92 +51,7 @@ from consumers.types import (
     TopicPartition,
 )
 
-__all__ = ["QueueCoordinator", "SettleBuilder"]
-
-
-@dataclass(slots=True)
-class SettleBuilder:
-    """The leases of one partition that end in one call, as one `QueueSettled` entry."""
-
-    group: str
-    state: PartitionQueue
-    options: QueueOptions
-    acked: list[int] = field(default_factory=list)
-    waiting: list[tuple[int, int, int]] = field(default_factory=list)
-    extended: list[tuple[int, int]] = field(default_factory=list)
-    dead: list[tuple[int, int, int, str, str]] = field(default_factory=list)
-    sequence: int = -1
-
-    def back(self, offset: int, lease: Leased, available_at_ms: int, count: int) -> None:
-        """The lease ends unsettled: waiting again, or dead-lettered at max_deliveries."""
-        if lease.delivery_count >= self.options.max_deliveries:
-            self.dead_letter(offset, lease, REASON_MAX_DELIVERIES)
-        else:
-            self.waiting.append((offset, available_at_ms, count))
-
-    def dead_letter(self, offset: int, lease: Leased, reason: str) -> None:
-        if offset < self.state.trimmed_to:
-            # retention deleted it: there is nothing to copy (settled as deleted on apply)
-            self.waiting.append((offset, 0, lease.delivery_count))
-            return
-        if self.sequence < 0:
-            self.sequence = self.state.next_sequence
-        topic = self.options.dead_letter_topic_of(self.group, self.state.topic)
-        self.dead.append((offset, self.sequence, lease.delivery_count, reason, topic))
-        self.sequence += 1
-
-    def entry(self) -> QueueSettled | None:
-        if not (self.acked or self.waiting or self.extended or self.dead):
-            return None
-        s = self.state
-        return QueueSettled(
-            self.group,
-            s.topic,
-            s.topic_uid,
-            s.partition,
-            tuple(self.acked),
-            tuple(self.waiting),
-            tuple(self.extended),
-            tuple(self.dead),
-        )
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What one receive takes from one partition."""
-
-    state: PartitionQueue
-    log_start: int
-    trimmed: bool
-    cursor: int  # the next fresh offset to look at
-    limit: int  # fresh offsets below it may be handed out
-    keys: Mapping[int, bytes | None] | None  # ordering "key": the keys read, else None
-    leases: list[tuple[int, int, int | None]] = field(default_factory=list)
-    skipped: list[tuple[int, int | None]] = field(default_factory=list)
-    new_keys: set[int] = field(default_factory=set)
-    taken: set[int] = field(default_factory=set)
-
-    def fresh(self, limit: int) -> int:
-        """Leases up to `limit` fresh records; how many it leased."""
-        got = 0
-        while got < limit and self.cursor < self.limit:
-            offset = self.cursor
-            key = None
-            if self.keys is not None:
-                if offset not in self.keys:
-                    self.limit = offset  # its key was not read: stop here
-                    break
-                key = key_hash(self.keys[offset])
-                if self.state.key_blocked(key) or key in self.new_keys:
-                    self.skipped.append((offset, key))
-                    self.cursor += 1
-                    continue
-                if key is not None:
-                    self.new_keys.add(key)
-            self.leases.append((offset, 1, key))
-            self.cursor += 1
-            got += 1
-        return got
+__all__ = ["QueueCoordinator"]
 
 
 class QueueCoordinator:
@@ -180,7 +92,7 @@ class QueueCoordinator:
         cursor_key = (group.name, topic)
         start = self._queue_cursors.get(cursor_key, 0) % meta.partitions
         self._queue_cursors[cursor_key] = start + 1
-        plans: list[_Plan] = []
+        plans: list[ReceivePlan] = []
         for i in range(meta.partitions):
             partition = (start + i) % meta.partitions
             state = queue.partition(topic, meta.uid, partition)
@@ -198,7 +110,9 @@ class QueueCoordinator:
             plan_keys = None
             if by_key:
                 plan_keys = (keys or {}).get((topic, partition), {})
-            plans.append(_Plan(state, log_start, trimmed, state.next_offset, limit, plan_keys))
+            plans.append(
+                ReceivePlan(state, log_start, trimmed, state.next_offset, limit, plan_keys)
+            )
         remaining = request.max_records
         # first what waits and is due, then fresh records: partitions round-robin, in shares
         for fresh in (False, True):
@@ -375,27 +289,8 @@ class QueueCoordinator:
     def _queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
         jobs = []
         for name, group in sorted(self._table.groups.items()):
-            if group.queue is None:
-                continue
-            for (uid, partition), state in sorted(group.queue.partitions.items()):
-                if not state.pending:
-                    continue
-                pid = producer_id(name, uid, partition)
-                for offset, p in sorted(state.pending.items(), key=lambda i: i[1].sequence):
-                    jobs.append(
-                        DeadLetterJob(
-                            name,
-                            state.topic,
-                            uid,
-                            partition,
-                            offset,
-                            p.delivery_count,
-                            p.reason,
-                            p.dead_letter_topic,
-                            pid,
-                            p.sequence,
-                        )
-                    )
+            if group.queue is not None:
+                jobs.extend(group.queue.dead_letter_jobs(name))
         return jobs
 
     def _queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> list[bytes]:
@@ -457,7 +352,7 @@ class QueueCoordinator:
                 continue
             for partition in range(meta.partitions):
                 partitions.append(PartitionView(topic, partition, None, None))
-                views.append(_partition_view(queue, topic, meta.uid, partition))
+                views.append(queue.view(topic, meta.uid, partition))
         return GroupView(
             state.name, state.kind, members, tuple(partitions), queue.options, tuple(views)
         )
@@ -499,21 +394,3 @@ class QueueCoordinator:
                 f"{', '.join(member.topics) or 'no topic'}"
             )
         return meta
-
-
-def _partition_view(queue: QueueGroup, topic: str, uid: str, partition: int) -> QueuePartitionView:
-    state = queue.partitions.get((uid, partition))
-    if state is None:
-        return QueuePartitionView(topic, partition, 0, 0, 0, 0, 0, 0, 0)
-    return QueuePartitionView(
-        topic,
-        partition,
-        state.floor,
-        state.next_offset,
-        len(state.leased),
-        len(state.waiting),
-        state.acked,
-        state.dead_lettered,
-        len(state.pending),
-        state.deleted,
-    )

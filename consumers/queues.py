@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import xxhash
 
 from consumers.entries import QueueDeadLettered, QueueLeased, QueueSettled
-from consumers.queue_types import QueueOptions
+from consumers.queue_types import DeadLetterJob, QueueOptions, QueuePartitionView
 
 __all__ = [
     "Leased",
@@ -304,6 +304,47 @@ class QueueGroup:
     def find(self, topic: str, partition: int) -> PartitionQueue | None:
         uid = self.uids.get(topic)
         return None if uid is None else self.partitions.get((uid, partition))
+
+    def view(self, topic: str, topic_uid: str, partition: int) -> QueuePartitionView:
+        state = self.partitions.get((topic_uid, partition))
+        if state is None:
+            return QueuePartitionView(topic, partition, 0, 0, 0, 0, 0, 0, 0)
+        return QueuePartitionView(
+            topic,
+            partition,
+            state.floor,
+            state.next_offset,
+            len(state.leased),
+            len(state.waiting),
+            state.acked,
+            state.dead_lettered,
+            len(state.pending),
+            state.deleted,
+        )
+
+    def dead_letter_jobs(self, group: str) -> list[DeadLetterJob]:
+        """Pending dead letters, in (topic uid, partition, sequence) order."""
+        jobs = []
+        for (uid, partition), state in sorted(self.partitions.items()):
+            if not state.pending:
+                continue
+            pid = producer_id(group, uid, partition)
+            for offset, p in sorted(state.pending.items(), key=lambda i: i[1].sequence):
+                jobs.append(
+                    DeadLetterJob(
+                        group,
+                        state.topic,
+                        uid,
+                        partition,
+                        offset,
+                        p.delivery_count,
+                        p.reason,
+                        p.dead_letter_topic,
+                        pid,
+                        p.sequence,
+                    )
+                )
+        return jobs
 
     def snapshot(self) -> tuple[object, ...]:
         return (
