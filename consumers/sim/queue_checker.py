@@ -227,6 +227,9 @@ class QueueChecker:
                 f"partition {partition}: next {next_offset} - floor {floor} > {max_in_flight}",
             )
 
+    def all_settled(self) -> bool:
+        return len(self.acked) + len(self.copied) == len(self.keys)
+
     def drained(self, produced: Iterable[Record]) -> None:
         missing = sorted(r for r in produced if r not in self.acked and r not in self.copied)
         if missing:

@@ -135,9 +135,14 @@ class QueueSimulation:
         return self.trace.hexdigest()
 
     # -- the run ---------------------------------------------------------------------------------
-    def run(self, steps: int, quiet_ticks: int = 200) -> None:
+    def run(self, steps: int, quiet_ticks: int = 200, drain_ticks: int = 1_000) -> None:
+        """`steps` ticks, the last `quiet_ticks` of them without faults or new records; then up
+        to `drain_ticks` more until every record is acked or dead-lettered (else a violation)."""
         self.quiet_at = max(0, steps - quiet_ticks)
-        for now in range(steps):
+        now = 0
+        while now < steps or (
+            steps > quiet_ticks and now < steps + drain_ticks and not self.checker.all_settled()
+        ):
             self.now = now
             if now < self.quiet_at:
                 self._produce()
@@ -145,8 +150,10 @@ class QueueSimulation:
             elif sum(r.alive for r in self.receivers) < 3:
                 self._join()  # enough receivers to drain
             self._step()
+            now += 1
         if steps > quiet_ticks:
             self.checker.drained(self.keys)
+            self.stats["liveness_ticks"] = now - self.quiet_at  # faults stopped -> all settled
 
     def _step(self) -> None:
         while self.committed_batches < len(self.batches):
