@@ -76,6 +76,14 @@ class ReceivePlan:
     new_keys: set[int] = field(default_factory=set)
     taken: set[int] = field(default_factory=set)
 
+    def waiting(self, now_ms: int, limit: int) -> int:
+        """Leases up to `limit` waiting records whose time came; how many it leased."""
+        offsets = self.state.take_ready(now_ms, limit, self.taken)
+        for offset in offsets:
+            waiting = self.state.waiting[offset]
+            self.leases.append((offset, waiting.delivery_count + 1, waiting.key_hash))
+        return len(offsets)
+
     def fresh(self, limit: int) -> int:
         """Leases up to `limit` fresh records; how many it leased."""
         got = 0
