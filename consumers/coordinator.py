@@ -250,7 +250,7 @@ class Coordinator(QueueCoordinator):
         leases wait again at once), then leases past their deadline."""
         self._require_started()
         expired = self._sessions.advance()
-        entries = []
+        departed = []
         for name, member_id in expired:
             group = self._table.group(name)
             if group is None or member_id not in group.members:
@@ -258,9 +258,11 @@ class Coordinator(QueueCoordinator):
             if self._faults.never_expire:
                 self._touch(name, group.members[member_id])
                 continue
-            entries.extend(self._queue_departed(group, member_id))
-            entries.append(self._apply(MemberRemoved(name, member_id)))
-        entries.extend(self._queue_expire(now_ms))
+            departed.append((group, member_id))
+        # their leases and the expired ones (one entry per partition), then the members go
+        entries = self._queue_tick(now_ms, departed)
+        for group, member_id in departed:
+            entries.append(self._apply(MemberRemoved(group.name, member_id)))
         return entries
 
     # -- the protocol ----------------------------------------------------------------------------

@@ -52,6 +52,8 @@ from consumers.types import (
 
 __all__ = ["QueueCoordinator"]
 
+_Key = tuple[str, str, int]  # (group, topic uid, partition)
+
 
 class QueueCoordinator:
     # provided by `consumers.Coordinator`
@@ -230,44 +232,64 @@ class QueueCoordinator:
         return Outcome(SettleReply(tuple(applied), tuple(lost)), entries)
 
     # -- time and departures ---------------------------------------------------------------------
-    def _queue_expire(self, now_ms: int) -> list[bytes]:
+    def _queue_expire(self, now_ms: int, builders: dict[_Key, SettleBuilder]) -> None:
         """Leases past their deadline: waiting after the backoff of their count, or dead at
         max_deliveries."""
         every = self._faults.redeliver_before_deadline
-        builders: list[SettleBuilder] = []
         for name, group in sorted(self._table.groups.items()):
             if group.queue is None:
                 continue
             options = group.queue.options
             backoff = options.backoff_ms
-            for _, state in sorted(group.queue.partitions.items()):
+            for (uid, partition), state in sorted(group.queue.partitions.items()):
                 due = state.due_leases(now_ms, every)
                 if not due:
                     continue
-                builder = SettleBuilder(name, state, options)
+                key = (name, uid, partition)
+                builder = builders.get(key)
+                if builder is None:
+                    builder = builders[key] = SettleBuilder(name, state, options)
                 for offset in due:
+                    if offset in builder.ended:
+                        continue  # its member departed in this tick: waiting already
                     lease = state.leased[offset]
                     step = backoff[min(lease.delivery_count, len(backoff)) - 1] if backoff else 0
                     available_at = now_ms if every else lease.deadline_ms + step
                     builder.back(offset, lease, available_at, lease.delivery_count)
-                builders.append(builder)
-        return self._settle_entries(builders)
 
-    def _queue_departed(self, group: GroupState | None, member_id: str) -> list[bytes]:
+    def _queue_departed(
+        self,
+        group: GroupState | None,
+        member_id: str,
+        builders: dict[_Key, SettleBuilder] | None = None,
+    ) -> list[bytes]:
         """A member leaves or its session ends: its leases wait again at once (nothing timed
-        out, so no backoff), or are dead-lettered at max_deliveries."""
+        out, so no backoff), or are dead-lettered at max_deliveries. With `builders` (a tick),
+        only adds to them; else returns the entries."""
         if group is None or group.queue is None:
             return []
-        builders: list[SettleBuilder] = []
-        for _, state in sorted(group.queue.partitions.items()):
+        found = {} if builders is None else builders
+        for (uid, partition), state in sorted(group.queue.partitions.items()):
             offsets = state.leases_of(member_id)
-            if offsets:
-                builder = SettleBuilder(group.name, state, group.queue.options)
-                for offset in offsets:
-                    lease = state.leased[offset]
-                    builder.back(offset, lease, 0, lease.delivery_count)
-                builders.append(builder)
-        return self._settle_entries(builders)
+            if not offsets:
+                continue
+            key = (group.name, uid, partition)
+            builder = found.get(key)
+            if builder is None:
+                builder = found[key] = SettleBuilder(group.name, state, group.queue.options)
+            for offset in offsets:
+                lease = state.leased[offset]
+                builder.back(offset, lease, 0, lease.delivery_count)
+        return [] if builders is not None else self._settle_entries(found.values())
+
+    def _queue_tick(self, now_ms: int, departed: list[tuple[GroupState, str]]) -> list[bytes]:
+        """A tick's queue entries: the departed members' leases and the expired ones, one entry
+        per partition."""
+        builders: dict[_Key, SettleBuilder] = {}
+        for group, member_id in departed:
+            self._queue_departed(group, member_id, builders)
+        self._queue_expire(now_ms, builders)
+        return self._settle_entries(b for _, b in sorted(builders.items(), key=lambda i: i[0]))
 
     def _settle_entries(self, builders: Iterable[SettleBuilder]) -> list[bytes]:
         entries = []

@@ -26,9 +26,11 @@ class SettleBuilder:
     extended: list[tuple[int, int]] = field(default_factory=list)
     dead: list[tuple[int, int, int, str, str]] = field(default_factory=list)
     sequence: int = -1
+    ended: set[int] = field(default_factory=set)  # offsets whose lease ends in this entry
 
     def back(self, offset: int, lease: Leased, available_at_ms: int, count: int) -> None:
         """The lease ends unsettled: waiting again, or dead-lettered at max_deliveries."""
+        self.ended.add(offset)
         if lease.delivery_count >= self.options.max_deliveries:
             self.dead_letter(offset, lease, REASON_MAX_DELIVERIES)
         else:

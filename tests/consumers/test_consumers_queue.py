@@ -11,7 +11,7 @@ from typing import TypeVar
 import pytest
 
 from consumers import Coordinator, CoordinatorConfig, FencedMember, Outcome, TopicMeta
-from consumers.entries import decode
+from consumers.entries import QueueSettled, decode
 from consumers.queue_types import (
     ACK,
     EXTEND,
@@ -281,6 +281,23 @@ def test_a_departed_member_s_leases_wait_again_at_once() -> None:
         kit.tick(100)
         kit.take(kit.c.heartbeat(HeartbeatRequest("q", c, 1, 0, kind=QUEUE), TOPICS))
     assert len(kit.receive(c, n=10)) == 6
+
+
+def test_a_tick_writes_one_entry_per_partition_for_departures_and_expiries() -> None:
+    kit = Kit(hw=4, partitions=1)
+    a, b = kit.join(1_000), kit.join(60_000)
+    kit.receive(a, n=2, invisible_ms=60_000)
+    kit.receive(b, n=2, invisible_ms=1_100)
+    for _ in range(20):
+        entries = kit.tick(100)  # a's session and b's leases end in the same tick
+        if entries:
+            break
+    kinds = [type(decode(e)).__name__ for e in entries]
+    assert kinds == ["QueueSettled", "MemberRemoved"]
+    settled = decode(entries[0])
+    assert isinstance(settled, QueueSettled)
+    assert [w[0] for w in settled.waiting] == [0, 1, 2, 3]
+    assert [w[1] for w in settled.waiting] == [0, 0, T0 + 2_100, T0 + 2_100]  # a left: no backoff
 
 
 def test_the_window_bounds_what_is_in_flight() -> None:
