@@ -267,6 +267,19 @@ def test_dead_letter_sequences_count_per_partition_from_zero() -> None:
     assert [j.sequence for j in kit.c.queue_dead_letter_jobs()] == [2, 3]
 
 
+def test_dead_letter_sequences_are_contiguous_per_dead_letter_topic() -> None:
+    kit = Kit(QueueOptions(dead_letter_topic="dlq-a"), hw=4, partitions=1)
+    a = kit.join()
+    leases = kit.receive(a, n=4)
+    kit.settle(a, leases[:2], REJECT)
+    kit.join(options=QueueOptions(dead_letter_topic="dlq-b"))  # the options move the DLQ
+    kit.settle(a, leases[2:], REJECT)
+    jobs = [(j.dead_letter_topic, j.sequence) for j in kit.c.queue_dead_letter_jobs()]
+    # each producer stream starts at 0 in its topic: a dead-letter partition refuses a gap
+    assert jobs == [("dlq-a", 0), ("dlq-a", 1), ("dlq-b", 0), ("dlq-b", 1)]
+    assert state(kit.replayed()) == state(kit.c)
+
+
 def test_a_departed_member_s_leases_wait_again_at_once() -> None:
     kit = Kit(hw=2)
     a, b, c = kit.join(1_000), kit.join(), kit.join()
