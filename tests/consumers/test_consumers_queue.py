@@ -10,7 +10,14 @@ from typing import TypeVar
 
 import pytest
 
-from consumers import Coordinator, CoordinatorConfig, FencedMember, Outcome, TopicMeta
+from consumers import (
+    CommitRequest,
+    Coordinator,
+    CoordinatorConfig,
+    FencedMember,
+    Outcome,
+    TopicMeta,
+)
 from consumers.entries import QueueSettled, decode
 from consumers.queue_types import (
     ACK,
@@ -603,6 +610,19 @@ def test_a_topic_the_member_does_not_consume_is_refused() -> None:
     request = ReceiveRequest("q", a, 1, "other", 1, 0)
     with pytest.raises(InvalidGroupRequest, match="topic 'other' is not consumed by member"):
         kit.c.queue_receive(request, topics, kit.extents, kit.now)
+
+
+def test_a_queue_group_has_no_offsets_to_commit_or_reset() -> None:
+    kit = Kit()
+    a = kit.join()
+    with pytest.raises(InvalidGroupRequest, match="'q' is a queue group: it has no offsets"):
+        kit.c.commit(CommitRequest("q", a, 1, (("jobs", 0, 5),)), TOPICS)
+    kit.take(kit.c.heartbeat(HeartbeatRequest("q", a, LEAVE, 0, kind=QUEUE), TOPICS))
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.commit(CommitRequest("q", "", LEAVE, (("jobs", 0, 5),)), TOPICS)
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.reset_offsets("q", "jobs", {0: 5}, TOPICS)
+    assert kit.c.offsets("q", TOPICS) == {}
 
 
 def test_queue_calls_on_a_stream_group_and_queue_options_on_a_stream_join_are_refused() -> None:
