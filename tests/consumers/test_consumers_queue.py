@@ -587,6 +587,7 @@ BAD = [
     (_join(backoff_ms=(86_400_001,)), InvalidGroupRequest, "backoff_ms step 86400001"),
     (_join(dead_letter_topic="a b"), InvalidGroupRequest, "dead_letter_topic 'a b'"),
     (_join(dead_letter_topic=".."), InvalidGroupRequest, "dead_letter_topic '..' is not valid"),
+    (_join(dead_letter_topic="jobs"), InvalidGroupRequest, "'jobs' is a topic the member consumes"),
 ]
 
 
