@@ -121,14 +121,6 @@ class PartitionQueue:
             dict(sorted(self.sequences.items())),
         )
 
-    @property
-    def in_flight(self) -> int:
-        return len(self.leased)
-
-    def room(self, max_in_flight: int) -> int:
-        """How many fresh offsets the window still admits."""
-        return max(0, self.floor + max_in_flight - self.next_offset)
-
     # -- what a decision reads (heaps may be cleaned; no state changes) --------------------------
     def take_ready(self, now_ms: int, limit: int, taken: set[int]) -> list[int]:
         """Up to `limit` waiting records whose time came and whose key is not blocked, lowest
