@@ -32,12 +32,11 @@ assignment, and reaches a new owner only after the old one reported it gone or i
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from collections.abc import Mapping
+from dataclasses import replace
 
 from consumers import offsets as commits
-from consumers import validate
+from consumers import queue_validate, validate
 from consumers.assignment import Subscriber, target_assignment
 from consumers.config import DEFAULT_CONFIG, CoordinatorConfig
 from consumers.entries import (
@@ -47,18 +46,17 @@ from consumers.entries import (
     MemberRemoved,
     MemberSet,
     OffsetsCommitted,
+    QueueLeased,
+    QueueOptionsSet,
     UnknownEntry,
     decode,
     encode,
 )
 from consumers.faults import NO_FAULTS, CoordinatorFaults
+from consumers.queue_coordinator import QueueCoordinator
 from consumers.queue_types import (
-    DeadLetterJob,
-    Extent,
-    Lease,
-    ReceiveRequest,
-    SettleReply,
-    SettleRequest,
+    QUEUE,
+    QueueOptions,
 )
 from consumers.sessions import Sessions, session_ticks
 from consumers.table import GroupState, GroupTable
@@ -74,6 +72,7 @@ from consumers.types import (
     HeartbeatRequest,
     InvalidGroupRequest,
     MemberView,
+    Outcome,
     PartitionView,
     TopicMeta,
     TopicPartition,
@@ -81,16 +80,8 @@ from consumers.types import (
 
 __all__ = ["Coordinator", "CoordinatorConfig", "Outcome", "UnknownEntry"]
 
-T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
-    reply: T
-    entries: list[bytes] = field(default_factory=list)
-
-
-class Coordinator:
+class Coordinator(QueueCoordinator):
     def __init__(
         self,
         config: CoordinatorConfig = DEFAULT_CONFIG,
@@ -104,6 +95,8 @@ class Coordinator:
         self._started = False
         # group -> (what the target depends on, the target): recomputed when that changes
         self._targets: dict[str, tuple[object, dict[str, frozenset[TopicPartition]]]] = {}
+        self._queue_cursors: dict[tuple[str, str], int] = {}  # (group, topic) -> next start
+        self._redecided: set[tuple[str, str, int, int]] = set()  # TEST-ONLY: dead_letter_twice
 
     # -- loading -------------------------------------------------------------------------------
     def load(self, entry: bytes) -> None:
@@ -113,6 +106,8 @@ class Coordinator:
         decoded = decode(entry)
         if self._faults.load_keeps_first_offset and isinstance(decoded, OffsetsCommitted):
             decoded = self._first_offsets_only(decoded)
+        if self._faults.forget_lease_on_load and isinstance(decoded, QueueLeased):
+            return  # TEST-ONLY: the leases it granted are forgotten
         self._table.apply(decoded)
 
     def start(self) -> None:
@@ -137,6 +132,8 @@ class Coordinator:
             raise InvalidGroupRequest(
                 f"kind {request.kind!r}: group {request.group!r} is a {group.kind} group"
             )
+        if request.kind != QUEUE and request.queue is not None:
+            raise InvalidGroupRequest(f"queue: options are for kind {QUEUE!r} groups only")
         epoch = request.member_epoch
         if epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, request)
@@ -153,7 +150,13 @@ class Coordinator:
         )
         subscription = None if request.topics is None else validate.check_topics(request.topics)
         if epoch == JOIN:
-            return self._join(request, instance_id, session_ms, subscription, topics)
+            options = None
+            if request.kind == QUEUE:
+                options = queue_validate.options(request.queue, request.group)
+                if request.queue is None and group is not None and group.queue is not None:
+                    options = group.queue.options  # no options sent: the group's stay
+                queue_validate.dead_letter_topics(options, request.group, subscription or ())
+            return self._join(request, instance_id, session_ms, subscription, topics, options)
         member = None if group is None else group.members.get(request.member_id)
         if group is None or member is None:
             raise commits.fenced(request.group, request.member_id)
@@ -170,6 +173,7 @@ class Coordinator:
         validate.check_name("group", request.group)
         checked = commits.checked(request.offsets, topics)
         group = self._table.group(request.group)
+        _no_offsets(group, "commit offsets")
         if request.member_id == "":
             if request.member_epoch != LEAVE:
                 raise InvalidGroupRequest(
@@ -202,6 +206,8 @@ class Coordinator:
         state = self._table.group(group)
         if state is None:
             raise GroupNotFound(f"group {group!r} does not exist (no members, no offsets)")
+        if state.queue is not None:
+            return self.queue_view(group, topics)
         members = tuple(
             MemberView(m.id, m.instance_id, m.epoch, m.partitions)
             for m in sorted(state.members.values(), key=lambda m: m.id)
@@ -227,6 +233,7 @@ class Coordinator:
         validate.check_topic(topic, topics)
         checked = commits.checked([(topic, p, o) for p, o in sorted(offsets.items())], topics)
         state = self._table.group(group)
+        _no_offsets(state, "reset offsets")
         commits.require_empty(state, "reset its offsets")
         return self._write_offsets(group, state, checked)
 
@@ -239,76 +246,25 @@ class Coordinator:
         commits.require_empty(state, "delete it")
         return Outcome(None, [self._apply(GroupDeleted(group))])
 
-    # -- queues (kind "queue"; DESIGN: consumers/queues.py) ---------------------------------------
-    def queue_receive(
-        self,
-        request: ReceiveRequest,
-        topics: Mapping[str, TopicMeta],
-        extents: Mapping[TopicPartition, Extent],
-        now_ms: int,
-        keys: Mapping[TopicPartition, Mapping[int, bytes | None]] | None = None,
-    ) -> Outcome[list[Lease]]:
-        """Leases up to `request.max_records` records of `request.topic` to the member: first
-        records waiting for redelivery whose time came (lowest offset first), then fresh ones
-        from each partition's `next_offset` below its extent's high watermark, partitions taken
-        round-robin from a rotating start so that none starves; each partition's window
-        (next_offset - acked_floor) stays within max_in_flight. Offsets below an extent's log
-        start were deleted by retention: the partition's floor moves past them. With ordering
-        "key", a fresh record is handed out only if `keys` holds its key (the node reads
-        `queue_key_window` first) and no earlier unsettled record has the same key. Raises
-        FencedMember (not a member of this queue group), InvalidGroupRequest (a bad field, a
-        stream group, a topic the member does not consume), UnknownTopic."""
-        raise NotImplementedError
-
-    def queue_key_window(
-        self, group: str, topic: str, partition: int, extent: Extent, limit: int
-    ) -> range:
-        """The offsets whose keys a key-ordered receive of this partition would look at next
-        (at most `limit`, from next_offset): the node reads their keys before `queue_receive`.
-        Empty for a group not ordered by key."""
-        raise NotImplementedError
-
-    def queue_settle(
-        self, request: SettleRequest, topics: Mapping[str, TopicMeta], now_ms: int
-    ) -> Outcome[SettleReply]:
-        """Applies each settlement on its own (see `consumers.queue_types`): ack settles the
-        record; release makes it waiting until now + delay_ms (at max_deliveries: dead-lettered
-        instead); reject dead-letters it (reason "rejected"); extend moves its deadline to now +
-        invisible_ms. A lease that is not the member's with that delivery count, or past its
-        deadline, goes to `lost` unchanged. FencedMember if the member is not in the group."""
-        raise NotImplementedError
-
-    def queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
-        """Every dead letter decided and not yet confirmed, in (group, topic uid, partition,
-        sequence) order. The node calls it only between rounds (every decision it returns has
-        committed) and copies each partition's jobs in sequence order."""
-        raise NotImplementedError
-
-    def queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
-        """The copies of `jobs` are in their dead-letter partitions: settle the records (jobs
-        no longer pending, e.g. confirmed twice, are ignored)."""
-        raise NotImplementedError
-
-    def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
-        """`describe` of a queue group: members, and per partition of its topics the queue
-        state (`GroupView.queue`, `GroupView.queue_options`). GroupNotFound if unknown."""
-        raise NotImplementedError
-
     # -- time ------------------------------------------------------------------------------------
     def tick(self, now_ms: int = 0) -> list[bytes]:
+        """One coordinator tick at `now_ms` (epoch ms): sessions that ended (their members'
+        leases wait again at once), then leases past their deadline."""
         self._require_started()
         expired = self._sessions.advance()
-        if self._faults.never_expire:
-            for name, member_id in expired:
-                group = self._table.group(name)
-                if group is not None and member_id in group.members:
-                    self._touch(name, group.members[member_id])
-            return []
-        entries = []
+        departed = []
         for name, member_id in expired:
             group = self._table.group(name)
-            if group is not None and member_id in group.members:
-                entries.append(self._apply(MemberRemoved(name, member_id)))
+            if group is None or member_id not in group.members:
+                continue
+            if self._faults.never_expire:
+                self._touch(name, group.members[member_id])
+                continue
+            departed.append((group, member_id))
+        # their leases and the expired ones (one entry per partition), then the members go
+        entries = self._queue_tick(now_ms, departed)
+        for group, member_id in departed:
+            entries.append(self._apply(MemberRemoved(group.name, member_id)))
         return entries
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -319,11 +275,17 @@ class Coordinator:
         session_ms: int,
         subscription: tuple[str, ...] | None,
         topics: Mapping[str, TopicMeta],
+        options: QueueOptions | None = None,
     ) -> Outcome[HeartbeatReply]:
         if subscription is None:
             raise InvalidGroupRequest("topics: a join names the topics it subscribes to")
         group = self._table.group(request.group)
         entries: list[bytes] = []
+        if options is not None and (
+            group is None or group.queue is None or group.queue.options != options
+        ):
+            entries.append(self._apply(QueueOptionsSet(request.group, options)))
+            group = self._table.group(request.group)
         existing = None if group is None else group.members.get(request.member_id)
         if group is not None and existing is not None:
             # the member lost its state and rejoins under its id: it owns only what it reports
@@ -337,6 +299,7 @@ class Coordinator:
         if replaced is not None:
             # a static member's new incarnation takes over the old one's assignment at once;
             # the old id is fenced
+            entries.extend(self._queue_departed(group, replaced.id))
             entries.append(self._apply(MemberRemoved(request.group, replaced.id)))
             self._sessions.end((request.group, replaced.id))
             epoch, assignment = replaced.epoch + 1, replaced.assignment
@@ -365,7 +328,9 @@ class Coordinator:
             self._touch(group.name, member)
             return Outcome(reply)
         self._sessions.end((group.name, member.id))
-        return Outcome(reply, [self._apply(MemberRemoved(group.name, member.id))])
+        entries = self._queue_departed(group, member.id)
+        entries.append(self._apply(MemberRemoved(group.name, member.id)))
+        return Outcome(reply, entries)
 
     def _reconcile(
         self,
@@ -415,6 +380,8 @@ class Coordinator:
     def _target(
         self, group: GroupState, topics: Mapping[str, TopicMeta]
     ) -> dict[str, frozenset[TopicPartition]]:
+        if group.kind == QUEUE:
+            return {}  # a queue member owns no partition: it leases records
         names = sorted({t for m in group.members.values() for t in m.topics if t in topics})
         key = (group.version, tuple((t, topics[t].partitions) for t in names))
         cached = self._targets.get(group.name)
@@ -459,3 +426,11 @@ class Coordinator:
     def _require_started(self) -> None:
         if not self._started:
             raise RuntimeError("the coordinator is loading: call start() after the last load()")
+
+
+def _no_offsets(group: GroupState | None, doing: str) -> None:
+    if group is not None and group.kind == QUEUE:
+        raise InvalidGroupRequest(
+            f"group {group.name!r} is a queue group: it has no offsets to {doing.split(maxsplit=1)[0]} "
+            "(its records are acked one by one)"
+        )
