@@ -53,7 +53,6 @@ class NodeFaults:
             )  # fmt: skip
 
 
-
 def faults_from_env(environ: Mapping[str, str] | None = None) -> NodeFaults:
     """The faults `FLOTILLA_COORDINATOR_FAULTS` names (none when unset or empty). Raises
     `ConfigError` naming an unknown fault and the valid ones."""
