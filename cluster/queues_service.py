@@ -76,7 +76,6 @@ class QueueCalls(GroupCalls):
         named = frozenset({request.topic})
         if request.topic not in self.node.topics:  # created a moment ago through another node?
             await self._look_for_topics(named, wait=True)
-        first = True
         while True:
             extents = await self.node.groups.source.extents(request.topic)
             keys = await self._keys(partition, group, extents, request.max_records)
@@ -91,9 +90,8 @@ class QueueCalls(GroupCalls):
                 return coordinator.queue_receive(receive, topics, extents, now_ms, keys)
 
             leases: list[Lease] = await self._on_coordinator(
-                context, group, run, partition, named=named, wait=first, queue=True
+                context, group, run, partition, named=named, queue=True
             )
-            first = False
             remaining = deadline - loop.time()
             if leases or remaining <= 0:
                 return pb.QueueReceiveResponse(leases=_leases(leases))
