@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import xxhash
 
 from consumers.entries import QueueDeadLettered, QueueLeased, QueueSettled
-from consumers.queue_types import QueueOptions
+from consumers.queue_types import DeadLetterJob, QueueOptions, QueuePartitionView
 
 __all__ = [
     "Leased",
@@ -232,11 +232,15 @@ class PartitionQueue:
         self._advance_floor()
 
     def apply_dead_lettered(self, entry: QueueDeadLettered) -> None:
-        for offset in entry.offsets:
-            pending = self.pending.pop(offset, None)
-            if pending is not None:
-                self.dead_lettered += 1
-                self._settled(offset, pending.key_hash)
+        for offsets, copied in ((entry.offsets, True), (entry.gone, False)):
+            for offset in offsets:
+                pending = self.pending.pop(offset, None)
+                if pending is not None:
+                    if copied:
+                        self.dead_lettered += 1
+                    else:
+                        self.deleted += 1
+                    self._settled(offset, pending.key_hash)
         self._advance_floor()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -282,6 +286,23 @@ class PartitionQueue:
         ):
             heapq.heappop(heap)
         self.floor = heap[0] if heap else self.next_offset
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drops the heaps' stale items (leases settled or extended, waits that ended) once a
+        heap holds more than twice what is live: memory follows the window, not the traffic
+        (acks of a 12-hour lease would otherwise pile up). Amortized O(1) per change."""
+        if len(self._deadlines) > 2 * len(self.leased) + 64:
+            self._deadlines = [(lease.deadline_ms, o) for o, lease in self.leased.items()]
+            heapq.heapify(self._deadlines)
+        if len(self._timed) + len(self._ready) > 2 * len(self.waiting) + 64:
+            self._timed = [
+                (w.available_at_ms, o)
+                for o, w in self.waiting.items()
+                if self.is_head(o, w.key_hash)
+            ]
+            heapq.heapify(self._timed)
+            self._ready = []  # what is due moves there again on the next receive
 
 
 @dataclass(slots=True)
@@ -304,6 +325,47 @@ class QueueGroup:
     def find(self, topic: str, partition: int) -> PartitionQueue | None:
         uid = self.uids.get(topic)
         return None if uid is None else self.partitions.get((uid, partition))
+
+    def view(self, topic: str, topic_uid: str, partition: int) -> QueuePartitionView:
+        state = self.partitions.get((topic_uid, partition))
+        if state is None:
+            return QueuePartitionView(topic, partition, 0, 0, 0, 0, 0, 0, 0)
+        return QueuePartitionView(
+            topic,
+            partition,
+            state.floor,
+            state.next_offset,
+            len(state.leased),
+            len(state.waiting),
+            state.acked,
+            state.dead_lettered,
+            len(state.pending),
+            state.deleted,
+        )
+
+    def dead_letter_jobs(self, group: str) -> list[DeadLetterJob]:
+        """Pending dead letters, in (topic uid, partition, sequence) order."""
+        jobs = []
+        for (uid, partition), state in sorted(self.partitions.items()):
+            if not state.pending:
+                continue
+            pid = producer_id(group, uid, partition)
+            for offset, p in sorted(state.pending.items(), key=lambda i: i[1].sequence):
+                jobs.append(
+                    DeadLetterJob(
+                        group,
+                        state.topic,
+                        uid,
+                        partition,
+                        offset,
+                        p.delivery_count,
+                        p.reason,
+                        p.dead_letter_topic,
+                        pid,
+                        p.sequence,
+                    )
+                )
+        return jobs
 
     def snapshot(self) -> tuple[object, ...]:
         return (
