@@ -127,9 +127,12 @@ class QueueCalls(GroupCalls):
             return None
         keys: dict[tuple[str, int], dict[int, bytes | None]] = {}
         limit = min(max_records, MAX_KEY_WINDOW)
+        specs = self.node.topics
         for (topic, index), extent in sorted(extents.items()):
+            spec = specs.get(topic)
+            uid = spec.uid if spec is not None else None
             try:
-                window = coordinator.queue_key_window(group, topic, index, extent, limit)
+                window = coordinator.queue_key_window(group, topic, index, extent, limit, uid)
             except GroupError:
                 return None  # the call refuses it, naming the reason
             if not window:
