@@ -368,6 +368,30 @@ def test_key_ordering_holds_back_a_record_while_an_earlier_one_with_its_key_is_l
     assert held(take(a, 1)) == {(0, 1)} and a.receive(10) == []
 
 
+def test_partitions_the_coordinator_does_not_host_are_read_through_other_replicas(
+    setup: Setup,
+) -> None:
+    """Extents from the metadata view, keys and a dead letter's source read with a Fetch."""
+    setup.client.create_topic("far", partitions=4, replication_factor=1)
+    for partition in range(4):
+        for key in (b"x", b"x"):
+            setup.client.produce("far", b"%d" % partition, key=key, partition=partition)
+    a = Member(setup.router, "remote", "far", pb.QueueOptions(ordering="key")).join()
+    coordinator = describe(setup, "remote").coordinator
+    hosts = {p.index: list(p.replicas) for p in setup.client.describe_topic("far").partitions}
+    remote = [p for p, replicas in hosts.items() if coordinator not in replicas]
+    assert remote, (coordinator, hosts)  # placement is deterministic: some are elsewhere
+    leases = take(a, 4)  # one per partition: each partition's second record waits for its key
+    assert held(leases) == {(p, 0) for p in range(4)} and a.receive(10) == []
+    (far,) = [lease for lease in leases if lease.partition == remote[0]]
+    assert len(a.settle([far], pb.SETTLE_REJECT).applied) == 1
+    source = setup.client.read("far", far.partition, 0)[0]
+    dlq = "far.remote.dlq"
+    wait_until(lambda: queue_totals(setup, "remote")["dead_lettered"] == 1, 30, "the copy")
+    (copy,) = dead_letters(setup, dlq, far.partition)
+    assert_dead_letter(copy, source, far.partition, 1, "rejected")
+
+
 # -- dead letters -----------------------------------------------------------------------------------
 def assert_dead_letter(
     record: Record, source: Record, partition: int, deliveries: int, reason: str
