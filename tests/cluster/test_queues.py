@@ -557,6 +557,11 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(setup: Setup)
             setup.router.call(method, request)
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT, (method, named)
         assert named in (refused.value.details() or ""), (named, refused.value.details())
+    unknown = pb.QueueReceiveRequest(**{**receive, "topic": "never-made"}, max_records=1)
+    with pytest.raises(grpc.RpcError) as missing:
+        setup.router.call("QueueReceive", unknown)
+    assert missing.value.code() is grpc.StatusCode.NOT_FOUND, missing.value.details()
+    assert "'never-made'" in (missing.value.details() or "")
     assert a.receive(wait_ms=300) == []  # an empty receive, asked again on every tick
     assert groups_high_watermark() == written  # nothing written
     after = describe(setup, "strict")
@@ -603,6 +608,10 @@ def test_leases_survive_kill_9_of_their_coordinator(setup: Setup) -> None:
             k.deadline_ms > lease.deadline_ms for k, lease in zip(kept.applied, leases, strict=True)
         )
         assert queue_totals(setup, "survivors")["in_flight"] == 10
+        # its delivery count came through: released, it goes out again as the second delivery
+        assert len(a.settle(leases[:1], pb.SETTLE_RELEASE).applied) == 1
+        again = take(b, 1)
+        assert held(again) == held(leases[:1]) and again[0].delivery_count == 2
     finally:
         restart(setup, victim)
 
