@@ -173,6 +173,7 @@ class Coordinator(QueueCoordinator):
         validate.check_name("group", request.group)
         checked = commits.checked(request.offsets, topics)
         group = self._table.group(request.group)
+        _no_offsets(group, "commit offsets")
         if request.member_id == "":
             if request.member_epoch != LEAVE:
                 raise InvalidGroupRequest(
@@ -232,6 +233,7 @@ class Coordinator(QueueCoordinator):
         validate.check_topic(topic, topics)
         checked = commits.checked([(topic, p, o) for p, o in sorted(offsets.items())], topics)
         state = self._table.group(group)
+        _no_offsets(state, "reset offsets")
         commits.require_empty(state, "reset its offsets")
         return self._write_offsets(group, state, checked)
 
@@ -424,3 +426,11 @@ class Coordinator(QueueCoordinator):
     def _require_started(self) -> None:
         if not self._started:
             raise RuntimeError("the coordinator is loading: call start() after the last load()")
+
+
+def _no_offsets(group: GroupState | None, doing: str) -> None:
+    if group is not None and group.kind == QUEUE:
+        raise InvalidGroupRequest(
+            f"group {group.name!r} is a queue group: it has no offsets to {doing.split(maxsplit=1)[0]} "
+            "(its records are acked one by one)"
+        )

@@ -164,10 +164,13 @@ class QueueCoordinator:
 
     def queue_dead_letter_gone(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
         """(Additive.) The source records of `jobs` cannot be read any more (retention deleted
-        them, or their topic incarnation is gone: `job.topic_uid` is not the topic's uid): there
-        is nothing to copy, so settle them as deleted (counted apart, like retention). A record
-        copied by an earlier coordinator that died before confirming is then counted deleted,
-        not dead-lettered; it is in the dead-letter topic once all the same."""
+        them, or their topic incarnation is gone: `job.topic_uid` is not the topic's uid), so
+        their content cannot be copied: settle them as deleted (counted apart, like retention).
+        The node must still append, at each job's sequence, a record with no key and no value
+        and the flotilla-dlq-* headers (reason as decided), before it calls this: a dead-letter
+        partition refuses a producer's sequence that skips one, so a skipped sequence would
+        stop every later dead letter of that partition. (A copy an earlier coordinator made
+        before it died is answered as a duplicate then: the full copy stays, once.)"""
         return Outcome(None, self._queue_dead_lettered((), jobs))
 
     def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
@@ -339,8 +342,9 @@ class QueueCoordinator:
                 continue
             self._redecided.add(key)
             topic = f"{state.topic}.{group}.dlq"
-            state.pending[offset] = Pending(state.next_sequence, 1, REASON_REJECTED, topic, None)
-            state.next_sequence += 1
+            sequence = state.sequences.get(topic, 0)
+            state.pending[offset] = Pending(sequence, 1, REASON_REJECTED, topic, None)
+            state.sequences[topic] = sequence + 1
 
     # -- views -----------------------------------------------------------------------------------
     def _queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:

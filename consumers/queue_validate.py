@@ -90,6 +90,11 @@ def dead_letter_topic(name: str, field: str) -> None:
 def dead_letter_topics(options: QueueOptions, group: str, topics: tuple[str, ...]) -> None:
     """Each subscribed topic's dead-letter topic (by default "<topic>.<group>.dlq") must be a
     valid topic name: refused at join, not when the first record is dead-lettered."""
+    if options.dead_letter_topic in topics:
+        raise InvalidGroupRequest(
+            f"dead_letter_topic {options.dead_letter_topic!r} is a topic the member consumes: "
+            "name another (a dead letter would be handed out again)"
+        )
     if options.dead_letter_topic is None:
         for topic in topics:
             name = options.dead_letter_topic_of(group, topic)

@@ -19,6 +19,8 @@ asks the coordinator what it thinks.
 - dead letters: a copy only for a record rejected or handed out max_deliveries times; each
   dead-letter producer's sequences arrive contiguous from 0 (a gap would be refused).
 - key ordering: a record is handed out only when every earlier record with its key is settled.
+- retention: a record below the log start is handed out no more; one neither acked nor
+  dead-lettered counts as deleted (the third outcome) only if retention deleted it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ QUEUE_VIOLATIONS = (
     "dead-letter-early",
     "dead-letter-sequence-gap",
     "key-order",
+    "leased-deleted",
+    "placeholder",
 )
 
 Record = tuple[int, int]  # (partition, offset)
@@ -76,7 +80,7 @@ class QueueChecker:
         self.keys: dict[Record, bytes | None] = {}
         self.unsettled_by_key: dict[tuple[int, bytes], set[int]] = {}
         self.last_sequence: dict[tuple[int, int], int] = {}  # (dlq partition, producer) -> seq
-        self.dead_letter_sequences: dict[Record, int] = {}
+        self.log_starts: dict[int, int] = {}  # partition -> retention's log start
 
     # -- what the producers wrote ----------------------------------------------------------------
     def produced(self, record: Record, key: bytes | None) -> None:
@@ -106,6 +110,11 @@ class QueueChecker:
     def _leased(self, entry: QueueLeased, now_ms: int) -> None:
         for offset, count, _ in entry.leases:
             record = (entry.partition, offset)
+            if offset < entry.log_start:
+                raise Violation(
+                    "leased-deleted",
+                    f"{record} handed out below the log start {entry.log_start} it was given",
+                )
             before = self.leases.get(record)
             if before is not None and before.live and now_ms < before.deadline_ms:
                 raise Violation(
@@ -174,8 +183,10 @@ class QueueChecker:
             self.unsettled_by_key.get((record[0], key), set()).discard(record[1])
 
     # -- the dead-letter topic -------------------------------------------------------------------
-    def copy(self, job: DeadLetterJob, dlq_partition: int) -> bool:
-        """A copy reaches the dead-letter partition: False if its dedupe drops it."""
+    def copy(self, job: DeadLetterJob, dlq_partition: int, placeholder: bool = False) -> bool:
+        """A copy reaches the dead-letter partition: False if its dedupe drops it. A
+        `placeholder` (the source was deleted by retention: headers only) keeps the producer's
+        sequence contiguous and copies nothing."""
         key = (dlq_partition, job.producer_id)
         last = self.last_sequence.get(key, -1)
         if job.sequence <= last:
@@ -192,6 +203,10 @@ class QueueChecker:
                 "dead-letter-early",
                 f"{record} dead-lettered ({job.reason}) after {job.delivery_count} deliveries",
             )
+        if placeholder:
+            if job.offset >= self.log_starts.get(job.partition, 0):
+                raise Violation("placeholder", f"{record}: a placeholder for a readable record")
+            return True
         if record in self.acked:
             raise Violation("acked-and-dead-lettered", f"{record} copied to the DLQ after its ack")
         self.copied[record] = self.copied.get(record, 0) + 1
@@ -219,19 +234,36 @@ class QueueChecker:
                 f"{deadline_ms}, and it was applied",
             )
 
-    @staticmethod
-    def window(partition: int, floor: int, next_offset: int, max_in_flight: int) -> None:
-        if next_offset - floor > max_in_flight:
+    def window(self, partition: int, floor: int, next_offset: int, max_in_flight: int) -> None:
+        """Fresh records go out only within the window: next_offset <= floor + max_in_flight,
+        unless retention moved next_offset up to the log start (while an older lease holds the
+        floor: then nothing fresh goes out until it ends)."""
+        log_start = self.log_starts.get(partition, 0)
+        if next_offset > max(floor + max_in_flight, log_start):
             raise Violation(
                 "window",
-                f"partition {partition}: next {next_offset} - floor {floor} > {max_in_flight}",
+                f"partition {partition}: next {next_offset} - floor {floor} > {max_in_flight} "
+                f"(log start {log_start})",
             )
 
+    def retention(self, partition: int, log_start: int) -> None:
+        before = self.log_starts.get(partition, 0)
+        self.log_starts[partition] = log_start
+        for offset in range(before, log_start):  # deleted: no longer holds its key back
+            self._settle_key((partition, offset))
+
+    def _unsettled(self, produced: Iterable[Record]) -> list[Record]:
+        return sorted(
+            r
+            for r in produced
+            if r not in self.acked and r not in self.copied and r[1] >= self.log_starts.get(r[0], 0)
+        )
+
     def all_settled(self) -> bool:
-        return len(self.acked) + len(self.copied) == len(self.keys)
+        return not self._unsettled(self.keys)
 
     def drained(self, produced: Iterable[Record]) -> None:
-        missing = sorted(r for r in produced if r not in self.acked and r not in self.copied)
+        missing = self._unsettled(produced)
         if missing:
             raise Violation(
                 "lost-record",

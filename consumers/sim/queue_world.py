@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.coordinator import Coordinator, CoordinatorConfig, Outcome
-from consumers.entries import decode
+from consumers.entries import QueueLeased, decode
 from consumers.faults import NO_FAULTS, CoordinatorFaults
 from consumers.queue_types import (
     ACK,
@@ -60,6 +60,9 @@ QUEUE_STAT_NAMES = (
     "crashes_between_copy_and_confirm",
     "failovers",
     "lost_batches",
+    "retention_steps",
+    "dead_letters_gone",
+    "key_skips",
     "joins",
     "leaves",
     "crashes",
@@ -113,6 +116,8 @@ class QueueSimulation:
             max_in_flight=rng.choice((4, 16, 2_000)),
         )
         self.high_watermarks = [0] * self.partitions
+        self.log_starts = [0] * self.partitions  # retention deletes below
+        self.retention = rng.random() < 0.3  # this seed's topic has retention
         self.keys: dict[tuple[int, int], bytes | None] = {}
         self.poison: set[tuple[int, int]] = set()
         self.checker = QueueChecker(self.options.max_deliveries)
@@ -153,7 +158,7 @@ class QueueSimulation:
             now += 1
         if steps > quiet_ticks:
             self.checker.drained(self.keys)
-            self.stats["liveness_ticks"] = now - self.quiet_at  # faults stopped -> all settled
+            self.stats["liveness_ticks"] = now - steps  # ticks past the run it took to drain
 
     def _step(self) -> None:
         while self.committed_batches < len(self.batches):
@@ -202,6 +207,12 @@ class QueueSimulation:
         rng = self.rng
         if rng.random() < 0.01:
             self.failover()
+        if self.retention and rng.random() < 0.02:
+            p = rng.randrange(self.partitions)
+            start = min(self.high_watermarks[p], self.log_starts[p] + rng.randint(1, 30))
+            self.log_starts[p] = start
+            self.checker.retention(p, start)
+            self.stats["retention_steps"] += 1
         alive = [r for r in self.receivers if r.alive]
         if not alive or (rng.random() < 0.03 and len(alive) < 6):
             self._join()
@@ -281,7 +292,10 @@ class QueueSimulation:
 
     def _receive(self, r: _Receiver) -> None:
         rng = r.rng
-        extents = {(TOPIC, p): Extent(0, self.high_watermarks[p]) for p in range(self.partitions)}
+        extents = {
+            (TOPIC, p): Extent(self.log_starts[p], self.high_watermarks[p])
+            for p in range(self.partitions)
+        }
         keys = None
         if self.options.ordering == KEY:
             keys = {}
@@ -394,16 +408,25 @@ class QueueSimulation:
         jobs = self.coordinator.queue_dead_letter_jobs()
         if not jobs:
             return
+        copied, gone = [], []
         for job in jobs:
-            if self.checker.copy(job, job.partition % self.partitions):
+            if job.offset < self.log_starts[job.partition]:
+                # retention deleted its source: a placeholder keeps the sequence contiguous
+                self.checker.copy(job, job.partition % self.partitions, placeholder=True)
+                gone.append(job)
+                self.stats["dead_letters_gone"] += 1
+            elif self.checker.copy(job, job.partition % self.partitions):
+                copied.append(job)
                 self.stats["dead_letter_copies"] += 1
             else:
+                copied.append(job)
                 self.stats["dead_letter_duplicates"] += 1
         if self.now < self.quiet_at and self.rng.random() < 0.2:
             self.stats["crashes_between_copy_and_confirm"] += 1
             self.failover(survive=0)
             return
-        self._append(self.coordinator.queue_dead_lettered(jobs).entries)
+        self._append(self.coordinator.queue_dead_lettered(copied).entries)
+        self._append(self.coordinator.queue_dead_letter_gone(gone).entries)
 
     # -- the log ---------------------------------------------------------------------------------
     def _serving(self) -> bool:
@@ -425,6 +448,9 @@ class QueueSimulation:
 
     def _commit(self, batch: _Batch) -> None:
         decoded = [decode(e) for e in batch.entries]
+        self.stats["key_skips"] += sum(
+            len(e.skipped) for e in decoded if isinstance(e, QueueLeased)
+        )
         self.checker.committed(decoded, batch.decided_at_ms, batch.from_tick)
         self.committed_batches += 1
 

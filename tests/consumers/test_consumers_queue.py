@@ -10,7 +10,14 @@ from typing import TypeVar
 
 import pytest
 
-from consumers import Coordinator, CoordinatorConfig, FencedMember, Outcome, TopicMeta
+from consumers import (
+    CommitRequest,
+    Coordinator,
+    CoordinatorConfig,
+    FencedMember,
+    Outcome,
+    TopicMeta,
+)
 from consumers.entries import QueueSettled, decode
 from consumers.queue_types import (
     ACK,
@@ -265,6 +272,19 @@ def test_dead_letter_sequences_count_per_partition_from_zero() -> None:
     assert [(j.offset, j.sequence) for j in jobs] == [(0, 0), (1, 1), (2, 2), (3, 3)]
     kit.take(kit.c.queue_dead_lettered(jobs[:2]))
     assert [j.sequence for j in kit.c.queue_dead_letter_jobs()] == [2, 3]
+
+
+def test_dead_letter_sequences_are_contiguous_per_dead_letter_topic() -> None:
+    kit = Kit(QueueOptions(dead_letter_topic="dlq-a"), hw=4, partitions=1)
+    a = kit.join()
+    leases = kit.receive(a, n=4)
+    kit.settle(a, leases[:2], REJECT)
+    kit.join(options=QueueOptions(dead_letter_topic="dlq-b"))  # the options move the DLQ
+    kit.settle(a, leases[2:], REJECT)
+    jobs = [(j.dead_letter_topic, j.sequence) for j in kit.c.queue_dead_letter_jobs()]
+    # each producer stream starts at 0 in its topic: a dead-letter partition refuses a gap
+    assert jobs == [("dlq-a", 0), ("dlq-a", 1), ("dlq-b", 0), ("dlq-b", 1)]
+    assert state(kit.replayed()) == state(kit.c)
 
 
 def test_a_departed_member_s_leases_wait_again_at_once() -> None:
@@ -567,6 +587,7 @@ BAD = [
     (_join(backoff_ms=(86_400_001,)), InvalidGroupRequest, "backoff_ms step 86400001"),
     (_join(dead_letter_topic="a b"), InvalidGroupRequest, "dead_letter_topic 'a b'"),
     (_join(dead_letter_topic=".."), InvalidGroupRequest, "dead_letter_topic '..' is not valid"),
+    (_join(dead_letter_topic="jobs"), InvalidGroupRequest, "'jobs' is a topic the member consumes"),
 ]
 
 
@@ -590,6 +611,19 @@ def test_a_topic_the_member_does_not_consume_is_refused() -> None:
     request = ReceiveRequest("q", a, 1, "other", 1, 0)
     with pytest.raises(InvalidGroupRequest, match="topic 'other' is not consumed by member"):
         kit.c.queue_receive(request, topics, kit.extents, kit.now)
+
+
+def test_a_queue_group_has_no_offsets_to_commit_or_reset() -> None:
+    kit = Kit()
+    a = kit.join()
+    with pytest.raises(InvalidGroupRequest, match="'q' is a queue group: it has no offsets"):
+        kit.c.commit(CommitRequest("q", a, 1, (("jobs", 0, 5),)), TOPICS)
+    kit.take(kit.c.heartbeat(HeartbeatRequest("q", a, LEAVE, 0, kind=QUEUE), TOPICS))
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.commit(CommitRequest("q", "", LEAVE, (("jobs", 0, 5),)), TOPICS)
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.reset_offsets("q", "jobs", {0: 5}, TOPICS)
+    assert kit.c.offsets("q", TOPICS) == {}
 
 
 def test_queue_calls_on_a_stream_group_and_queue_options_on_a_stream_join_are_refused() -> None:
