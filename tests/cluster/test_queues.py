@@ -551,6 +551,13 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(setup: Setup)
             ),
             "'__mine'",
         ),
+        (
+            "GroupHeartbeat",
+            pb.GroupHeartbeatRequest(
+                group="strict", topics=["strict"], queue=pb.QueueOptions(max_deliveries=3)
+            ),
+            "GROUP_KIND_QUEUE",
+        ),
     ]
     for method, request, named in bad:
         with pytest.raises(grpc.RpcError) as refused:
