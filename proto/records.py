@@ -177,7 +177,9 @@ def check_body(batch: bytes | memoryview) -> None:
         max_buffer_size=len(body),
         max_bin_len=len(body),
         max_str_len=len(body),
-        max_array_len=max(count, 4),  # the batch, a record; its headers are fewer
+        # the batch, a record, a record's headers: none can hold more elements than the body
+        # has bytes (a record may carry more headers than its batch has records)
+        max_array_len=max(count, 4, len(body)),
         max_map_len=0,
         max_ext_len=0,
     )
