@@ -20,7 +20,7 @@ from flotilla import Client, Delivery, InvalidArgument, LeaseLost, aio
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._queue import QueueState, check_queue, runs
 from flotilla._queue_plans import Join, QueueCore
-from flotilla.errors import FencedMember, OffsetOutOfRange
+from flotilla.errors import FencedMember, FlotillaError, OffsetOutOfRange
 from flotilla.types import Record
 from proto import flotilla_pb2 as pb
 from proto.records import encode_batch
@@ -71,7 +71,7 @@ class Coordinator:
     def __call__(self, rpc: Rpc) -> Any:
         self.calls.append(rpc)
         answer = self.answers[rpc.method](rpc.request)
-        return Failed(answer, "") if isinstance(answer, Exception) else answer
+        return Failed(answer, "") if isinstance(answer, FlotillaError) else answer
 
     def heartbeat(self, request: pb.GroupHeartbeatRequest) -> Any:
         if request.member_epoch == -1:
@@ -87,7 +87,7 @@ class Coordinator:
     def receive(self, request: pb.QueueReceiveRequest) -> Any:
         if self.fenced:
             return FencedMember("fenced")
-        leases = []
+        leases: list[pb.QueueLease] = []
         for partition, offset in self.to_hand_out[: request.max_records]:
             count = self.held.get((partition, offset), ("", 0))[1] + 1
             self.held[(partition, offset)] = (request.member_id, count)
