@@ -94,7 +94,8 @@ class Coordinator:
             leases.append(pb.QueueLease(topic=TOPIC, partition=partition, offset=offset,
                                         delivery_count=count, deadline_ms=1_000 + offset))  # fmt: skip
         self.to_hand_out = self.to_hand_out[request.max_records :]
-        return pb.QueueReceiveResponse(leases=sorted(leases, key=lambda x: (x.partition, x.offset)))
+        leases.sort(key=lambda lease: (lease.partition, lease.offset))
+        return pb.QueueReceiveResponse(leases=leases)
 
     def settle(self, request: pb.QueueSettleRequest) -> Any:
         if self.fenced:
