@@ -165,6 +165,8 @@ class QueueCore:
             except FencedMember:
                 self.state.lose()
                 self.wake()
+                if time.monotonic() >= deadline:
+                    return []
                 continue
             if response.leases:
                 self.state.book.add(response.leases)

@@ -271,6 +271,14 @@ def test_a_fenced_member_forgets_its_leases_and_rejoins() -> None:
     assert c.joins == 2 and c.sent("QueueReceive")[-1].member_id == "m2" and d.offset == 5
 
 
+def test_a_receive_fenced_again_and_again_ends_at_its_timeout() -> None:
+    c = Coordinator()
+    q = queue(c)
+    c.answers["QueueReceive"] = lambda request: FencedMember("fenced")
+    assert run(q, c, q.receive(10, 0.2)) == []
+    assert c.joins >= 2  # it rejoined after each refusal
+
+
 def test_a_session_over_by_the_members_clock_forgets_the_leases() -> None:
     c = Coordinator()
     q = queue(c, session_timeout_ms=1_000)
