@@ -41,7 +41,9 @@ from flotilla.errors import (
     InvalidArgument,
     LeaseLost,
     OffsetOutOfRange,
+    Timeout,
     TopicNotFound,
+    Unavailable,
 )
 from flotilla.types import Delivery, Record
 from proto import flotilla_pb2 as pb
@@ -189,7 +191,10 @@ class QueueCore:
             found: dict[int, Record] = {}
             deleted_below = 0
             for start, end in runs(list(leased)):
-                low = yield from self.read_run(topic, partition, start, end, found)
+                try:
+                    low = yield from self.read_run(topic, partition, start, end, found)
+                except (Unavailable, Timeout):
+                    continue  # no replica served them in time: given back below
                 deleted_below = max(deleted_below, low)
             for offset, lease in sorted(leased.items()):
                 record = found.get(offset)

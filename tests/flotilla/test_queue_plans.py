@@ -20,7 +20,7 @@ from flotilla import Client, Delivery, InvalidArgument, LeaseLost, aio
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._queue import QueueState, check_queue, runs
 from flotilla._queue_plans import Join, QueueCore
-from flotilla.errors import FencedMember, FlotillaError, OffsetOutOfRange
+from flotilla.errors import FencedMember, FlotillaError, OffsetOutOfRange, Unavailable
 from flotilla.types import Record
 from proto import flotilla_pb2 as pb
 from proto.records import encode_batch
@@ -335,6 +335,22 @@ def test_a_leased_offset_below_the_log_start_is_skipped_and_acked() -> None:
     assert [(s.offset, s.action) for s in ack.settlements] == [
         (1, pb.SETTLE_ACK), (2, pb.SETTLE_ACK),
     ]  # fmt: skip
+    assert len(q.state.book) == 1
+
+
+def test_leased_records_no_replica_serves_are_given_back_at_once() -> None:
+    c = Coordinator()
+    q = queue(c)
+    q.core.timeout_s = 0.2
+    c.to_hand_out = [(0, 1), (1, 4)]
+    served = Coordinator.fetch
+    c.answers["Fetch"] = lambda r: served(c, r) if r.partition == 1 else Unavailable("down")
+    ds = run(q, c, q.receive(10, 1.0))
+    assert [(d.partition, d.offset) for d in ds] == [(1, 4)]
+    (release,) = c.sent("QueueSettle")
+    assert [(s.partition, s.offset, s.action, s.delay_ms) for s in release.settlements] == [
+        (0, 1, pb.SETTLE_RELEASE, 0)
+    ]
     assert len(q.state.book) == 1
 
 
