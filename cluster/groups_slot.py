@@ -317,10 +317,7 @@ class PartitionCoordinator:
         """Between rounds: every decision the state holds has committed."""
         if self.copier is None:
             return
-        try:
-            jobs = coordinator.queue_dead_letter_jobs()
-        except NotImplementedError:  # a core without queues
-            return
+        jobs = coordinator.queue_dead_letter_jobs()
         if jobs:
             self.copier.offer(jobs)
 

@@ -74,6 +74,8 @@ class QueueCalls(GroupCalls):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_ms / 1000
         named = frozenset({request.topic})
+        if request.topic not in self.node.topics:  # created a moment ago through another node?
+            await self._look_for_topics(named, wait=True)
         first = True
         while True:
             extents = await self.node.groups.source.extents(request.topic)
@@ -130,7 +132,7 @@ class QueueCalls(GroupCalls):
         for (topic, index), extent in sorted(extents.items()):
             try:
                 window = coordinator.queue_key_window(group, topic, index, extent, limit)
-            except (GroupError, NotImplementedError):
+            except GroupError:
                 return None  # the call refuses it, naming the reason
             if not window:
                 continue

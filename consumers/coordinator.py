@@ -169,6 +169,7 @@ class Coordinator(QueueCoordinator):
                 options = queue_validate.options(request.queue, request.group)
                 if request.queue is None and group is not None and group.queue is not None:
                     options = group.queue.options  # no options sent: the group's stay
+                queue_validate.dead_letter_topics(options, request.group, subscription or ())
             return self._join(request, instance_id, session_ms, subscription, topics, options)
         member = None if group is None else group.members.get(request.member_id)
         if group is None or member is None:

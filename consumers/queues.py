@@ -282,6 +282,23 @@ class PartitionQueue:
         ):
             heapq.heappop(heap)
         self.floor = heap[0] if heap else self.next_offset
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drops the heaps' stale items (leases settled or extended, waits that ended) once a
+        heap holds more than twice what is live: memory follows the window, not the traffic
+        (acks of a 12-hour lease would otherwise pile up). Amortized O(1) per change."""
+        if len(self._deadlines) > 2 * len(self.leased) + 64:
+            self._deadlines = [(lease.deadline_ms, o) for o, lease in self.leased.items()]
+            heapq.heapify(self._deadlines)
+        if len(self._timed) + len(self._ready) > 2 * len(self.waiting) + 64:
+            self._timed = [
+                (w.available_at_ms, o)
+                for o, w in self.waiting.items()
+                if self.is_head(o, w.key_hash)
+            ]
+            heapq.heapify(self._timed)
+            self._ready = []  # what is due moves there again on the next receive
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ holds the same leases, waiting times, counts and pending dead letters."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import pytest
@@ -312,6 +313,34 @@ def test_a_ten_million_record_backlog_keeps_the_state_bounded() -> None:
         assert len(part._unsettled) <= 4_000 and len(part._deadlines) <= 4_000
 
 
+def test_heaps_follow_the_window_not_the_traffic() -> None:
+    kit = Kit(QueueOptions(max_in_flight=100_000), hw=1_000_000, partitions=1)
+    a = kit.join()
+    for round in range(200):  # 20,000 twelve-hour leases acked long before their deadlines
+        leases = kit.receive(a, n=100, invisible_ms=43_200_000)
+        kit.settle(a, leases, ACK)
+        if round < 10:
+            held = kit.receive(a, n=50, invisible_ms=43_200_000)
+            kit.settle(a, held, RELEASE, delay_ms=86_400_000)
+    group = kit.c._table.group("q")
+    assert group is not None and group.queue is not None
+    part = group.queue.partitions[("jobs-uid", 0)]
+    assert part.acked == 20_000 and len(part.waiting) == 500
+    assert len(part._deadlines) <= 2 * len(part.leased) + 64
+    assert len(part._timed) + len(part._ready) <= 2 * len(part.waiting) + 64
+
+
+def test_a_default_dead_letter_topic_name_must_be_valid() -> None:
+    c = Coordinator(CONFIG)
+    c.start()
+    topics = {"t" * 200: TopicMeta("uid", 1)}
+    join = HeartbeatRequest("q", "", JOIN, 0, topics=("t" * 200,), kind=QUEUE)
+    with pytest.raises(InvalidGroupRequest, match=r"dead_letter_topic: the default .* too long"):
+        c.heartbeat(join, topics)
+    named = replace(join, queue=QueueOptions(dead_letter_topic="short.dlq"))
+    assert c.heartbeat(named, topics).reply.member_id
+
+
 def test_retention_settles_what_it_deleted_apart_from_acks() -> None:
     kit = Kit(hw=10)
     a = kit.join()
@@ -488,6 +517,7 @@ BAD = [
     (_join(backoff_ms=(1,) * 17), InvalidGroupRequest, "backoff_ms has 17 steps: use at most 16"),
     (_join(backoff_ms=(86_400_001,)), InvalidGroupRequest, "backoff_ms step 86400001"),
     (_join(dead_letter_topic="a b"), InvalidGroupRequest, "dead_letter_topic 'a b'"),
+    (_join(dead_letter_topic=".."), InvalidGroupRequest, "dead_letter_topic '..' is not valid"),
 ]
 
 
