@@ -52,6 +52,9 @@ __all__ = ["Join", "QueueCore", "QueuePlan"]
 
 T = TypeVar("T")
 MAX_WAIT_MS = 5_000  # one QueueReceive's server-side wait: a coordinator that dies is left soon
+# One QueueReceive's deadline beyond its wait: a node looks a topic it does not know up for
+# up to 2 s (one created a moment ago elsewhere) before it answers NOT_FOUND.
+RECEIVE_SLACK_S = 2 * ATTEMPT_S + 2.0
 JOIN_WAIT_S = 0.05  # how long a receive waits before it looks again while its member rejoins
 LEAVE_TIMEOUT_S = 5.0
 
@@ -162,7 +165,7 @@ class QueueCore:
                     "QueueReceive",
                     request,
                     timeout_s=max(0.0, remaining) + self.core.timeout_s,
-                    attempt_s=wait_ms / 1000 + ATTEMPT_S,
+                    attempt_s=wait_ms / 1000 + RECEIVE_SLACK_S,
                 )
             except FencedMember:
                 self.state.lose()
