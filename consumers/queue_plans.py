@@ -26,9 +26,11 @@ class SettleBuilder:
     extended: list[tuple[int, int]] = field(default_factory=list)
     dead: list[tuple[int, int, int, str, str]] = field(default_factory=list)
     sequence: int = -1
+    ended: set[int] = field(default_factory=set)  # offsets whose lease ends in this entry
 
     def back(self, offset: int, lease: Leased, available_at_ms: int, count: int) -> None:
         """The lease ends unsettled: waiting again, or dead-lettered at max_deliveries."""
+        self.ended.add(offset)
         if lease.delivery_count >= self.options.max_deliveries:
             self.dead_letter(offset, lease, REASON_MAX_DELIVERIES)
         else:
@@ -75,6 +77,14 @@ class ReceivePlan:
     skipped: list[tuple[int, int | None]] = field(default_factory=list)
     new_keys: set[int] = field(default_factory=set)
     taken: set[int] = field(default_factory=set)
+
+    def waiting(self, now_ms: int, limit: int) -> int:
+        """Leases up to `limit` waiting records whose time came; how many it leased."""
+        offsets = self.state.take_ready(now_ms, limit, self.taken)
+        for offset in offsets:
+            waiting = self.state.waiting[offset]
+            self.leases.append((offset, waiting.delivery_count + 1, waiting.key_hash))
+        return len(offsets)
 
     def fresh(self, limit: int) -> int:
         """Leases up to `limit` fresh records; how many it leased."""

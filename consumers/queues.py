@@ -232,11 +232,15 @@ class PartitionQueue:
         self._advance_floor()
 
     def apply_dead_lettered(self, entry: QueueDeadLettered) -> None:
-        for offset in entry.offsets:
-            pending = self.pending.pop(offset, None)
-            if pending is not None:
-                self.dead_lettered += 1
-                self._settled(offset, pending.key_hash)
+        for offsets, copied in ((entry.offsets, True), (entry.gone, False)):
+            for offset in offsets:
+                pending = self.pending.pop(offset, None)
+                if pending is not None:
+                    if copied:
+                        self.dead_lettered += 1
+                    else:
+                        self.deleted += 1
+                    self._settled(offset, pending.key_hash)
         self._advance_floor()
 
     # -- helpers ---------------------------------------------------------------------------------

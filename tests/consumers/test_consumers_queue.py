@@ -11,7 +11,7 @@ from typing import TypeVar
 import pytest
 
 from consumers import Coordinator, CoordinatorConfig, FencedMember, Outcome, TopicMeta
-from consumers.entries import decode
+from consumers.entries import QueueSettled, decode
 from consumers.queue_types import (
     ACK,
     EXTEND,
@@ -283,6 +283,23 @@ def test_a_departed_member_s_leases_wait_again_at_once() -> None:
     assert len(kit.receive(c, n=10)) == 6
 
 
+def test_a_tick_writes_one_entry_per_partition_for_departures_and_expiries() -> None:
+    kit = Kit(hw=4, partitions=1)
+    a, b = kit.join(1_000), kit.join(60_000)
+    kit.receive(a, n=2, invisible_ms=60_000)
+    kit.receive(b, n=2, invisible_ms=1_100)
+    for _ in range(20):
+        entries = kit.tick(100)  # a's session and b's leases end in the same tick
+        if entries:
+            break
+    kinds = [type(decode(e)).__name__ for e in entries]
+    assert kinds == ["QueueSettled", "MemberRemoved"]
+    settled = decode(entries[0])
+    assert isinstance(settled, QueueSettled)
+    assert [w[0] for w in settled.waiting] == [0, 1, 2, 3]
+    assert [w[1] for w in settled.waiting] == [0, 0, T0 + 2_100, T0 + 2_100]  # a left: no backoff
+
+
 def test_the_window_bounds_what_is_in_flight() -> None:
     kit = Kit(QueueOptions(max_in_flight=5), hw=1000)
     a = kit.join()
@@ -426,6 +443,38 @@ def test_a_replayed_coordinator_holds_the_same_leases_waiting_counts_and_dead_le
     kit.tick(5_000)
     other.tick(5_000 + kit.now - 5_000)
     assert state(other) == state(kit.c)
+
+
+def test_a_receive_that_hands_out_nothing_leaves_no_state_a_replay_lacks() -> None:
+    kit = Kit(hw=5, partitions=1)  # partitions 1 and 2 have no records
+    a = kit.join()
+    assert len(kit.receive(a, n=10)) == 5
+    assert kit.receive(a, n=10) == []
+    assert state(kit.replayed()) == state(kit.c)
+
+
+def test_a_dead_letter_whose_source_is_gone_is_settled_as_deleted() -> None:
+    kit = Kit(hw=2, partitions=1)
+    a = kit.join()
+    kit.settle(a, kit.receive(a, n=2), REJECT)
+    jobs = kit.c.queue_dead_letter_jobs()
+    kit.take(kit.c.queue_dead_letter_gone(jobs[:1]))  # retention deleted its source
+    kit.take(kit.c.queue_dead_lettered(jobs))  # the first is no longer pending: ignored
+    view = kit.c.queue_view("q", TOPICS).queue[0]
+    assert (view.deleted, view.dead_lettered, view.dead_letters_pending) == (1, 1, 0)
+    assert view.acked_floor == 2
+    assert state(kit.replayed()) == state(kit.c)
+
+
+def test_the_key_window_follows_the_topic_incarnation_named() -> None:
+    kit = Kit(QueueOptions(ordering="key"), hw=3, partitions=1)
+    a = kit.join()
+    kit.receive(a, n=3, keys={("jobs", 0): {0: b"a", 1: b"b", 2: b"c"}})
+    extent = Extent(0, 10)
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100) == range(3, 10)
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100, "jobs-uid") == range(3, 10)
+    # the topic was deleted and created again: its new incarnation starts from its log start
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100, "jobs-uid-2") == range(0, 10)
 
 
 def test_deleting_a_queue_group_needs_it_empty_and_drops_its_state() -> None:
