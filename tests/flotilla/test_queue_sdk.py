@@ -163,9 +163,12 @@ def test_a_reject_lands_in_the_dead_letter_topic_with_its_headers(client: Client
     topic = "poison"
     client.create_topic(topic, partitions=2, replication_factor=3)
     client.produce(topic, b"bad", key=b"k7", partition=1, headers=[("trace", b"t1")])
-    with client.queue("rejecters", topic) as q:
+    with client.queue("rejecters", topic, max_deliveries=3, ordering="key") as q:
         (d,) = receive_until(q, 1)
         q.reject(d)
+        options = client.describe_group("rejecters").queue  # as the join gave them
+        assert options is not None
+        assert (options.max_deliveries, options.ordering) == (3, "key")
     dlq = f"{topic}.rejecters.dlq"
     wait_until(lambda: dlq in client.list_topics(), 30, f"{dlq} created")
     assert len(client.describe_topic(dlq).partitions) == 2
