@@ -24,8 +24,12 @@ first copy's offsets): the record lands there once.
 
 A record that can no longer be copied (its topic deleted or recreated, or the record deleted by
 retention before the copy) is reported as gone (`Coordinator.queue_dead_letter_gone`: settled as
-deleted, counted apart), with a warning: there is nothing left to copy. Any other failure is retried with backoff (1 s doubling to 30 s), logged
-once per job. Copies of different partitions run concurrently, at most `MAX_CONCURRENT_STREAMS`
+deleted, counted apart), with a warning: there is nothing left to copy. Its sequence is never
+sent, so the next copy is refused as out of order; so is any copy once the dead-letter partition
+forgot the producer (a day without dead letters, the topic recreated, partitions added). A copy
+refused so (ABORTED) goes again under a producer of its own, `rebased_producer_id(job)`, at
+sequence 0: derived from the job alone, so a successor's repeat is a duplicate there too. Any
+other failure is retried with backoff (1 s doubling to 30 s), logged once per job. Copies of different partitions run concurrently, at most `MAX_CONCURRENT_STREAMS`
 at a time; everything runs on the event loop except the local reads (`asyncio.to_thread`).
 """
 
@@ -38,6 +42,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import grpc
+import xxhash
 
 from cluster.controller import TopicSpec
 from cluster.coordinator_faults import NodeFaults
@@ -46,7 +51,7 @@ from cluster.producers import WINDOW
 from cluster.queue_source import SourceReader, Stub
 from consumers.queue_types import DeadLetterJob
 from proto import flotilla_pb2 as pb
-from proto.records import Record, encode_batch
+from proto.records import Record, encode_batch, with_producer
 
 __all__ = ["DLQ_HEADERS", "DeadLetterCopier", "DeadLetterSink", "Sink", "dead_letter_batch"]
 
@@ -71,6 +76,22 @@ GONE = "not copied"
 
 class CopyFailed(ClusterError):
     """A copy that did not happen this time (retried)."""
+
+
+class SequenceRefused(CopyFailed):
+    """The dead-letter partition does not take the copy's (producer id, sequence) as that
+    producer's next batch (ABORTED: it does not know the producer, or a sequence is missing)."""
+
+
+def rebased_producer_id(job: DeadLetterJob) -> int:
+    """The producer id a copy is sent under, at sequence 0, when the dead-letter partition
+    refuses `job.producer_id` at `job.sequence`: it forgot the producer (a day without dead
+    letters, its topic recreated, partitions added) or a sequence is missing (a gone record).
+    Derived from the job alone, so a successor repeating the copy derives the same id and the
+    partition answers the repeat as a duplicate. A copy the partition would know under the
+    first id is never rebased: it is answered as a duplicate before any sequence check."""
+    digest = xxhash.xxh64_intdigest(f"{job.producer_id}\0{job.sequence}\0rebased".encode())
+    return (digest & ((1 << 63) - 1)) or 1
 
 
 def dead_letter_batch(job: DeadLetterJob, record: Record) -> bytes:
@@ -121,7 +142,13 @@ class DeadLetterSink:
             return f"{GONE}: retention deleted the record first"
         partition = job.partition % dead_letters.partitions
         batch = dead_letter_batch(job, record)
-        response = await self._produce(dead_letters.name, partition, batch)
+        try:
+            response = await self._produce(dead_letters.name, partition, batch)
+        except SequenceRefused as refused:
+            log.info("%s; copying dead letter %s/%d@%d under a producer of its own", refused,
+                     job.topic, job.partition, job.offset)  # fmt: skip
+            batch = with_producer(batch, rebased_producer_id(job), 0)
+            response = await self._produce(dead_letters.name, partition, batch)
         where = f"{dead_letters.name}/{partition} offset {response.base_offset}"
         return f"copied before (a repeat: {where})" if response.duplicate else f"copied to {where}"
 
@@ -161,6 +188,10 @@ class DeadLetterSink:
                 return response
             except grpc.aio.AioRpcError as error:
                 errors.append(f"{leader}: {error.code().name} {error.details()}")
+                if error.code() is grpc.StatusCode.ABORTED:
+                    raise SequenceRefused(
+                        f"{topic}/{partition} refused the copy ({errors[-1]})"
+                    ) from None
                 if error.code() not in (
                     grpc.StatusCode.FAILED_PRECONDITION,
                     grpc.StatusCode.UNAVAILABLE,

@@ -166,11 +166,9 @@ class QueueCoordinator:
         """(Additive.) The source records of `jobs` cannot be read any more (retention deleted
         them, or their topic incarnation is gone: `job.topic_uid` is not the topic's uid), so
         their content cannot be copied: settle them as deleted (counted apart, like retention).
-        The node must still append, at each job's sequence, a record with no key and no value
-        and the flotilla-dlq-* headers (reason as decided), before it calls this: a dead-letter
-        partition refuses a producer's sequence that skips one, so a skipped sequence would
-        stop every later dead letter of that partition. (A copy an earlier coordinator made
-        before it died is answered as a duplicate then: the full copy stays, once.)"""
+        Its sequence is then never sent: the dead-letter partition refuses the next job's
+        sequence as out of order, and the node sends that copy under a producer of its own
+        (`cluster.dead_letters.rebased_producer_id`), as when the partition forgot the producer."""
         return Outcome(None, self._queue_dead_lettered((), jobs))
 
     def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from cluster.config import ConfigError
 from cluster.coordinator_faults import ENV_VAR, NodeFaults, faults_from_env
-from cluster.dead_letters import DeadLetterCopier, dead_letter_batch
+from cluster.dead_letters import DeadLetterCopier, dead_letter_batch, rebased_producer_id
 from cluster.idempotence import Duplicate, Fresh, Idempotence
 from cluster.producers import WINDOW, BatchRef
 from cluster.queue_source import keys_of
@@ -136,3 +137,15 @@ def test_the_fault_switch_names_core_and_shell_faults_and_refuses_unknown_ones()
     assert getattr(faults.coordinator, core) and faults.dead_letter_stall_after_copy
     with pytest.raises(ConfigError, match=r"'forget_everything'.*dead_letter_stall_after_copy"):
         faults_from_env({ENV_VAR: "forget_everything"})
+
+
+def test_a_rebased_copy_has_one_producer_id_per_job_whoever_sends_it() -> None:
+    """A copy the dead-letter partition refused under the job's producer is sent again under
+    `rebased_producer_id(job)` at sequence 0: a successor repeating it must derive the same id
+    (so the partition answers the repeat as a duplicate), and no two jobs may share one."""
+    job = DeadLetterJob("g", "t", "uid", 0, 7, 2, "rejected", "t.g.dlq", 12345, 3)
+    again = DeadLetterJob("g", "t", "uid", 0, 7, 2, "rejected", "t.g.dlq", 12345, 3)
+    ids = {rebased_producer_id(job), rebased_producer_id(again)}
+    assert len(ids) == 1 and 0 < next(iter(ids)) < 1 << 63
+    others = {rebased_producer_id(replace(job, sequence=s)) for s in range(100)}
+    assert len(others) == 100 and 12345 not in others

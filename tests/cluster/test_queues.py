@@ -450,6 +450,29 @@ def test_max_deliveries_dead_letters_after_exactly_that_many_hand_outs(setup: Se
     assert_dead_letter(copy, source, 0, 3, "max-deliveries")
 
 
+def test_dead_letters_go_on_when_the_dead_letter_partition_forgot_their_producer(
+    setup: Setup,
+) -> None:
+    """The copies' producer id and sequences are deterministic; a dead-letter partition that no
+    longer knows that producer (the topic deleted and recreated here; the same after a day with
+    no dead letter, or partitions added) must not stop every later dead letter."""
+    setup.client.create_topic("twice", partitions=1, replication_factor=3)
+    for value in (b"first", b"second"):
+        setup.client.produce("twice", value, partition=0)
+    a = Member(setup.router, "again", "twice").join()
+    leases = take(a, 2)
+    assert len(a.settle(leases[:1], pb.SETTLE_REJECT).applied) == 1
+    wait_until(lambda: queue_totals(setup, "again")["dead_lettered"] == 1, 30, "the first copy")
+    setup.client.delete_topic("twice.again.dlq")
+    wait_until(
+        lambda: "twice.again.dlq" not in setup.client.list_topics(), 30, "the dead letters gone"
+    )
+    assert len(a.settle(leases[1:], pb.SETTLE_REJECT).applied) == 1
+    wait_until(lambda: queue_totals(setup, "again")["dead_lettered"] == 2, 30, "the second copy")
+    (copy,) = dead_letters(setup, "twice.again.dlq", 0)
+    assert (copy.value, copy.headers[-1]) == (b"second", ("flotilla-dlq-reason", b"rejected"))
+
+
 # -- the edge ---------------------------------------------------------------------------------------
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(setup: Setup) -> None:
     setup.client.create_topic("strict", partitions=1, replication_factor=3)
