@@ -6,7 +6,9 @@ the servers' deadlines are wall-clock epoch ms (`wall_ms`; every node runs on th
 - `lease` ok: one hand-out — `partition`, `offset`, `value`, `count` (its delivery_count),
   `deadline_ms`, and `wall_ms` when it was granted (its deadline minus the invisible time asked);
 - `ack` / `release` / `reject`: one delivery's settlement — `partition`, `offset`, `count`, and
-  `wall_ms` when the call began; `ok` applied, `fail` not applied (LeaseLost), `info` unknown;
+  `wall_ms` when the call began; an `invoke` before the call, then `ok` applied, `fail` not
+  applied (LeaseLost) or `info` unknown; an invoke with no completion (the receiver was killed
+  during the call) is unknown;
 - `crash` ok: the receiver stopped without releasing (its leases end with its session);
   `close` ok: it closed its queue (which releases every lease it holds);
 - `drained` ok (process "queue"): the drain saw every partition settled to its end.
@@ -112,6 +114,8 @@ def check_queue(
     gone: dict[str, list[int]] = defaultdict(list)  # holder -> wall_ms of its crashes and closes
     acks: dict[Key, list[EventType]] = defaultdict(list)
     rejects: dict[Key, list[int]] = defaultdict(list)  # counts of applied (or unknown) rejects
+    # (holder, f, key, count) -> the settlement's outcome and when its call began
+    calls: dict[tuple[str, str, Key, int], tuple[EventType, int]] = {}
     drained = False
     for event in events:
         key = (event.partition, event.offset)
@@ -128,15 +132,19 @@ def check_queue(
                     f"final log: {values.get(key)!r}"
                 )
         elif event.f in SETTLEMENTS:
-            settled[(key, event.count)].append((event.process, event.type, event.f, event.wall_ms))
-            if key not in values:
-                found["wrong"].append(
-                    f"{event.f} of p{key[0]} offset {key[1]} by {event.process}: not in the log"
-                )
-            if event.f == "ack":
-                acks[key].append(event.type)
-            elif event.f == "reject" and event.type is not EventType.FAIL:
-                rejects[key].append(event.count)
+            call = (event.process, event.f, key, event.count)
+            if event.type is EventType.INVOKE:
+                calls[call] = (EventType.INFO, event.wall_ms)  # unknown until it completes
+            else:
+                calls[call] = (event.type, event.wall_ms)
+    for (process, f, key, count), (type_, wall_ms) in calls.items():
+        settled[(key, count)].append((process, type_, f, wall_ms))
+        if key not in values:
+            found["wrong"].append(f"{f} of p{key[0]} offset {key[1]} by {process}: not in the log")
+        if f == "ack":
+            acks[key].append(type_)
+        elif f == "reject" and type_ is not EventType.FAIL:
+            rejects[key].append(count)
     lettered = _check_dead_letters(found, dead_letters, values, leases, rejects, topic,
                                    max_deliveries, dead_letter_partitions)  # fmt: skip
     for key in sorted(values):

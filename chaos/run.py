@@ -26,6 +26,8 @@ from chaos.group_workload import GroupWorkload, committed_offsets
 from chaos.history import HistoryWriter
 from chaos.nemesis import DISK, MOVES, Nemesis, schedule
 from chaos.network import ChaosNetwork
+from chaos.queue_checker import check_queue
+from chaos.queue_workload import QueueSettings, QueueWorkload, read_dead_letters
 from chaos.workload import Workload, WorkloadConfig
 from cluster.local import LocalCluster
 from flotilla import Client
@@ -61,6 +63,9 @@ class RunConfig:
     # members of one consumer group reading the topic (`chaos.group_workload`); 0: none
     group_members: int = 0
     drain_timeout_s: float = 60.0  # how long the group may take to consume the final logs
+    # receiver processes of one queue group sharing the topic (`chaos.queue_workload`); 0: none
+    queue_receivers: int = 0
+    queue: QueueSettings = field(default_factory=QueueSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,7 @@ def replay_command(config: RunConfig) -> str:
         "--max-faults": (config.max_faults, default.max_faults),
         "--replace-after-s": (config.replace_after_s, default.replace_after_s),
         "--group-members": (config.group_members, default.group_members),
+        "--queue-receivers": (config.queue_receivers, default.queue_receivers),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
@@ -142,6 +148,8 @@ def run(config: RunConfig) -> RunOutcome:
     topic = config.workload.topic
     committed: dict[int, int] = {}
     group: GroupWorkload | None = None
+    queue: QueueWorkload | None = None
+    queue_found: dict[str, list[str]] = {}
     try:
         network.attach(cluster)
         cluster.start()
@@ -156,6 +164,11 @@ def run(config: RunConfig) -> RunOutcome:
             group = GroupWorkload(cluster.addresses(), history, topic, config.group_members,
                                   config.seed)  # fmt: skip
             group.start()
+        if config.queue_receivers:
+            settings = replace(config.queue, receivers=config.queue_receivers)
+            queue = QueueWorkload(cluster.addresses(), history, directory / "queue", topic,
+                                  config.seed, settings)  # fmt: skip
+            queue.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
         runner.start()
@@ -171,10 +184,14 @@ def run(config: RunConfig) -> RunOutcome:
             group.drain(ends, config.drain_timeout_s)
             group.stop()
             committed = committed_offsets(client, config.workload.partitions)
+        if queue is not None:
+            queue_found = drain_and_check_queue(client, queue, final, config.drain_timeout_s)
         client.close()
     finally:
         if group is not None:
             group.stop()
+        if queue is not None:
+            queue.stop()
         history.close()
         cluster.close()
         network.close()
@@ -184,9 +201,26 @@ def run(config: RunConfig) -> RunOutcome:
     result = check(history.events, final)
     if config.group_members:
         result = with_group(result, check_group(history.events, reference_logs(final), committed))
+    if config.queue_receivers:
+        result = with_group(result, queue_found)
     outcome = RunOutcome(config, directory, result, converged)
     write_report(outcome, faults)
     return outcome
+
+
+def drain_and_check_queue(
+    client: Client, queue: QueueWorkload, final: FinalLogs, timeout_s: float
+) -> dict[str, list[str]]:
+    """After the heal: the receivers settle every record of the final logs (or `timeout_s`
+    passes), stop, and `chaos.queue_checker` judges their merged history with the dead-letter
+    topic read whole."""
+    reference = reference_logs(final)
+    queue.drain({p: len(log) for p, log in reference.items()}, timeout_s)
+    queue.stop()
+    letters, partitions = read_dead_letters(client, queue.settings.dead_letter_topic(queue.topic))
+    return check_queue(queue.events(), reference, letters, topic=queue.topic,
+                       max_deliveries=queue.settings.max_deliveries,
+                       dead_letter_partitions=partitions)  # fmt: skip
 
 
 def _wait_for_leaders(client: Client, topic: str, partitions: int) -> list[str]:

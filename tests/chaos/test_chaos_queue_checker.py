@@ -6,7 +6,7 @@ from __future__ import annotations
 from chaos.history import Event, EventType
 from chaos.queue_checker import QUEUE_ANOMALIES, DeadLetter, check_queue
 
-OK, FAIL, INFO = EventType.OK, EventType.FAIL, EventType.INFO
+OK, FAIL, INFO, INVOKE = EventType.OK, EventType.FAIL, EventType.INFO, EventType.INVOKE
 TOPIC, MAX = "jobs", 3
 FINAL = {0: [(0, "a"), (1, "b"), (2, "c")], 1: [(0, "x"), (1, "y")]}
 INVISIBLE_MS = 1000
@@ -30,7 +30,11 @@ class History:
     def settle(
         self, who: str, f: str, p: int, offset: int, count: int, at_ms: int, type_: EventType = OK
     ) -> History:
-        return self.add(who, type_, f, partition=p, offset=offset, count=count, wall_ms=at_ms)
+        """One delivery's settlement as the workload writes it: its invoke, then `type_` (an
+        invoke alone: the receiver died during the call)."""
+        fields = {"partition": p, "offset": offset, "count": count, "wall_ms": at_ms}
+        self.add(who, INVOKE, f, **fields)
+        return self if type_ is INVOKE else self.add(who, type_, f, **fields)
 
     def letter(
         self, p: int, offset: int, deliveries: int, reason: str, **changes: object
@@ -93,6 +97,12 @@ def test_an_ack_of_unknown_outcome_settles_a_record_but_a_lost_one_does_not() ->
     assert not any("p0 offset 0" in item for item in h.check()["unsettled"])
     h2 = History().lease("r0", 0, 0, 1, 1000).settle("r0", "ack", 0, 0, 1, 1100, FAIL)
     assert any("p0 offset 0" in item for item in h2.check()["unsettled"])
+    # an ack whose receiver died during the call (an invoke, no completion) may have applied
+    h3 = History().lease("r0", 0, 0, 1, 1000).settle("r0", "ack", 0, 0, 1, 1100, INVOKE)
+    assert not any("p0 offset 0" in item for item in h3.check()["unsettled"])
+    # the same invoke completed as lost settles nothing
+    h3.settle("r0", "ack", 0, 0, 1, 1100, FAIL)
+    assert any("p0 offset 0" in item for item in h3.check()["unsettled"])
 
 
 def test_a_record_acked_twice_is_caught() -> None:
