@@ -1,0 +1,140 @@
+"""A queue group on real nodes through coordinator kills (issue 25's end-to-end case), and the
+same run against nodes whose coordinator forgets its leases on load, which must be caught.
+
+Three nodes; four idempotent producers write numbered records to a 3-partition topic; eight
+receiver processes (`chaos.queue_workload`) ack most deliveries, release, reject or let a few
+expire, poison records go round until max_deliveries, and receivers are killed (SIGKILL) or
+closed and come back; every 10 s the group's coordinator is killed with SIGKILL and restarted.
+After the load the group drains, the dead-letter topic is read whole, and `chaos.queue_checker`
+judges it all: every record acked once or dead-lettered once (never both, never neither), no
+record held by two receivers before a deadline, delivery counts that only grow, dead letters with
+correct headers. The longer version: `python -m chaos run ... --queue-receivers 8` (make chaos).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.checker import reference_logs
+from chaos.history import EventType, HistoryWriter
+from chaos.queue_checker import QUEUE_ANOMALIES, check_queue
+from chaos.queue_workload import QueueSettings, QueueWorkload, queue_summary, read_dead_letters
+from chaos.run import collect_final_logs
+from chaos.workload import Workload, WorkloadConfig
+from cluster.local import LocalCluster
+from flotilla import Client
+from flotilla.errors import FlotillaError
+
+CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+TOPIC, PARTITIONS, SEED = "jobs", 3, 11
+KILL_EVERY_S, FIRST_KILL_S, KILLS = 10.0, 6.0, 2
+SETTINGS = QueueSettings(receivers=8, invisible_ms=4000, session_timeout_ms=10_000,
+                         crash_every_s=(3.0, 5.0))  # fmt: skip
+FAULT_ENV = "FLOTILLA_COORDINATOR_FAULTS"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRun:
+    found: dict[str, list[str]]
+    drained: bool
+    summary: dict[str, int]
+    reasons: dict[str, int]
+    kills: list[str]
+    records: int
+
+    def anomalies(self) -> dict[str, list[str]]:
+        return {kind: items[:3] for kind, items in self.found.items() if items}
+
+
+def coordinator(client: Client) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(FlotillaError):
+            node = client.describe_group(SETTINGS.group).coordinator
+            if node:
+                return node
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no coordinator of {SETTINGS.group} for 30 s")
+        time.sleep(0.2)  # a poll interval
+
+
+def queue_run(root: Path, env: dict[str, str], drain_timeout_s: float) -> QueueRun:
+    history = HistoryWriter(root / "history.jsonl")
+    kills: list[str] = []
+    with LocalCluster(root / "cluster", 3, config_text=CONFIG, env=env) as cluster:
+        cluster.start()
+        client = Client(cluster.addresses(), timeout_s=20)
+        client.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        config = WorkloadConfig(topic=TOPIC, partitions=PARTITIONS, producers=4,
+                                produce_pause_s=0.05)  # fmt: skip
+        producers = Workload(cluster.addresses(), [], history, config, SEED)  # no readers
+        queue = QueueWorkload(cluster.addresses(), history, root / "queue", TOPIC, SEED, SETTINGS)
+        try:
+            producers.start()
+            queue.start()
+            started = time.monotonic()
+            for number in range(KILLS):
+                time.sleep(
+                    max(0.0, started + FIRST_KILL_S + number * KILL_EVERY_S - time.monotonic())
+                )
+                node = coordinator(client)
+                history.record("nemesis", EventType.INFO, "fault-target", value=f"kill {node}")
+                cluster.kill(node)
+                kills.append(node)
+                time.sleep(1.5)  # the node stays down while a new coordinator takes over
+                cluster.start(node, wait=False)
+                cluster.wait_serving(node, timeout_s=30)
+            time.sleep(
+                max(0.0, started + FIRST_KILL_S + KILLS * KILL_EVERY_S - 6 - time.monotonic())
+            )
+            producers.stop()
+            final, converged = collect_final_logs(client, TOPIC, 30)
+            assert converged, "the topic's replicas did not converge"
+            reference = reference_logs(final)
+            drained = queue.drain({p: len(log) for p, log in reference.items()}, drain_timeout_s)
+            queue.stop()
+            letters, dlq_partitions = read_dead_letters(client, SETTINGS.dead_letter_topic(TOPIC))
+        finally:
+            queue.stop()
+            producers.stop()
+            client.close()
+            history.close()
+    events = queue.events()
+    found = check_queue(events, reference, letters, topic=TOPIC,
+                        max_deliveries=SETTINGS.max_deliveries,
+                        dead_letter_partitions=dlq_partitions)  # fmt: skip
+    reasons: dict[str, int] = {}
+    for letter in letters:
+        reason = letter.header("flotilla-dlq-reason") or "?"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    records = sum(len(log) for log in reference.values())
+    return QueueRun(found, drained, queue_summary(events), reasons, kills, records)
+
+
+def test_queue_receivers_settle_every_record_once_through_coordinator_kills(
+    tmp_path: Path,
+) -> None:
+    run = queue_run(tmp_path, {}, drain_timeout_s=60)
+    detail = f"{run.summary}, dead letters {run.reasons}, {run.records} records, kills {run.kills}"
+    assert run.anomalies() == {}, detail
+    assert run.drained, detail
+    assert set(run.found) == set(QUEUE_ANOMALIES)
+    # the run did what it claims: kills, crashes, every kind of settlement, both reasons
+    assert len(run.kills) == KILLS
+    assert run.records >= 300 and run.summary.get("crash", 0) >= 1, detail
+    for kind in ("lease", "ack", "release", "reject"):
+        assert run.summary.get(kind, 0) >= 1, detail
+    assert run.reasons.get("rejected", 0) >= 1 and run.reasons.get("max-deliveries", 0) >= 1, detail
+
+
+def test_a_coordinator_that_forgets_leases_on_load_is_caught(tmp_path: Path) -> None:
+    """The same run against nodes with a TEST-ONLY fault: a coordinator taking over forgets
+    the leases its predecessor granted. Records held by receivers at a kill are handed out
+    again before their deadlines (or never again): the checker must say so."""
+    run = queue_run(tmp_path, {FAULT_ENV: "forget_lease_on_load"}, drain_timeout_s=20)
+    detail = f"{run.summary}, dead letters {run.reasons}, kills {run.kills}"
+    caught = {kind: len(run.found[kind]) for kind in ("overlapping", "unsettled", "acked-twice")}
+    assert any(caught.values()), f"the forgetful coordinator went unnoticed: {detail}"
