@@ -17,6 +17,7 @@ from flotilla.errors import (
     GroupNotEmpty,
     GroupNotFound,
     InvalidArgument,
+    LeaseLost,
     NotLeader,
     OffsetNotAvailable,
     OffsetOutOfRange,
@@ -27,12 +28,16 @@ from flotilla.errors import (
     Unavailable,
     UnknownProducer,
 )
+from flotilla.queue import AsyncQueue, Queue
 from flotilla.types import (
+    Delivery,
     GroupInfo,
     GroupMember,
     GroupPartition,
     Member,
     PartitionInfo,
+    QueueOptions,
+    QueuePartitionInfo,
     Record,
     RecordMetadata,
     TopicInfo,
@@ -45,8 +50,10 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 __all__ = [
     "AsyncConsumer",
+    "AsyncQueue",
     "Client",
     "Consumer",
+    "Delivery",
     "FencedMember",
     "FlotillaError",
     "GroupInfo",
@@ -55,6 +62,7 @@ __all__ = [
     "GroupNotFound",
     "GroupPartition",
     "InvalidArgument",
+    "LeaseLost",
     "Member",
     "NotLeader",
     "OffsetNotAvailable",
@@ -62,6 +70,9 @@ __all__ = [
     "OutOfOrder",
     "Overloaded",
     "PartitionInfo",
+    "Queue",
+    "QueueOptions",
+    "QueuePartitionInfo",
     "Record",
     "RecordMetadata",
     "Timeout",

@@ -318,7 +318,13 @@ class ClientCore:
         max_records: int,
         replica: str | None,
         max_wait_ms: int = 0,
+        *,
+        min_high_watermark: int = 0,
+        followers_first: bool = False,
     ) -> Plan[pb.FetchResponse]:
+        """One Fetch from a replica (see `flotilla.client.Client.fetch`). `min_high_watermark`:
+        a replica answers only once it committed that far, else the next is asked (a queue's
+        leased offsets); `followers_first`: the leader is asked last."""
         check_read(offset, max_records)
         yield from self.topic(topic)
         self.router.partition_for(topic, None, partition)
@@ -328,7 +334,7 @@ class ClientCore:
             offset=offset,
             max_records=max_records,
             max_wait_ms=max_wait_ms,
-            min_high_watermark=self.router.written_to(topic, partition),
+            min_high_watermark=max(min_high_watermark, self.router.written_to(topic, partition)),
         )
         last: FlotillaError | None = None
         deadline = time.monotonic() + self.timeout_s
@@ -337,7 +343,7 @@ class ClientCore:
             behind = ReadYourWrites(
                 request.min_high_watermark, pinned=replica is not None, offset=offset
             )
-            for address in self.router.read_addresses(topic, partition, replica):
+            for address in self.router.read_addresses(topic, partition, replica, followers_first):
                 outcome = yield Rpc(address, "Fetch", request, 5 + max_wait_ms / 1000 + RYW_WAIT_S)
                 if isinstance(outcome, Failed):
                     # OffsetNotAvailable (a replica that lags) is worth retrying elsewhere

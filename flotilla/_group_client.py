@@ -1,5 +1,5 @@
 """The consumer-group calls of both clients (`flotilla.Client` and `flotilla.aio.Client` take
-them from these two classes): `consumer(...)`, `list_groups`, `describe_group`,
+them from these two classes): `consumer(...)`, `queue(...)`, `list_groups`, `describe_group`,
 `reset_group_offsets`, `delete_group`. Each is a plan of `flotilla._group_plans`, run by the
 client's own driver (`_run`)."""
 
@@ -14,6 +14,7 @@ from flotilla._core import ClientCore, Plan, Rpc
 from flotilla._group_plans import GroupCalls
 from flotilla.consumer import AsyncConsumer, Consumer
 from flotilla.errors import GroupNotFound
+from flotilla.queue import AsyncQueue, Queue
 from flotilla.types import GroupInfo, TopicPartition
 
 __all__ = ["AsyncGroupAdmin", "GroupAdmin"]
@@ -59,6 +60,37 @@ class GroupAdmin:
             instance_id=instance_id,
             on_assign=on_assign,
             on_revoke=on_revoke,
+        )
+
+    def queue(
+        self,
+        group: str,
+        topic: str,
+        invisible_ms: int = 30_000,
+        max_deliveries: int = 5,
+        session_timeout_ms: int = 10_000,
+        dead_letter_topic: str | None = None,
+        ordering: str = "none",
+        *,
+        backoff_ms: Sequence[int] | None = None,
+        max_in_flight: int | None = None,
+    ) -> Queue:
+        """A receiver of queue group `group` on `topic`: its members share the topic's records
+        one by one, each leased to one receiver until acked, released, rejected or its deadline
+        (see `flotilla.queue.Queue` for each setting). It joins on its first receive or `with`.
+        InvalidArgument names a bad argument, before anything is sent."""
+        return Queue(
+            self._core,
+            self._call,
+            group,
+            topic,
+            invisible_ms=invisible_ms,
+            max_deliveries=max_deliveries,
+            session_timeout_ms=session_timeout_ms,
+            dead_letter_topic=dead_letter_topic,
+            ordering=ordering,
+            backoff_ms=backoff_ms,
+            max_in_flight=max_in_flight,
         )
 
     def list_groups(self) -> list[str]:
@@ -131,6 +163,35 @@ class AsyncGroupAdmin:
             instance_id=instance_id,
             on_assign=on_assign,
             on_revoke=on_revoke,
+        )
+
+    def queue(
+        self,
+        group: str,
+        topic: str,
+        invisible_ms: int = 30_000,
+        max_deliveries: int = 5,
+        session_timeout_ms: int = 10_000,
+        dead_letter_topic: str | None = None,
+        ordering: str = "none",
+        *,
+        backoff_ms: Sequence[int] | None = None,
+        max_in_flight: int | None = None,
+    ) -> AsyncQueue:
+        """A receiver of queue group `group` on `topic`, as `flotilla.Client.queue`: an
+        `AsyncQueue` (`async with`, `await q.receive()`)."""
+        return AsyncQueue(
+            self._core,
+            self._call,
+            group,
+            topic,
+            invisible_ms=invisible_ms,
+            max_deliveries=max_deliveries,
+            session_timeout_ms=session_timeout_ms,
+            dead_letter_topic=dead_letter_topic,
+            ordering=ordering,
+            backoff_ms=backoff_ms,
+            max_in_flight=max_in_flight,
         )
 
     async def list_groups(self) -> list[str]:

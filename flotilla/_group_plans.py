@@ -29,7 +29,14 @@ from flotilla.errors import (
     TopicNotFound,
     Unavailable,
 )
-from flotilla.types import GroupInfo, GroupMember, GroupPartition, TopicPartition
+from flotilla.types import (
+    GroupInfo,
+    GroupMember,
+    GroupPartition,
+    QueueOptions,
+    QueuePartitionInfo,
+    TopicPartition,
+)
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC, group_partition
 
@@ -69,9 +76,33 @@ def group_info(message: pb.GroupInfo) -> GroupInfo:
                 p.high_watermark,
                 p.lag,
                 p.owner or None,
+                _queue_partition(p.queue) if p.HasField("queue") else None,
             )
             for p in message.partitions
         ),
+        _queue_options(message.queue) if message.HasField("queue") else None,
+    )
+
+
+def _queue_partition(q: pb.QueuePartitionInfo) -> QueuePartitionInfo:
+    return QueuePartitionInfo(
+        q.acked_floor,
+        q.next_offset,
+        q.in_flight,
+        q.waiting,
+        q.acked,
+        q.dead_lettered,
+        q.dead_letters_pending,
+    )
+
+
+def _queue_options(q: pb.QueueOptions) -> QueueOptions:
+    return QueueOptions(
+        q.max_deliveries,
+        q.dead_letter_topic or None,
+        q.ordering or "none",
+        tuple(q.backoff_ms),
+        q.max_in_flight,
     )
 
 
@@ -129,10 +160,12 @@ class GroupCalls:
         *,
         partition: int | None = None,
         timeout_s: float | None = None,
+        attempt_s: float = ATTEMPT_S,
     ) -> Plan[Any]:
         """Runs `method` at the coordinator of `group` (or at the leader of `__groups` partition
         `partition`), following NOT_COORDINATOR hints and retrying as the module text says until
-        `timeout_s` (default: the client's timeout); other errors raise at once."""
+        `timeout_s` (default: the client's timeout); other errors raise at once. `attempt_s`:
+        one attempt's deadline (a queue receive's is longer than its server-side wait)."""
         deadline = time.monotonic() + (self.core.timeout_s if timeout_s is None else timeout_s)
         backoff, hops = 0.02, 0
         last: FlotillaError | None = None
@@ -150,7 +183,7 @@ class GroupCalls:
                     address = self.router.other_replica(GROUPS_TOPIC, index, set())
             if address is None:  # `__groups` not created yet: any node creates it
                 address = self.router.candidates()[0]
-            outcome = yield Rpc(address, method, request, min(remaining, ATTEMPT_S))
+            outcome = yield Rpc(address, method, request, min(remaining, attempt_s))
             if not isinstance(outcome, Failed):
                 return outcome
             error = outcome.error

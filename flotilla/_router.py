@@ -220,8 +220,12 @@ class Router:
                 return address
         return None
 
-    def read_addresses(self, topic: str, partition: int, replica: str | None) -> list[str]:
-        """Replicas to read from, spread at random unless one is pinned."""
+    def read_addresses(
+        self, topic: str, partition: int, replica: str | None, followers_first: bool = False
+    ) -> list[str]:
+        """Replicas to read from, spread at random unless one is pinned; `followers_first`:
+        the followers (at random) before the leader, so its disk and network stay free for
+        writes (a queue's reads)."""
         info = self._topics.get(topic)
         if replica is not None:
             address = self._addresses.get(replica)
@@ -236,6 +240,11 @@ class Router:
             else []
         )
         random.shuffle(replicas)
+        if followers_first and replicas:
+            leader = self._leaders.get((topic, partition))
+            if leader is None and info is not None and partition < len(info.partitions):
+                leader = info.partitions[partition].leader
+            replicas.sort(key=lambda r: r == leader)  # stable: the followers stay shuffled
         addresses = [self._addresses[r] for r in replicas if r in self._addresses]
         return addresses or self.candidates()
 

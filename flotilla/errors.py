@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
 
 from proto.reasons import (
@@ -16,6 +18,9 @@ from proto.reasons import (
     UNKNOWN_PRODUCER_ID,
 )
 
+if TYPE_CHECKING:
+    from flotilla.types import Delivery
+
 __all__ = [
     "CoordinatorLoading",
     "FencedMember",
@@ -23,6 +28,7 @@ __all__ = [
     "GroupNotEmpty",
     "GroupNotFound",
     "InvalidArgument",
+    "LeaseLost",
     "NotCoordinator",
     "NotLeader",
     "OffsetNotAvailable",
@@ -72,6 +78,17 @@ class FencedMember(FlotillaError):
     """A consumer-group member was refused: its session ended (it was silent past its session
     timeout, or paused), it left or was replaced, or it named a partition it no longer owns.
     Nothing was committed. The consumer rejoins the group by itself on its next `poll`."""
+
+
+class LeaseLost(FlotillaError):
+    """A queue settlement (ack, release, reject or extend) was refused for `deliveries`: their
+    leases expired, moved to another receiver, were settled already, or this receiver's session
+    ended (then it forgot every lease it held, and rejoined). Nothing changed for them; the
+    other deliveries of the same call were applied before this was raised."""
+
+    def __init__(self, message: str, deliveries: list[Delivery]) -> None:
+        super().__init__(message)
+        self.deliveries = deliveries
 
 
 class GroupNotFound(FlotillaError, LookupError):

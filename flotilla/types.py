@@ -14,12 +14,15 @@ from typing import NamedTuple
 from proto.records import Record as WireRecord
 
 __all__ = [
+    "Delivery",
     "GroupInfo",
     "GroupMember",
     "GroupPartition",
     "Headers",
     "Member",
     "PartitionInfo",
+    "QueueOptions",
+    "QueuePartitionInfo",
     "Record",
     "RecordMetadata",
     "TopicInfo",
@@ -110,6 +113,38 @@ class GroupMember:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePartitionInfo:
+    """A queue group's state of one partition: `acked_floor` (every record below it is acked,
+    dead-lettered, or was deleted by retention before it was handed out), `next_offset` (the
+    lowest offset never handed out), `in_flight` (leased now), `waiting` (released or expired,
+    to be handed out again), `acked` and `dead_lettered` (records, since the group began) and
+    `dead_letters_pending` (decided, copy not confirmed yet). Frozen."""
+
+    acked_floor: int
+    next_offset: int
+    in_flight: int
+    waiting: int
+    acked: int
+    dead_lettered: int
+    dead_letters_pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """A queue group's options as its coordinator holds them (the last join's):
+    `max_deliveries`, `dead_letter_topic` (None: "<topic>.<group>.dlq"), `ordering` ("none" or
+    "key"), `backoff_ms` (redelivery delays after the 1st, 2nd, ... expired lease; () : the
+    default 1 s, 5 s, 30 s, 2 min) and `max_in_flight` (per partition; 0: the default, 2000).
+    Frozen."""
+
+    max_deliveries: int
+    dead_letter_topic: str | None
+    ordering: str
+    backoff_ms: tuple[int, ...]
+    max_in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupPartition:
     """One partition a consumer group reads: `committed` (the next offset the group reads; None
     where nothing is committed), the partition's `high_watermark`, `lag` (the records committed
@@ -123,17 +158,48 @@ class GroupPartition:
     high_watermark: int
     lag: int
     owner: str | None
+    queue: QueuePartitionInfo | None = None  # a queue group's state of the partition
 
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
     """A consumer group as its coordinator sees it now: `name`, `kind` ("stream": members share
-    partitions; "queue": reserved), `coordinator` (the node id that coordinates it), `members`
-    (GroupMember) and `partitions` (GroupPartition: every partition of the topics it reads or
-    has committed offsets for). Frozen."""
+    partitions; "queue": members share records, with leases), `coordinator` (the node id that
+    coordinates it), `members` (GroupMember), `partitions` (GroupPartition: every partition of
+    the topics it reads or has committed offsets for; a queue group's carry `.queue`) and
+    `queue` (a queue group's options; None for a stream group). Frozen."""
 
     name: str
     kind: str
     coordinator: str
     members: tuple[GroupMember, ...]
     partitions: tuple[GroupPartition, ...]
+    queue: QueueOptions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A record a queue handed to this receiver (`Queue.receive`): the `record` (with its
+    topic and partition), `delivery_count` (1 on its first hand-out, one more on each, never
+    on a release) and `deadline_ms` (epoch ms: settle it before then, or it goes to another
+    receiver). `topic`, `partition` and `offset` are the record's. Frozen: an `extend` returns
+    the deliveries with their new deadlines (the old ones stay valid to settle)."""
+
+    record: Record
+    delivery_count: int
+    deadline_ms: int
+
+    @property
+    def topic(self) -> str:
+        """The record's topic."""
+        return self.record.topic
+
+    @property
+    def partition(self) -> int:
+        """The record's partition."""
+        return self.record.partition
+
+    @property
+    def offset(self) -> int:
+        """The record's offset in its partition."""
+        return self.record.offset

@@ -3,9 +3,9 @@
 Every public call of `flotilla.Client` (and the lifecycle dunders) is on `flotilla.aio.Client`
 with the same parameters — names, kinds, defaults and annotations, in order — and the other way
 round. A plain call is a coroutine on the asyncio side, a generator an async generator, and
-`with` is `async with`; the only calls that stay plain on both sides are `producer` and
-`consumer` (factories that do no I/O: they return the thread-based producer or its asyncio face,
-the `Consumer` or the `AsyncConsumer`). The batching producer and its asyncio face
+`with` is `async with`; the only calls that stay plain on both sides are `producer`,
+`consumer` and `queue` (factories that do no I/O: they return the thread-based producer or its
+asyncio face, the `Consumer` or the `AsyncConsumer`, the `Queue` or the `AsyncQueue`). The batching producer and its asyncio face
 (`flotilla.aio.AsyncProducer`) are held to the same rule, and so are the group consumers
 (`flotilla.Consumer`, `flotilla.AsyncConsumer`), whose `assignment`, `seek` and `position` (no
 I/O) stay plain on both sides. The checker is shown to catch deliberately drifted copies.
@@ -22,10 +22,11 @@ from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
 from flotilla.client import Client
 from flotilla.consumer import AsyncConsumer, Consumer
 from flotilla.producer import Producer
+from flotilla.queue import AsyncQueue, Queue
 
 # sync name -> its asyncio twin's name
 LIFECYCLE = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
-PLAIN_ON_BOTH = frozenset({"producer", "consumer"})
+PLAIN_ON_BOTH = frozenset({"producer", "consumer", "queue"})
 CONSUMER_PLAIN_ON_BOTH = frozenset({"assignment", "seek", "position"})
 
 
@@ -105,6 +106,11 @@ def test_the_asyncio_consumer_has_every_call_of_the_sync_one() -> None:
     assert {"poll", "commit", "committed", "assignment", "seek", "position", "close"} <= set(
         calls(AsyncConsumer)
     )
+
+
+def test_the_asyncio_queue_has_every_call_of_the_sync_one() -> None:
+    assert drift(Queue, AsyncQueue) == []
+    assert {"receive", "ack", "release", "reject", "extend", "close"} <= set(calls(AsyncQueue))
 
 
 def test_the_checker_catches_a_drifted_consumer() -> None:
