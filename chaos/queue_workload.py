@@ -197,11 +197,11 @@ def _settled(client: Client, group: str, ends: Mapping[int, int]) -> bool:
         info = client.describe_group(group)
     except FlotillaError:
         return False
-    floors = {
-        p.partition: p.queue for p in info.partitions if getattr(p, "queue", None) is not None
-    }
+    floors = {p.partition: p.queue for p in info.partitions if p.queue is not None}
     return all(
-        p in floors and floors[p].acked_floor >= end and floors[p].dead_letters_pending == 0
+        (floor := floors.get(p)) is not None
+        and floor.acked_floor >= end
+        and floor.dead_letters_pending == 0
         for p, end in ends.items()
     )
 
