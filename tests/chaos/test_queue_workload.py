@@ -21,6 +21,7 @@ from pathlib import Path
 from chaos.checker import reference_logs
 from chaos.history import EventType, HistoryWriter
 from chaos.queue_checker import QUEUE_ANOMALIES, check_queue
+from chaos.queue_member import ACK, POISON_ONE_IN, decide
 from chaos.queue_workload import QueueSettings, QueueWorkload, queue_summary, read_dead_letters
 from chaos.run import collect_final_logs
 from chaos.workload import Workload, WorkloadConfig
@@ -138,3 +139,13 @@ def test_a_coordinator_that_forgets_leases_on_load_is_caught(tmp_path: Path) -> 
     detail = f"{run.summary}, dead letters {run.reasons}, kills {run.kills}"
     caught = {kind: len(run.found[kind]) for kind in ("overlapping", "unsettled", "acked-twice")}
     assert any(caught.values()), f"the forgetful coordinator went unnoticed: {detail}"
+
+
+def test_receivers_choose_the_same_for_a_hand_out_and_poison_is_never_acked() -> None:
+    """The choice is a function of (seed, record, delivery count): any receiver, any life."""
+    values = [f"p{k}-{i}" for k in range(4) for i in range(500)]
+    choices = [decide(SEED, v, 1) for v in values]
+    assert choices == [decide(SEED, v, 1) for v in values]
+    assert 0.8 < choices.count(ACK) / len(choices) < 0.97
+    poison = [v for v in values if all(decide(SEED, v, n) != ACK for n in range(1, 6))]
+    assert len(values) / POISON_ONE_IN / 2 < len(poison) < 2 * len(values) / POISON_ONE_IN
