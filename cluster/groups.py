@@ -21,6 +21,13 @@ is fine), with `group_partitions` partitions and replication factor min(3, live 
 Requests are refused with `CoordinatorLoading` until the node has loaded the topic table (a
 coordinator that knows no topic would revoke every partition).
 
+Queues (groups of kind "queue", `cluster.queues_service`) ride on the same slots: their calls
+are refused (`CoordinatorUnavailable`, naming the versions) while a replica of the partition runs
+a version that does not read queue entries (`cluster.versions`); each slot copies the dead
+letters its core decided (`cluster.dead_letters`); a receive that found nothing waits for the
+next tick (`next_tick`) to ask again. `FLOTILLA_COORDINATOR_FAULTS` (TEST-ONLY,
+`cluster.coordinator_faults`) builds the coordinators with deliberate bugs.
+
 Everything runs on the event loop, except a replay's reads (a thread; the segmented log only).
 """
 
@@ -34,6 +41,8 @@ from typing import Any
 
 from cluster.clock import Ticker, ticker_or_loop
 from cluster.controller import TopicSpec
+from cluster.coordinator_faults import NodeFaults, faults_from_env
+from cluster.dead_letters import DeadLetterSink
 from cluster.errors import ClusterError, TopicExists
 from cluster.groups_gauges import REFRESH_S, GaugeKeeper
 from cluster.groups_slot import (
@@ -47,9 +56,11 @@ from cluster.groups_slot import (
 )
 from cluster.metrics import GroupGauges
 from cluster.multiraft import Proposal
+from cluster.queue_source import SourceReader, Stub
 from cluster.replica import Replica
-from cluster.versions import reads_group_entries
-from consumers import CoordinatorConfig, TopicMeta
+from cluster.versions import QUEUE_ENTRIES_SINCE, reads_group_entries, reads_queue_entries
+from consumers import Coordinator, CoordinatorConfig, TopicMeta
+from consumers.queue_types import QueuePartitionView
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC, is_internal
 from raft.types import Role
@@ -92,20 +103,36 @@ class GroupHost:
         ticker: Ticker | None = None,
         member_version: Callable[[str], str | None] = lambda member_id: None,
         pause_guard_s: float = 0.0,
+        stub: Callable[[str], Stub | None] | None = None,
+        faults: NodeFaults | None = None,
     ) -> None:
         """`metadata(topics)`: the node's metadata view (high watermarks for the lag gauges).
         `member_version(id)`: the version a member advertises in gossip (None: unknown); a
         partition's groups are served only once no replica of it is known to run a version
         older than the group entries (`cluster.versions`: a rolling upgrade).
         `pause_guard_s` (0: off): after the event loop stood still this long (the process was
-        paused, e.g. SIGSTOP), nothing is answered for as long again (`paused`)."""
+        paused, e.g. SIGSTOP), nothing is answered for as long again (`paused`).
+        `stub(member id)`: a client stub of a member (this node's included), for the reads of
+        queue source records and the dead-letter copies (None: no dead letter is copied).
+        `faults`: TEST-ONLY; default what `FLOTILLA_COORDINATOR_FAULTS` names."""
         self.node_id = node_id
         self.config = config = config or CoordinatorConfig()
         self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
+        self.faults = faults if faults is not None else faults_from_env()
+        self.source = SourceReader(
+            topics=topics, replica=replica, metadata=metadata, stub=stub or (lambda member: None)
+        )
+        sink = None
+        if stub is not None:
+            sink = DeadLetterSink(
+                topics=topics, create_topic=create_topic, refresh_topics=refresh_topics,
+                source=self.source, stub=stub,
+            )  # fmt: skip
         self.shell = Shell(
             node_id, config, replica, propose, wake, raft_tick_s, write_timeout_s,
-            self.topic_meta, refresh_topics, self.paused,
+            self.topic_meta, refresh_topics, self.paused, sink, self.faults,
         )  # fmt: skip
+        self._ticked = asyncio.Event()
         self.pause_guard_s = pause_guard_s
         self._last_tick_at = 0.0  # loop time of the last tick
         self._quiet_until = 0.0
@@ -127,6 +154,7 @@ class GroupHost:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        self.faults.warn()
         self._started = True
         self._last_tick_at = asyncio.get_running_loop().time()
         self.ticker.start(self._on_tick)
@@ -195,10 +223,11 @@ class GroupHost:
         log.info("created %s: partitions=%d replication_factor=%d", GROUPS_TOPIC,
                  self.group_partitions, factor)  # fmt: skip
 
-    async def call(self, partition: int, group: str, op: Op) -> Any:
+    async def call(self, partition: int, group: str, op: Op, *, queue: bool = False) -> Any:
         """Runs `op` on the coordinator of `partition` (in turn with every other call to it) and
         returns its reply once its entries committed. Raises `GroupError` (refused, nothing
-        changed), `NotCoordinator`, `CoordinatorLoading` or `CoordinatorUnavailable`."""
+        changed), `NotCoordinator`, `CoordinatorLoading` or `CoordinatorUnavailable` (also for
+        a `queue` call while a replica of the partition cannot read queue entries yet)."""
         if not self._topics_loaded():
             raise CoordinatorLoading(
                 f"node {self.node_id} is starting: topic metadata is not loaded yet"
@@ -216,7 +245,24 @@ class GroupHost:
                 f"node {self.node_id} is loading the groups of {GROUPS_TOPIC}/{partition}; "
                 "retry shortly"
             )
+        if queue and (old := self._older_replicas(slot.replica, reads_queue_entries)):
+            since = ".".join(map(str, QUEUE_ENTRIES_SINCE))
+            raise CoordinatorUnavailable(
+                f"{GROUPS_TOPIC}/{partition}'s replicas do not all read queue entries yet "
+                f"({', '.join(old)}; queues need {since} or later): finish the rolling upgrade"
+            )
         return await slot.submit(group, op)
+
+    def coordinator(self, partition: int) -> Coordinator | None:
+        """The coordinator of `partition` if this node serves it now: for reads between rounds
+        (a queue's key window), never for changes."""
+        slot = self._slots.get(partition)
+        return slot.coordinator if slot is not None and slot.leads() else None
+
+    async def next_tick(self, timeout_s: float) -> None:
+        """Waits for the next coordinator tick (at most `timeout_s`)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ticked.wait(), timeout_s)
 
     def serves(self, partition: int) -> bool:
         """Does this node coordinate the groups of `partition` now (loaded)?"""
@@ -266,6 +312,8 @@ class GroupHost:
             log.info("no tick for %.1f s (paused?): group calls wait %.1f s for news of a new "
                      "coordinator", now - self._last_tick_at, self.pause_guard_s)  # fmt: skip
         self._last_tick_at = now
+        ticked, self._ticked = self._ticked, asyncio.Event()
+        ticked.set()
         count = self.partitions or 0
         for partition in [p for p in self._slots if p >= count]:
             self._slots[partition].drop(NotCoordinator(f"{GROUPS_TOPIC} is gone", None))
@@ -301,12 +349,17 @@ class GroupHost:
         self._slots[partition] = slot
         return slot
 
-    def _older_replicas(self, replica: Replica) -> list[str]:
-        """`<id> runs <version>` of each replica known to run a version without group entries."""
+    def _older_replicas(
+        self,
+        replica: Replica,
+        reads: Callable[[str | None], bool | None] = reads_group_entries,
+    ) -> list[str]:
+        """`<id> runs <version>` of each replica known to run a version that `reads` says does
+        not read the entries (by default: group entries)."""
         old = []
         for member_id in sorted(replica.node.configuration.members):
             version = self._member_version(member_id)
-            if reads_group_entries(version) is False:
+            if reads(version) is False:
                 old.append(f"{member_id} runs {version}")
         return old
 
@@ -329,9 +382,16 @@ class GroupHost:
         """The lag and member gauges of the groups this node coordinates (scrape time)."""
         return self.gauge_keeper.gauges
 
-    def note_group(self, group: str, members: int, lags: Iterable[tuple[str, int, int]]) -> None:
-        """A describe's fresh figures for `group`: members, and (topic, partition, lag)."""
-        self.gauge_keeper.note_group(group, members, lags)
+    def note_group(
+        self,
+        group: str,
+        members: int,
+        lags: Iterable[tuple[str, int, int]],
+        queue: Iterable[QueuePartitionView] = (),
+    ) -> None:
+        """A describe's fresh figures for `group`: members, (topic, partition, lag), and a
+        queue group's partitions."""
+        self.gauge_keeper.note_group(group, members, lags, queue)
 
     async def _refresh_gauges(self) -> None:
         while True:

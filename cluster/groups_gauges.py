@@ -1,5 +1,6 @@
 """The consumer-group gauges a coordinator serves (`cluster.metrics.GroupGauges`): each group's
-lag per partition and its member count, for the groups this node coordinates. Refreshed every
+lag per partition and its member count, and a queue group's in-flight and dead-lettered records
+per partition, for the groups this node coordinates. Refreshed every
 `REFRESH_S` from the coordinators (one metadata request for the topics' high watermarks), and
 for one group on each DescribeGroup; a group whose coordinator moved away is forgotten here
 (its new coordinator serves it). The snapshot is replaced whole, so a scrape (another thread)
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from cluster.metrics import GroupGauges
-from consumers import Coordinator, GroupError, TopicMeta
+from consumers import Coordinator, GroupError, GroupView, TopicMeta
+from consumers.queue_types import QUEUE, QueuePartitionView
 from proto import flotilla_pb2 as pb
 
 __all__ = ["REFRESH_S", "GaugeKeeper", "group_lag", "high_watermarks"]
@@ -41,18 +43,34 @@ class GaugeKeeper:
         self._metadata = metadata
         self.gauges = GroupGauges()
 
-    def note_group(self, group: str, members: int, lags: Iterable[tuple[str, int, int]]) -> None:
-        """A describe's fresh figures for `group`: members, and (topic, partition, lag)."""
-        lag = {k: v for k, v in self.gauges.lag.items() if k[0] != group}
+    def note_group(
+        self,
+        group: str,
+        members: int,
+        lags: Iterable[tuple[str, int, int]],
+        queue: Iterable[QueuePartitionView] = (),
+    ) -> None:
+        """A describe's fresh figures for `group`: members, (topic, partition, lag), and a queue
+        group's partitions."""
+        old = self.gauges
+        lag = {k: v for k, v in old.lag.items() if k[0] != group}
         lag.update({(group, topic, partition): value for topic, partition, value in lags})
-        self.gauges = GroupGauges(lag, {**self.gauges.members, group: members})
+        in_flight = {k: v for k, v in old.in_flight.items() if k[0] != group}
+        dead_lettered = {k: v for k, v in old.dead_lettered.items() if k[0] != group}
+        for view in queue:
+            in_flight[(group, view.topic, view.partition)] = view.in_flight
+            dead_lettered[(group, view.topic, view.partition)] = view.dead_lettered
+        self.gauges = GroupGauges(lag, {**old.members, group: members}, in_flight, dead_lettered)
 
     def forget(self, groups: Iterable[str]) -> None:
         gone = set(groups)
         if gone:
+            old = self.gauges
             self.gauges = GroupGauges(
-                {k: v for k, v in self.gauges.lag.items() if k[0] not in gone},
-                {k: v for k, v in self.gauges.members.items() if k not in gone},
+                {k: v for k, v in old.lag.items() if k[0] not in gone},
+                {k: v for k, v in old.members.items() if k not in gone},
+                {k: v for k, v in old.in_flight.items() if k[0] not in gone},
+                {k: v for k, v in old.dead_lettered.items() if k[0] not in gone},
             )
 
     async def refresh(
@@ -60,15 +78,22 @@ class GaugeKeeper:
     ) -> None:
         committed: dict[tuple[str, str, int], int | None] = {}
         members: dict[str, int] = {}
+        in_flight: dict[tuple[str, str, int], int] = {}
+        dead_lettered: dict[tuple[str, str, int], int] = {}
         for coordinator in coordinators:
             for group in coordinator.groups():
                 try:
-                    view = coordinator.describe(group, topics)
+                    view = _view(coordinator, group, topics)
                 except GroupError:
                     continue
                 members[group] = len(view.members)
+                floors = {(q.topic, q.partition): q.acked_floor for q in view.queue}
                 for partition in view.partitions:
-                    committed[(group, partition.topic, partition.partition)] = partition.committed
+                    where = (partition.topic, partition.partition)
+                    committed[(group, *where)] = floors.get(where, partition.committed)
+                for queue in view.queue:
+                    in_flight[(group, queue.topic, queue.partition)] = queue.in_flight
+                    dead_lettered[(group, queue.topic, queue.partition)] = queue.dead_lettered
         names = sorted({topic for _, topic, _ in committed} & set(topics))
         marks = high_watermarks(await self._metadata(names)) if names else {}
         lag = {}
@@ -76,4 +101,9 @@ class GaugeKeeper:
             mark = marks.get(key[1:])
             if mark is not None:
                 lag[key] = group_lag(*mark, offset)
-        self.gauges = GroupGauges(lag, members)
+        self.gauges = GroupGauges(lag, members, in_flight, dead_lettered)
+
+
+def _view(coordinator: Coordinator, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
+    view = coordinator.describe(group, topics)
+    return coordinator.queue_view(group, topics) if view.kind == QUEUE else view

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from cluster.replica import Replica
 from consumers import Coordinator, CoordinatorConfig
+from consumers.faults import NO_FAULTS, CoordinatorFaults
 from proto.records import decode_batch, encode_batch
 
 __all__ = ["MAX_BATCH_BYTES", "batches", "replay"]
@@ -29,11 +30,14 @@ _RECORD_OVERHEAD = 16
 Entry = tuple[str | None, bytes]  # (group name, or None for a tick's; the core's entry)
 
 
-def replay(replica: Replica, config: CoordinatorConfig) -> tuple[Coordinator, int]:
+def replay(
+    replica: Replica, config: CoordinatorConfig, faults: CoordinatorFaults = NO_FAULTS
+) -> tuple[Coordinator, int]:
     """Reader thread: a coordinator loaded from every committed record of `replica`, and how
     many records that was. Raises `consumers.coordinator.UnknownEntry` for an entry of a newer
-    format, `storage.LogClosed` if the replica closes meanwhile."""
-    coordinator = Coordinator(config)
+    format, `storage.LogClosed` if the replica closes meanwhile. `faults`: TEST-ONLY
+    (`cluster.coordinator_faults`)."""
+    coordinator = Coordinator(config, faults=faults)
     offset = replica.segmented.first_offset
     end = replica.high_watermark
     records = 0

@@ -13,8 +13,12 @@ that partition (`cluster.groups.GroupHost`) and turns the outcome into a status:
     GroupNotEmpty           FAILED_PRECONDITION, reason GROUP_NOT_EMPTY
     InvalidGroupRequest     INVALID_ARGUMENT
     UnknownTopic            NOT_FOUND naming it (commit, reset: looked for a while first)
+    (a queue call, or a queue group's heartbeat, while a replica of the group's `__groups`
+    partition runs a version without queue entries: UNAVAILABLE naming the versions)
 
-A bad field is refused here, before any coordinator is asked, and changes nothing.
+A bad field is refused here, before any coordinator is asked, and changes nothing. A queue
+group (kind QUEUE) joins with its options (`queue`, checked by `cluster.queue_checks`); its
+describe carries them and each partition's queue state; its calls are `cluster.queues_service`.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from typing import Any, NoReturn
 
 import grpc
 
+from cluster.errors import Invalid
 from cluster.failstop import NodeFailStopped
 from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, NotCoordinator, Op
 from cluster.groups_gauges import group_lag, high_watermarks
 from cluster.node_api import NodeApi
+from cluster.queue_checks import queue_options, queue_options_pb
 from cluster.statuses import abort
 from consumers import (
     CommitRequest,
@@ -45,6 +51,7 @@ from consumers import (
     TopicMeta,
     UnknownTopic,
 )
+from consumers.queue_types import QUEUE
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC, group_partition
 from proto.reasons import (
@@ -84,6 +91,12 @@ class GroupCalls:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"kind={request.kind} is invalid: use one of {valid}",
             )
+        options = None
+        if kind == QUEUE and request.HasField("queue"):
+            try:
+                options = queue_options(request.queue, group, list(request.topics))
+            except Invalid as error:
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         heartbeat = HeartbeatRequest(
             group=group,
             member_id=request.member_id,
@@ -93,12 +106,15 @@ class GroupCalls:
             topics=None if request.topics_unchanged else tuple(request.topics),
             owned=frozenset((tp.topic, tp.partition) for tp in request.owned),
             kind=kind,
+            queue=options,
         )
 
         def beat(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
             return coordinator.heartbeat(heartbeat, topics)
 
-        reply: HeartbeatReply = await self._on_coordinator(context, group, beat)
+        reply: HeartbeatReply = await self._on_coordinator(
+            context, group, beat, queue=kind == QUEUE
+        )
         return pb.GroupHeartbeatResponse(
             member_id=reply.member_id,
             member_epoch=reply.member_epoch,
@@ -165,12 +181,16 @@ class GroupCalls:
         group = await _group_name(request.group, context)
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
-            return coordinator.describe(group, topics)
+            view = coordinator.describe(group, topics)
+            return coordinator.queue_view(group, topics) if view.kind == QUEUE else view
 
         view: GroupView = await self._on_coordinator(context, group, run)
         names = sorted({p.topic for p in view.partitions} & set(self.node.topics))
         marks = high_watermarks(await self.node.metadata(names)) if names else {}
         info = pb.GroupInfo(name=view.name, kind=view.kind, coordinator=self.node.config.node_id)
+        if view.queue_options is not None:
+            info.queue.CopyFrom(queue_options_pb(view.queue_options))
+        queues = {(q.topic, q.partition): q for q in view.queue}
         for member in view.members:
             info.members.append(
                 pb.GroupMemberInfo(
@@ -186,7 +206,10 @@ class GroupCalls:
         lags = []
         for partition in view.partitions:
             high_watermark, log_start = marks.get((partition.topic, partition.partition), (0, 0))
-            lag = group_lag(high_watermark, log_start, partition.committed)
+            queue = queues.get((partition.topic, partition.partition))
+            # a queue's lag: records not settled yet, from its acked floor
+            done = partition.committed if queue is None else max(queue.acked_floor, log_start)
+            lag = group_lag(high_watermark, log_start, done)
             lags.append((partition.topic, partition.partition, lag))
             entry = pb.GroupPartitionInfo(
                 topic=partition.topic,
@@ -197,8 +220,18 @@ class GroupCalls:
             )
             if partition.committed is not None:
                 entry.committed = partition.committed
+            if queue is not None:
+                entry.queue.CopyFrom(
+                    pb.QueuePartitionInfo(
+                        acked_floor=queue.acked_floor, in_flight=queue.in_flight,
+                        waiting=queue.waiting, acked=queue.acked,
+                        dead_lettered=queue.dead_lettered,
+                        dead_letters_pending=queue.dead_letters_pending,
+                        next_offset=queue.next_offset,
+                    )
+                )  # fmt: skip
             info.partitions.append(entry)
-        self.node.groups.note_group(view.name, len(view.members), lags)
+        self.node.groups.note_group(view.name, len(view.members), lags, view.queue)
         return info
 
     async def ResetGroupOffsets(
@@ -262,17 +295,19 @@ class GroupCalls:
         *,
         named: frozenset[str] = frozenset(),
         wait: bool = False,
+        queue: bool = False,
     ) -> Any:
         """Runs `op` on the coordinator of `group` (or of `__groups` partition `partition`).
         `named`: topics the request names, looked for first if this node, the coordinator,
-        does not know them (`_look_for_topics`; `wait`: for a while)."""
+        does not know them (`_look_for_topics`; `wait`: for a while). `queue`: a call that
+        writes queue entries (refused while a replica cannot read them)."""
         count = await self._groups_partitions(context)
         if partition is None:
             partition = group_partition(group, count)
         if named - set(self.node.topics) and self.node.groups.serves(partition):
             await self._look_for_topics(named, wait)
         try:
-            return await self.node.groups.call(partition, group, op)
+            return await self.node.groups.call(partition, group, op, queue=queue)
         except NotCoordinator as error:
             hint = await self._coordinator_hint(partition, error.leader_id)
             await abort(

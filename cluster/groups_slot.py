@@ -33,11 +33,13 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from cluster.coordinator_faults import NodeFaults
+from cluster.dead_letters import DeadLetterCopier, DeadLetterSink
 from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
 from cluster.groups_log import Entry, batches, replay
@@ -45,6 +47,7 @@ from cluster.multiraft import Proposal
 from cluster.replica import Replica, Waiter
 from consumers import Coordinator, CoordinatorConfig, GroupError, Outcome, TopicMeta
 from consumers.coordinator import UnknownEntry
+from consumers.queue_types import DeadLetterJob
 from raft.types import Role
 from storage import LogClosed
 
@@ -110,6 +113,10 @@ class Shell:
     topic_meta: Callable[[], Mapping[str, TopicMeta]]
     refresh_topics: Callable[[], Awaitable[None]]
     paused: Callable[[], bool] = lambda: False  # a lease may be stale: the process was paused
+    dead_letters: DeadLetterSink | None = None  # None: no dead letter is copied (tests)
+    faults: NodeFaults = field(
+        default_factory=NodeFaults
+    )  # TEST-ONLY (`cluster.coordinator_faults`)
 
 
 @dataclass(slots=True, eq=False)
@@ -138,6 +145,13 @@ class PartitionCoordinator:
         self._in_flight: list[_Call] = []
         self._ticks_due = 0
         self._wake = asyncio.Event()
+        self.copier = (
+            None
+            if shell.dead_letters is None
+            else DeadLetterCopier(
+                replica.group, shell.dead_letters, self._confirm_dead_letters, shell.faults
+            )
+        )
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     @property
@@ -187,6 +201,8 @@ class PartitionCoordinator:
         self._calls.clear()
         if self._task is not asyncio.current_task():
             self._task.cancel()
+        if self.copier is not None:
+            self.copier.cancel()
         self.on_dropped(self, failure)
         self.coordinator = None
 
@@ -232,7 +248,9 @@ class PartitionCoordinator:
                 return None  # the host drops the slot at its next look
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(replica.hw_changed.wait(), shell.raft_tick_s)
-        coordinator, records = await asyncio.to_thread(replay, replica, shell.config)
+        coordinator, records = await asyncio.to_thread(
+            replay, replica, shell.config, shell.faults.coordinator
+        )
         try:
             await shell.refresh_topics()
         except asyncio.CancelledError:
@@ -263,7 +281,8 @@ class PartitionCoordinator:
             topics = self.shell.topic_meta()
             entries: list[Entry] = []
             for _ in range(ticks):
-                entries.extend((None, entry) for entry in coordinator.tick())
+                now_ms = int(time.time() * 1000)
+                entries.extend((None, entry) for entry in coordinator.tick(now_ms))
             answers: list[tuple[_Call, Any, GroupError | None]] = []
             for call in taken:
                 try:
@@ -292,6 +311,29 @@ class PartitionCoordinator:
                     _fail(call.future, refusal)
                 elif not call.future.done():
                     call.future.set_result(reply)
+            self._offer_dead_letters(coordinator)
+
+    def _offer_dead_letters(self, coordinator: Coordinator) -> None:
+        """Between rounds: every decision the state holds has committed."""
+        if self.copier is None:
+            return
+        try:
+            jobs = coordinator.queue_dead_letter_jobs()
+        except NotImplementedError:  # a core without queues
+            return
+        if jobs:
+            self.copier.offer(jobs)
+
+    async def _confirm_dead_letters(self, jobs: Sequence[DeadLetterJob]) -> None:
+        """Reports copies to the core (an entry, through a round); raises if the slot drops."""
+        if not jobs:
+            return
+        chosen = list(jobs)
+
+        def confirm(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.queue_dead_lettered(chosen)
+
+        await self.submit(jobs[0].group, confirm)
 
     async def _confirm_lease(self) -> bool:
         """Does this node still lead the partition by its Raft lease (no other leader can have

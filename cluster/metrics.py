@@ -19,9 +19,10 @@ Renamed (the old names broke the conventions or said the wrong thing):
 
 Consumer groups (`cluster.groups`): `flotilla_group_lag{group,topic,partition}` (records the group
 has yet to consume: high watermark minus committed offset, or minus the log start where nothing
-is committed) and `flotilla_group_members{group}`, served only by each group's coordinator, from
-figures it refreshes every few seconds and on each DescribeGroup (`GroupGauges`), so a scrape
-costs no request to anyone.
+is committed) and `flotilla_group_members{group}`, and for queue groups
+`flotilla_queue_in_flight{group,topic,partition}` and `flotilla_queue_dead_lettered_total{...}`,
+served only by each group's coordinator, from figures it refreshes every few seconds and on
+each DescribeGroup (`GroupGauges`), so a scrape costs no request to anyone.
 
 Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
 over nodes (only a partition's leader counts it), take the max of
@@ -43,7 +44,7 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from raft.types import Role
@@ -65,6 +66,9 @@ class GroupGauges:
 
     lag: Mapping[tuple[str, str, int], int] = field(default_factory=dict)  # (group, topic, p)
     members: Mapping[str, int] = field(default_factory=dict)  # group -> members
+    # queue groups, per (group, topic, partition): records leased now, and dead-lettered so far
+    in_flight: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
+    dead_lettered: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
 
 
 class _NodeCollector(Collector):
@@ -88,7 +92,7 @@ class _NodeCollector(Collector):
         self.replication_factor = replication_factor
         self.controller_leader = controller_leader
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["node", "topic", "partition"]
         commit = GaugeMetricFamily(
             "flotilla_partition_commit_index", "Raft commit index", labels=labels
@@ -189,7 +193,7 @@ class _NodeCollector(Collector):
         yield from (segments, size, quarantined, controller)
         yield from self._groups()
 
-    def _groups(self) -> Iterator[GaugeMetricFamily]:
+    def _groups(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         gauges = self.groups()
         group_lag = GaugeMetricFamily(
             "flotilla_group_lag",
@@ -207,7 +211,23 @@ class _NodeCollector(Collector):
         )
         for group, count in sorted(gauges.members.items()):
             members.add_metric([self.node_id, group], count)
-        yield from (group_lag, members)
+        in_flight = GaugeMetricFamily(
+            "flotilla_queue_in_flight",
+            "records of a queue group's partition leased to its members now; from the group's "
+            "coordinator",
+            labels=["node", "group", "topic", "partition"],
+        )
+        for (group, topic, partition), value in sorted(gauges.in_flight.items()):
+            in_flight.add_metric([self.node_id, group, topic, str(partition)], value)
+        dead_lettered = CounterMetricFamily(
+            "flotilla_queue_dead_lettered",
+            "records of a queue group's partition copied to its dead-letter topic since the "
+            "group began; from the group's coordinator",
+            labels=["node", "group", "topic", "partition"],
+        )
+        for (group, topic, partition), value in sorted(gauges.dead_lettered.items()):
+            dead_lettered.add_metric([self.node_id, group, topic, str(partition)], value)
+        yield from (group_lag, members, in_flight, dead_lettered)
 
 
 class Metrics:

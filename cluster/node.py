@@ -208,6 +208,7 @@ class Node:
             member_version=self._member_version,
             write_timeout_s=config.produce_timeout_ms / 1000,
             pause_guard_s=2 * config.election_timeout_ms / 1000,
+            stub=self._client_stub,
         )
         self.partitions = PartitionManager(
             config,
@@ -404,6 +405,15 @@ class Node:
 
     def live_candidates(self) -> list[Candidate]:
         return [Candidate(m.id, m.weight, m.rack) for m in self.gossip.swim.live_members()]
+
+    def _client_stub(self, member_id: str) -> flotilla_pb2_grpc.FlotillaStub | None:
+        """A client stub of a member (this node's own included): queues read source records
+        from and append dead letters to partitions as a client would."""
+        if member_id == self.config.node_id:
+            address: str | None = self.config.advertised
+        else:
+            address = self.transport.address_of(member_id)
+        return flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address)) if address else None
 
     def _member_version(self, member_id: str) -> str | None:
         member = self.gossip.swim.member(member_id)

@@ -6,7 +6,8 @@ metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
 
 One module of about 480 lines: the calls of one servicer, which share its request checks
 (`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`, and
-the consumer-group calls, which share none of them, in `cluster.groups_service` (a mixin).
+the consumer-group and queue calls, which share none of them, in `cluster.groups_service` and
+`cluster.queues_service` (mixins).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import grpc
 from cluster.errors import (
     Invalid,
 )
-from cluster.groups_service import GroupCalls
 from cluster.idempotence import Duplicate
 from cluster.logs import event
 from cluster.metadata_view import LEGACY_LOCAL_ONLY_KEY, LEGACY_TOPICS_ONLY_KEY
 from cluster.multiraft import Proposal
 from cluster.node_api import NodeApi
+from cluster.queues_service import QueueCalls
 from cluster.reads import (
     KEEPALIVE_MS,
     READ_YOUR_WRITES_WAIT_S,
@@ -73,9 +74,10 @@ MAX_WAIT_MS = 60_000
 log = logging.getLogger("flotilla.service")
 
 
-class ClientService(GroupCalls, flotilla_pb2_grpc.FlotillaServicer):
+class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     """`flotilla.v1.Flotilla`, over the narrow `NodeApi` (not the whole node); the consumer-group
-    calls are the `GroupCalls` mixin's (`cluster.groups_service`)."""
+    calls are the `GroupCalls` mixin's (`cluster.groups_service`), the queue calls its
+    subclass `QueueCalls`'s (`cluster.queues_service`)."""
 
     def __init__(self, node: NodeApi) -> None:
         self.node = node

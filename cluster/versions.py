@@ -3,18 +3,27 @@ feature that writes a new kind of replicated entry needs of the replicas that wi
 
 In a rolling upgrade old and new nodes run side by side. A node that leads a partition writes
 a new kind of entry only when every replica of that partition advertises a version that reads
-it (`reads_group_entries`); a replica whose version is not known (never heard of, e.g. down
+it (`reads_group_entries`, `reads_queue_entries`); a replica whose version is not known (never heard of, e.g. down
 since before this node started) does not hold it up. An old node that is handed an entry it
 cannot read refuses it rather than guess (`consumers.coordinator.UnknownEntry`).
 """
 
 from __future__ import annotations
 
-__all__ = ["GROUP_ENTRIES_SINCE", "VERSION", "parse_version", "reads_group_entries"]
+__all__ = [
+    "GROUP_ENTRIES_SINCE",
+    "QUEUE_ENTRIES_SINCE",
+    "VERSION",
+    "parse_version",
+    "reads_group_entries",
+    "reads_queue_entries",
+]
 
-VERSION = "0.2.0"
+VERSION = "0.3.0"
 # consumer-group entries in `__groups` partitions (`consumers.entries`), from this version on
 GROUP_ENTRIES_SINCE = (0, 2)
+# queue entries (leases, acks, dead letters: groups of kind "queue") in `__groups` partitions
+QUEUE_ENTRIES_SINCE = (0, 3)
 
 
 def parse_version(version: str) -> tuple[int, ...] | None:
@@ -27,7 +36,16 @@ def parse_version(version: str) -> tuple[int, ...] | None:
 
 def reads_group_entries(version: str | None) -> bool | None:
     """Does a node of `version` read consumer-group entries? None when unknown."""
+    return _reads(version, GROUP_ENTRIES_SINCE)
+
+
+def reads_queue_entries(version: str | None) -> bool | None:
+    """Does a node of `version` read queue entries? None when unknown."""
+    return _reads(version, QUEUE_ENTRIES_SINCE)
+
+
+def _reads(version: str | None, since: tuple[int, ...]) -> bool | None:
     parsed = parse_version(version) if version else None
     if parsed is None:
         return None
-    return parsed[: len(GROUP_ENTRIES_SINCE)] >= GROUP_ENTRIES_SINCE
+    return parsed[: len(since)] >= since

@@ -1,11 +1,33 @@
 """Consumer groups as a pure core: the state of the groups one `__groups` partition holds (members,
 their epochs and assignments, committed offsets), folded from that partition's committed log
 entries, and the coordinator's decisions (joins, heartbeats, incremental rebalances, fencing,
-session expiry), taken on requests and ticks and returned as commands to replicate. No I/O, no
-clock, no threads: the node (`cluster/groups.py`) feeds it and carries its commands out, and
-`consumers/sim/` checks its promises under a seeded simulation."""
+session expiry), taken on requests and ticks and returned as commands to replicate; and queue
+groups (kind "queue", `consumers.queues`), whose members lease records one by one (acks,
+releases, lease expiry, dead letters), as entries of the same log. No I/O, no clock, no threads:
+the node (`cluster/groups.py`) feeds it and carries its commands out, and `consumers/sim/` checks
+its promises under a seeded simulation."""
 
 from consumers.coordinator import Coordinator, CoordinatorConfig, Outcome
+from consumers.queue_types import (
+    ACK,
+    EXTEND,
+    KEY,
+    QUEUE,
+    REASON_MAX_DELIVERIES,
+    REASON_REJECTED,
+    REJECT,
+    RELEASE,
+    DeadLetterJob,
+    Extent,
+    Lease,
+    QueueOptions,
+    QueuePartitionView,
+    ReceiveRequest,
+    Settlement,
+    SettleReply,
+    SettleRequest,
+)
+from consumers.queues import producer_id
 from consumers.types import (
     CommitRequest,
     FencedMember,
@@ -24,9 +46,19 @@ from consumers.types import (
 )
 
 __all__ = [
+    "ACK",
+    "EXTEND",
+    "KEY",
+    "QUEUE",
+    "REASON_MAX_DELIVERIES",
+    "REASON_REJECTED",
+    "REJECT",
+    "RELEASE",
     "CommitRequest",
     "Coordinator",
     "CoordinatorConfig",
+    "DeadLetterJob",
+    "Extent",
     "FencedMember",
     "GroupError",
     "GroupNotEmpty",
@@ -35,10 +67,18 @@ __all__ = [
     "HeartbeatReply",
     "HeartbeatRequest",
     "InvalidGroupRequest",
+    "Lease",
     "MemberView",
     "Outcome",
     "PartitionView",
+    "QueueOptions",
+    "QueuePartitionView",
+    "ReceiveRequest",
+    "SettleReply",
+    "SettleRequest",
+    "Settlement",
     "TopicMeta",
     "TopicPartition",
     "UnknownTopic",
+    "producer_id",
 ]

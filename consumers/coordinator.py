@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from consumers import offsets as commits
-from consumers import validate
+from consumers import queue_validate, validate
 from consumers.assignment import Subscriber, target_assignment
 from consumers.config import DEFAULT_CONFIG, CoordinatorConfig
 from consumers.entries import (
@@ -47,15 +47,20 @@ from consumers.entries import (
     MemberRemoved,
     MemberSet,
     OffsetsCommitted,
+    QueueLeased,
+    QueueOptionsSet,
     UnknownEntry,
     decode,
     encode,
 )
 from consumers.faults import NO_FAULTS, CoordinatorFaults
+from consumers.queue_coordinator import QueueCoordinator
 from consumers.queue_types import (
+    QUEUE,
     DeadLetterJob,
     Extent,
     Lease,
+    QueueOptions,
     ReceiveRequest,
     SettleReply,
     SettleRequest,
@@ -90,7 +95,7 @@ class Outcome(Generic[T]):
     entries: list[bytes] = field(default_factory=list)
 
 
-class Coordinator:
+class Coordinator(QueueCoordinator):
     def __init__(
         self,
         config: CoordinatorConfig = DEFAULT_CONFIG,
@@ -104,6 +109,8 @@ class Coordinator:
         self._started = False
         # group -> (what the target depends on, the target): recomputed when that changes
         self._targets: dict[str, tuple[object, dict[str, frozenset[TopicPartition]]]] = {}
+        self._queue_cursors: dict[tuple[str, str], int] = {}  # (group, topic) -> next start
+        self._redecided: set[tuple[str, str, int, int]] = set()  # TEST-ONLY: dead_letter_twice
 
     # -- loading -------------------------------------------------------------------------------
     def load(self, entry: bytes) -> None:
@@ -113,6 +120,8 @@ class Coordinator:
         decoded = decode(entry)
         if self._faults.load_keeps_first_offset and isinstance(decoded, OffsetsCommitted):
             decoded = self._first_offsets_only(decoded)
+        if self._faults.forget_lease_on_load and isinstance(decoded, QueueLeased):
+            return  # TEST-ONLY: the leases it granted are forgotten
         self._table.apply(decoded)
 
     def start(self) -> None:
@@ -137,6 +146,8 @@ class Coordinator:
             raise InvalidGroupRequest(
                 f"kind {request.kind!r}: group {request.group!r} is a {group.kind} group"
             )
+        if request.kind != QUEUE and request.queue is not None:
+            raise InvalidGroupRequest(f"queue: options are for kind {QUEUE!r} groups only")
         epoch = request.member_epoch
         if epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, request)
@@ -153,7 +164,12 @@ class Coordinator:
         )
         subscription = None if request.topics is None else validate.check_topics(request.topics)
         if epoch == JOIN:
-            return self._join(request, instance_id, session_ms, subscription, topics)
+            options = None
+            if request.kind == QUEUE:
+                options = queue_validate.options(request.queue, request.group)
+                if request.queue is None and group is not None and group.queue is not None:
+                    options = group.queue.options  # no options sent: the group's stay
+            return self._join(request, instance_id, session_ms, subscription, topics, options)
         member = None if group is None else group.members.get(request.member_id)
         if group is None or member is None:
             raise commits.fenced(request.group, request.member_id)
@@ -202,6 +218,8 @@ class Coordinator:
         state = self._table.group(group)
         if state is None:
             raise GroupNotFound(f"group {group!r} does not exist (no members, no offsets)")
+        if state.queue is not None:
+            return self.queue_view(group, topics)
         members = tuple(
             MemberView(m.id, m.instance_id, m.epoch, m.partitions)
             for m in sorted(state.members.values(), key=lambda m: m.id)
@@ -258,7 +276,8 @@ class Coordinator:
         `queue_key_window` first) and no earlier unsettled record has the same key. Raises
         FencedMember (not a member of this queue group), InvalidGroupRequest (a bad field, a
         stream group, a topic the member does not consume), UnknownTopic."""
-        raise NotImplementedError
+        leases, entries = self._queue_receive(request, topics, extents, now_ms, keys)
+        return Outcome(leases, entries)
 
     def queue_key_window(
         self, group: str, topic: str, partition: int, extent: Extent, limit: int
@@ -266,7 +285,7 @@ class Coordinator:
         """The offsets whose keys a key-ordered receive of this partition would look at next
         (at most `limit`, from next_offset): the node reads their keys before `queue_receive`.
         Empty for a group not ordered by key."""
-        raise NotImplementedError
+        return self._queue_key_window(group, topic, partition, extent, limit)
 
     def queue_settle(
         self, request: SettleRequest, topics: Mapping[str, TopicMeta], now_ms: int
@@ -276,39 +295,42 @@ class Coordinator:
         instead); reject dead-letters it (reason "rejected"); extend moves its deadline to now +
         invisible_ms. A lease that is not the member's with that delivery count, or past its
         deadline, goes to `lost` unchanged. FencedMember if the member is not in the group."""
-        raise NotImplementedError
+        reply, entries = self._queue_settle(request, topics, now_ms)
+        return Outcome(reply, entries)
 
     def queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
         """Every dead letter decided and not yet confirmed, in (group, topic uid, partition,
         sequence) order. The node calls it only between rounds (every decision it returns has
         committed) and copies each partition's jobs in sequence order."""
-        raise NotImplementedError
+        return self._queue_dead_letter_jobs()
 
     def queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
         """The copies of `jobs` are in their dead-letter partitions: settle the records (jobs
         no longer pending, e.g. confirmed twice, are ignored)."""
-        raise NotImplementedError
+        return Outcome(None, self._queue_dead_lettered(jobs))
 
     def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
         """`describe` of a queue group: members, and per partition of its topics the queue
         state (`GroupView.queue`, `GroupView.queue_options`). GroupNotFound if unknown."""
-        raise NotImplementedError
+        return self._queue_view(group, topics)
 
     # -- time ------------------------------------------------------------------------------------
     def tick(self, now_ms: int = 0) -> list[bytes]:
+        """One coordinator tick at `now_ms` (epoch ms): sessions that ended (their members'
+        leases wait again at once), then leases past their deadline."""
         self._require_started()
         expired = self._sessions.advance()
-        if self._faults.never_expire:
-            for name, member_id in expired:
-                group = self._table.group(name)
-                if group is not None and member_id in group.members:
-                    self._touch(name, group.members[member_id])
-            return []
         entries = []
         for name, member_id in expired:
             group = self._table.group(name)
-            if group is not None and member_id in group.members:
-                entries.append(self._apply(MemberRemoved(name, member_id)))
+            if group is None or member_id not in group.members:
+                continue
+            if self._faults.never_expire:
+                self._touch(name, group.members[member_id])
+                continue
+            entries.extend(self._queue_departed(group, member_id))
+            entries.append(self._apply(MemberRemoved(name, member_id)))
+        entries.extend(self._queue_expire(now_ms))
         return entries
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -319,11 +341,17 @@ class Coordinator:
         session_ms: int,
         subscription: tuple[str, ...] | None,
         topics: Mapping[str, TopicMeta],
+        options: QueueOptions | None = None,
     ) -> Outcome[HeartbeatReply]:
         if subscription is None:
             raise InvalidGroupRequest("topics: a join names the topics it subscribes to")
         group = self._table.group(request.group)
         entries: list[bytes] = []
+        if options is not None and (
+            group is None or group.queue is None or group.queue.options != options
+        ):
+            entries.append(self._apply(QueueOptionsSet(request.group, options)))
+            group = self._table.group(request.group)
         existing = None if group is None else group.members.get(request.member_id)
         if group is not None and existing is not None:
             # the member lost its state and rejoins under its id: it owns only what it reports
@@ -337,6 +365,7 @@ class Coordinator:
         if replaced is not None:
             # a static member's new incarnation takes over the old one's assignment at once;
             # the old id is fenced
+            entries.extend(self._queue_departed(group, replaced.id))
             entries.append(self._apply(MemberRemoved(request.group, replaced.id)))
             self._sessions.end((request.group, replaced.id))
             epoch, assignment = replaced.epoch + 1, replaced.assignment
@@ -365,7 +394,9 @@ class Coordinator:
             self._touch(group.name, member)
             return Outcome(reply)
         self._sessions.end((group.name, member.id))
-        return Outcome(reply, [self._apply(MemberRemoved(group.name, member.id))])
+        entries = self._queue_departed(group, member.id)
+        entries.append(self._apply(MemberRemoved(group.name, member.id)))
+        return Outcome(reply, entries)
 
     def _reconcile(
         self,
@@ -415,6 +446,8 @@ class Coordinator:
     def _target(
         self, group: GroupState, topics: Mapping[str, TopicMeta]
     ) -> dict[str, frozenset[TopicPartition]]:
+        if group.kind == QUEUE:
+            return {}  # a queue member owns no partition: it leases records
         names = sorted({t for m in group.members.values() for t in m.topics if t in topics})
         key = (group.version, tuple((t, topics[t].partitions) for t in names))
         cached = self._targets.get(group.name)

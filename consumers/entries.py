@@ -18,6 +18,7 @@ from typing import Any
 
 import msgpack
 
+from consumers.queue_types import QueueOptions
 from consumers.types import TopicPartition
 
 __all__ = [
@@ -28,6 +29,10 @@ __all__ = [
     "MemberRemoved",
     "MemberSet",
     "OffsetsCommitted",
+    "QueueDeadLettered",
+    "QueueLeased",
+    "QueueOptionsSet",
+    "QueueSettled",
     "UnknownEntry",
     "decode",
     "encode",
@@ -35,7 +40,17 @@ __all__ = [
 
 FORMAT_VERSION = 1
 
-_MEMBER_SET, _MEMBER_REMOVED, _OFFSETS_COMMITTED, _GROUP_DELETED = range(4)
+(
+    _MEMBER_SET,
+    _MEMBER_REMOVED,
+    _OFFSETS_COMMITTED,
+    _GROUP_DELETED,
+    _QUEUE_OPTIONS,
+    _QUEUE_LEASED,
+    _QUEUE_SETTLED,
+    _QUEUE_DEAD_LETTERED,
+) = range(8)
+_LAST_KIND = _QUEUE_DEAD_LETTERED
 _MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
 
@@ -93,7 +108,67 @@ class GroupDeleted:
     group: str
 
 
-Entry = MemberSet | MemberRemoved | OffsetsCommitted | GroupDeleted
+# -- queue groups (consumers/queues.py applies them). Each names one partition of one topic
+# incarnation (group, topic, topic uid, partition) and carries absolute epoch-ms times, so a
+# replay needs no clock; one entry per (call, partition).
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptionsSet:
+    group: str
+    options: QueueOptions
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLeased:
+    """A receive: first the log start (retention: what lies below it and is not leased or
+    pending a dead letter is settled as deleted), then the leases handed to `member_id` until
+    `deadline_ms`, each (offset, delivery_count, key hash or None), from waiting or fresh; fresh
+    records skipped because their key was blocked, (offset, key hash), wait with count 0; the
+    partition's next offset becomes `next_offset`."""
+
+    group: str
+    topic: str
+    topic_uid: str
+    partition: int
+    log_start: int
+    member_id: str
+    deadline_ms: int
+    next_offset: int
+    leases: tuple[tuple[int, int, int | None], ...]
+    skipped: tuple[tuple[int, int | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettled:
+    """Leases that ended (settle, expiry, a departed member): `acked` offsets; `waiting`
+    (offset, available_at_ms, delivery_count) back to waiting; `extended` (offset, deadline_ms);
+    `dead` (offset, sequence, delivery_count, reason, dead-letter topic) decided for the
+    dead-letter topic, pending its copy."""
+
+    group: str
+    topic: str
+    topic_uid: str
+    partition: int
+    acked: tuple[int, ...] = ()
+    waiting: tuple[tuple[int, int, int], ...] = ()
+    extended: tuple[tuple[int, int], ...] = ()
+    dead: tuple[tuple[int, int, int, str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeadLettered:
+    """The copies of these pending dead letters (offsets) are in the dead-letter topic."""
+
+    group: str
+    topic: str
+    topic_uid: str
+    partition: int
+    offsets: tuple[int, ...]
+
+
+QueueEntry = QueueOptionsSet | QueueLeased | QueueSettled | QueueDeadLettered
+Entry = MemberSet | MemberRemoved | OffsetsCommitted | GroupDeleted | QueueEntry
 
 
 def encode(entry: Entry) -> bytes:
@@ -118,6 +193,51 @@ def encode(entry: Entry) -> bytes:
             fields = [_OFFSETS_COMMITTED, group, [list(o) for o in offsets]]
         case GroupDeleted(group=group):
             fields = [_GROUP_DELETED, group]
+        case QueueOptionsSet(group=group, options=o):
+            fields = [
+                _QUEUE_OPTIONS,
+                group,
+                o.max_deliveries,
+                o.dead_letter_topic,
+                o.ordering,
+                list(o.backoff_ms),
+                o.max_in_flight,
+            ]
+        case QueueLeased():
+            fields = [
+                _QUEUE_LEASED,
+                entry.group,
+                entry.topic,
+                entry.topic_uid,
+                entry.partition,
+                entry.log_start,
+                entry.member_id,
+                entry.deadline_ms,
+                entry.next_offset,
+                [list(lease) for lease in entry.leases],
+                [list(skipped) for skipped in entry.skipped],
+            ]
+        case QueueSettled():
+            fields = [
+                _QUEUE_SETTLED,
+                entry.group,
+                entry.topic,
+                entry.topic_uid,
+                entry.partition,
+                list(entry.acked),
+                [list(w) for w in entry.waiting],
+                [list(x) for x in entry.extended],
+                [list(d) for d in entry.dead],
+            ]
+        case QueueDeadLettered():
+            fields = [
+                _QUEUE_DEAD_LETTERED,
+                entry.group,
+                entry.topic,
+                entry.topic_uid,
+                entry.partition,
+                list(entry.offsets),
+            ]
     packed: bytes = msgpack.packb([FORMAT_VERSION, *fields], use_bin_type=True)
     return packed
 
@@ -164,7 +284,54 @@ def _decode_fields(kind: object, fields: list[Any]) -> Entry:
     if kind == _GROUP_DELETED:
         (group,) = fields
         return GroupDeleted(_str(group))
-    raise UnknownEntry(f"entry kind {kind!r}: this node reads kinds 0..{_GROUP_DELETED}")
+    if kind == _QUEUE_OPTIONS:
+        group, max_deliveries, dead_letter_topic, ordering, backoff, max_in_flight = fields
+        options = QueueOptions(
+            max_deliveries=_int(max_deliveries),
+            dead_letter_topic=None if dead_letter_topic is None else _str(dead_letter_topic),
+            ordering=_str(ordering),
+            backoff_ms=tuple(_int(b) for b in _list(backoff)),
+            max_in_flight=_int(max_in_flight),
+        )
+        return QueueOptionsSet(_str(group), options)
+    if kind == _QUEUE_LEASED:
+        group, topic, uid, partition, log_start, member, deadline, next_offset, leases, skip = (
+            fields
+        )
+        return QueueLeased(
+            _str(group),
+            _str(topic),
+            _str(uid),
+            _int(partition),
+            _int(log_start),
+            _str(member),
+            _int(deadline),
+            _int(next_offset),
+            tuple(_lease(x) for x in _list(leases)),
+            tuple(_skipped(x) for x in _list(skip)),
+        )
+    if kind == _QUEUE_SETTLED:
+        group, topic, uid, partition, acked, waiting, extended, dead = fields
+        return QueueSettled(
+            _str(group),
+            _str(topic),
+            _str(uid),
+            _int(partition),
+            tuple(_int(x) for x in _list(acked)),
+            tuple(_ints3(x) for x in _list(waiting)),
+            tuple(_ints2(x) for x in _list(extended)),
+            tuple(_dead(x) for x in _list(dead)),
+        )
+    if kind == _QUEUE_DEAD_LETTERED:
+        group, topic, uid, partition, offsets = fields
+        return QueueDeadLettered(
+            _str(group),
+            _str(topic),
+            _str(uid),
+            _int(partition),
+            tuple(_int(x) for x in _list(offsets)),
+        )
+    raise UnknownEntry(f"entry kind {kind!r}: this node reads kinds 0..{_LAST_KIND}")
 
 
 def _str(value: object) -> str:
@@ -193,3 +360,32 @@ def _assigned(value: object) -> tuple[str, int, int]:
 def _offset(value: object) -> tuple[str, str, int, int]:
     topic, uid, partition, offset = _list(value)
     return _str(topic), _str(uid), _int(partition), _int(offset)
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _lease(value: object) -> tuple[int, int, int | None]:
+    offset, count, key_hash = _list(value)
+    return _int(offset), _int(count), _optional_int(key_hash)
+
+
+def _skipped(value: object) -> tuple[int, int | None]:
+    offset, key_hash = _list(value)
+    return _int(offset), _optional_int(key_hash)
+
+
+def _ints2(value: object) -> tuple[int, int]:
+    a, b = _list(value)
+    return _int(a), _int(b)
+
+
+def _ints3(value: object) -> tuple[int, int, int]:
+    a, b, c = _list(value)
+    return _int(a), _int(b), _int(c)
+
+
+def _dead(value: object) -> tuple[int, int, int, str, str]:
+    offset, sequence, count, reason, topic = _list(value)
+    return _int(offset), _int(sequence), _int(count), _str(reason), _str(topic)

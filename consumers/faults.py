@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-__all__ = ["FAULT_NAMES", "NO_FAULTS", "CoordinatorFaults"]
+__all__ = [
+    "FAULT_NAMES",
+    "NO_FAULTS",
+    "QUEUE_FAULT_NAMES",
+    "STREAM_FAULT_NAMES",
+    "CoordinatorFaults",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,14 @@ class CoordinatorFaults:
     unseeded_member_ids: bool = False
     # on load, keep a partition's first committed offset instead of the last
     load_keeps_first_offset: bool = False
+    # queues: replay drops leases (a new coordinator hands out leased records again)
+    forget_lease_on_load: bool = False
+    # queues: lease expiry ignores the deadline (every lease expires at the next tick)
+    redeliver_before_deadline: bool = False
+    # queues: a confirmed dead letter is decided again (under a new sequence)
+    dead_letter_twice: bool = False
+    # queues: a release restarts the record's delivery count
+    reset_count_on_release: bool = False
 
     @property
     def any(self) -> bool:
@@ -40,4 +54,12 @@ class CoordinatorFaults:
 
 
 FAULT_NAMES = tuple(f.name for f in fields(CoordinatorFaults))
+# the queue core's (`python -m consumers.sim --queue --fault NAME`); the rest are the groups'
+QUEUE_FAULT_NAMES = (
+    "forget_lease_on_load",
+    "redeliver_before_deadline",
+    "dead_letter_twice",
+    "reset_count_on_release",
+)
+STREAM_FAULT_NAMES = tuple(name for name in FAULT_NAMES if name not in QUEUE_FAULT_NAMES)
 NO_FAULTS = CoordinatorFaults()

@@ -163,3 +163,4 @@ class QueuePartitionView:
     acked: int
     dead_lettered: int
     dead_letters_pending: int
+    deleted: int = 0  # settled by retention before it was handed out (or while it waited)

@@ -21,7 +21,13 @@ from consumers.entries import (
     MemberRemoved,
     MemberSet,
     OffsetsCommitted,
+    QueueDeadLettered,
+    QueueLeased,
+    QueueOptionsSet,
+    QueueSettled,
 )
+from consumers.queue_types import QUEUE
+from consumers.queues import PartitionQueue, QueueGroup
 from consumers.types import TopicPartition
 
 __all__ = ["GroupState", "GroupTable"]
@@ -42,10 +48,13 @@ class GroupState:
     # changes on every change of members or subscriptions (caches key on it); drawn from the
     # table's counter, so a group deleted and created again never repeats a version
     version: int = 0
+    # a queue group's options and per-partition queue state (kind "queue"; None otherwise). A
+    # queue group outlives its members (its leases and counts stay) until it is deleted.
+    queue: QueueGroup | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.members and not self.offsets
+        return not self.members and not self.offsets and self.queue is None
 
     def by_instance(self, instance_id: str) -> MemberRecord | None:
         for member in self.members.values():
@@ -91,6 +100,24 @@ class GroupTable:
                     group.offsets.setdefault(uid, (topic, {}))[1][partition] = offset
             case GroupDeleted(group=name):
                 self.groups.pop(name, None)
+            case QueueOptionsSet(group=name, options=options):
+                self._queue(name).options = options
+            case QueueLeased():
+                self._partition(entry).apply_leased(entry)
+            case QueueSettled():
+                self._partition(entry).apply_settled(entry)
+            case QueueDeadLettered():
+                self._partition(entry).apply_dead_lettered(entry)
+
+    def _queue(self, name: str) -> QueueGroup:
+        group = self.groups.setdefault(name, GroupState(name, QUEUE))
+        if group.queue is None:
+            group.queue = QueueGroup()
+        return group.queue
+
+    def _partition(self, entry: QueueLeased | QueueSettled | QueueDeadLettered) -> PartitionQueue:
+        queue = self._queue(entry.group)
+        return queue.partition(entry.topic, entry.topic_uid, entry.partition)
 
     def _next_version(self) -> int:
         self._version += 1

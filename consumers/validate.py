@@ -22,7 +22,7 @@ __all__ = [
 
 NAME_RULE = "1 to 200 characters of [A-Za-z0-9._-]"
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
-KINDS = ("stream",)  # "queue" is reserved for the next issue
+KINDS = ("stream", "queue")
 
 
 def check_name(field: str, value: str) -> None:

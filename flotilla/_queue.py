@@ -53,7 +53,7 @@ MAX_DELAY_MS = 86_400_000  # QueueSettlement.delay_ms
 MAX_RECORDS = 10_000  # QueueReceiveRequest.max_records
 MAX_SETTLEMENTS = 10_000  # QueueSettleRequest.settlements, per call
 MAX_IN_FLIGHT = 100_000  # QueueOptions.max_in_flight
-MAX_BACKOFF_STEPS = 32
+MAX_BACKOFF_STEPS = 16
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -142,7 +142,12 @@ def check_queue(
         "milliseconds; default 10000",
     )
     if dead_letter_topic is not None:
-        check_topic_name("dead_letter_topic", dead_letter_topic)
+        dead_letter_topic = check_topic_name("dead_letter_topic", dead_letter_topic)
+        if dead_letter_topic == topic or dead_letter_topic.startswith("__"):
+            raise InvalidArgument(
+                f"dead_letter_topic={dead_letter_topic!r} is invalid: name a topic other than "
+                f"the source {topic!r} and not one of the cluster's own ('__...')"
+            )
     if ordering not in ORDERINGS:
         raise InvalidArgument(
             f"ordering={ordering!r} is invalid: use 'none' (any order) or 'key' (a record is not "

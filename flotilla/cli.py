@@ -15,12 +15,14 @@
                      [-f FORMAT | -f json] [--max N] [--idle-timeout S] [-e] [--replica ID]
     flotilla consume TOPIC --group G [--from-beginning] [-f FORMAT] [--max N] [--idle-timeout S]
     flotilla group list | describe G | reset G TOPIC --to earliest|latest|N | delete G
+    flotilla queue receive GROUP TOPIC [--ack] [-n N] [--invisible 30s] [-f text|json]
     flotilla status [--json]
     flotilla --version
 
 Client commands take `--bootstrap HOST:PORT[,HOST:PORT...]` (default: $FLOTILLA_BOOTSTRAP, else
 the local dev cluster at 127.0.0.1:7001); `produce` and `consume` are described in
-`flotilla.cli_records`, `group` and `consume --group` in `flotilla.cli_groups`. The first node started without `--join` bootstraps the cluster.
+`flotilla.cli_records`, `group` and `consume --group` in `flotilla.cli_groups`, `queue` in
+`flotilla.cli_queue`. The first node started without `--join` bootstraps the cluster.
 Ctrl-C or SIGTERM stops a node gracefully: its leaderships move away first, then it leaves the
 membership.
 """
@@ -35,6 +37,7 @@ from typing import Any
 from flotilla.cli_format import InputError, non_negative, positive
 from flotilla.cli_groups import add_group_parsers, run_group, run_group_consume
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
+from flotilla.cli_queue import add_queue_parsers, run_queue
 from flotilla.cli_records import add_record_parsers, run_consume, run_produce
 
 __all__ = ["EVENT_LOOPS", "main"]
@@ -128,6 +131,7 @@ def _client_parsers(sub: Any) -> None:
 
     add_record_parsers(sub, [bootstrap])
     add_group_parsers(sub, [bootstrap])
+    add_queue_parsers(sub, [bootstrap])
 
     status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -180,6 +184,8 @@ def _run_client_command(args: argparse.Namespace) -> int:
                 return run_consume(client, args, sys.stdout.buffer, sys.stderr)
             elif args.command == "group":
                 return run_group(client, args, sys.stdout)
+            elif args.command == "queue":
+                return run_queue(client, args, sys.stdout.buffer, sys.stderr)
             elif args.command == "status":
                 tools.status(client, console, as_json=args.json)
     except InputError as error:

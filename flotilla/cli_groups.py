@@ -3,6 +3,7 @@ the manner of kafka-consumer-groups and rpk group.
 
     flotilla group list                          every group's name
     flotilla group describe G                    members; per partition: committed, end, lag, owner
+                                                 (a queue group: acked floor, in flight, ...)
     flotilla group reset G TOPIC --to earliest|latest|N   (refused while G has members)
     flotilla group delete G                      (refused while G has members)
     flotilla consume TOPIC --group G [--from-beginning] [-f FORMAT] [--max N] [--idle-timeout S]
@@ -113,7 +114,9 @@ def columns(rows: Sequence[Sequence[str]]) -> str:
 
 def describe_text(info: GroupInfo) -> str:
     """A group as kafka-consumer-groups --describe shows one: a summary, then a row per
-    partition (committed "-" where nothing is)."""
+    partition (committed "-" where nothing is); a queue group's as `queue_text`."""
+    if info.kind == "queue":
+        return queue_text(info)
     owners = {m.id: m.instance_id or "-" for m in info.members}
     lag = sum(p.lag for p in info.partitions)
     head = (
@@ -133,6 +136,41 @@ def describe_text(info: GroupInfo) -> str:
                 owners.get(p.owner or "", "-"),
             )
         )
+    return head + columns(rows)
+
+
+def queue_text(info: GroupInfo) -> str:
+    """A queue group: its options, then per partition the end, the acked floor, the next
+    offset never handed out, how many records are in flight, waiting and pending dead-letter,
+    and how many were acked and dead-lettered."""
+    options = info.queue
+    rows = [
+        ("TOPIC", "PARTITION", "END", "ACKED-FLOOR", "NEXT", "IN-FLIGHT", "WAITING", "ACKED",
+         "DEAD-LETTERED", "DLQ-PENDING"),
+    ]  # fmt: skip
+    in_flight = dead = 0
+    for p in sorted(info.partitions, key=lambda p: (p.topic, p.partition)):
+        q = p.queue
+        if q is None:
+            rows.append((p.topic, str(p.partition), str(p.high_watermark), *("-",) * 7))
+            continue
+        in_flight += q.in_flight
+        dead += q.dead_lettered
+        rows.append(
+            (p.topic, str(p.partition), str(p.high_watermark), str(q.acked_floor),
+             str(q.next_offset), str(q.in_flight), str(q.waiting), str(q.acked),
+             str(q.dead_lettered), str(q.dead_letters_pending))
+        )  # fmt: skip
+    head = (
+        f"GROUP           {info.name}\nKIND            queue\n"
+        f"COORDINATOR     {info.coordinator}\nMEMBERS         {len(info.members)}\n"
+    )
+    if options is not None:
+        head += (
+            f"MAX-DELIVERIES  {options.max_deliveries}\nORDERING        {options.ordering}\n"
+            f"DEAD-LETTERS    {options.dead_letter_topic or '<topic>.' + info.name + '.dlq'}\n"
+        )
+    head += f"IN-FLIGHT       {in_flight}\nDEAD-LETTERED   {dead}\n\n"
     return head + columns(rows)
 
 

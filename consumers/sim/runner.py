@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from consumers.faults import FAULT_NAMES, NO_FAULTS, CoordinatorFaults
+from consumers.faults import FAULT_NAMES, NO_FAULTS, STREAM_FAULT_NAMES, CoordinatorFaults
 from consumers.sim.checker import Violation
 from consumers.sim.world import STAT_NAMES, Simulation
 
@@ -16,7 +16,7 @@ __all__ = ["ALL_FAULTS", "SHELL_FAULTS", "SeedResult", "Summary", "run_seed", "s
 # Deliberate bugs of the node's side, for the checkers to catch (TEST-ONLY): answering before the
 # entries commit, and a member position past what it read.
 SHELL_FAULTS = ("reply_before_commit", "skip_ahead")
-ALL_FAULTS = FAULT_NAMES + SHELL_FAULTS
+ALL_FAULTS = STREAM_FAULT_NAMES + SHELL_FAULTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from cluster.controller import TopicSpec
 from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, GroupHost
 from cluster.multiraft import MultiRaft, Proposal
 from cluster.replica import Replica, Waiter
-from cluster.versions import reads_group_entries
+from cluster.versions import reads_group_entries, reads_queue_entries
 from consumers import CommitRequest, Coordinator, HeartbeatRequest, TopicMeta
 from proto import flotilla_pb2 as pb
 from proto.groups import GROUPS_TOPIC
@@ -255,3 +255,36 @@ def test_versions_are_compared_as_numbers() -> None:
     )
     assert reads_group_entries("0.1.9") is False
     assert reads_group_entries("") is None and reads_group_entries("dev") is None
+
+
+def test_queue_calls_wait_until_every_replica_reads_queue_entries(tmp_path: Path) -> None:
+    """A rolling upgrade from the version with groups but no queues: the partition's groups are
+    served, but a queue call (and a queue join) is refused, naming the node and its version,
+    and writes nothing, until every replica advertises a version that reads queue entries."""
+
+    async def scenario() -> None:
+        versions = {NODE: "0.2.0"}
+        node = Node(tmp_path, versions)
+        await node.start()
+        try:
+            assert await node.call(lambda c, topics: c.groups()) == []  # groups: served
+            last = node.replica.node.log.last_index
+            for _ in range(3):
+                with pytest.raises(CoordinatorUnavailable, match=r"n1 runs 0\.2\.0.*0\.3"):
+                    await node.host.call(0, "q", lambda c, topics: c.groups(), queue=True)
+                node.ticker.advance(1)
+            assert node.replica.node.log.last_index == last  # nothing written
+            versions[NODE] = "0.3.0"
+            assert await node.host.call(0, "q", lambda c, topics: c.groups(), queue=True) == []
+        finally:
+            await node.stop()
+
+    asyncio.run(scenario())
+
+
+def test_versions_that_read_queue_entries() -> None:
+    assert (
+        reads_queue_entries("0.3.0") and reads_queue_entries("0.10") and reads_queue_entries("1.0")
+    )
+    assert reads_queue_entries("0.2.9") is False and reads_queue_entries("0.2.0") is False
+    assert reads_queue_entries("") is None and reads_queue_entries("dev") is None

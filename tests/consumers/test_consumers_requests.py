@@ -192,7 +192,11 @@ BAD = [
         r"session_timeout_ms 999 .* 1000\.\.300000",
     ),
     (beat(session_timeout_ms=300_001), InvalidGroupRequest, "session_timeout_ms 300001"),
-    (beat(kind="queue"), InvalidGroupRequest, "kind 'queue' is not served: valid kinds are stream"),
+    (
+        beat(kind="fifo"),
+        InvalidGroupRequest,
+        "kind 'fifo' is not served: valid kinds are stream, queue",
+    ),
     (beat(member_epoch=-3), InvalidGroupRequest, r"member_epoch -3 .*0 \(join\)"),
     (beat(topics=None), InvalidGroupRequest, "topics: a join names"),
     (beat(topics=("ok", "bad topic")), InvalidGroupRequest, "topic 'bad topic' is not valid"),

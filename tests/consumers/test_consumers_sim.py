@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from consumers.faults import FAULT_NAMES
+from consumers.faults import STREAM_FAULT_NAMES
 from consumers.sim.__main__ import main
 from consumers.sim.checker import CHECKS
 from consumers.sim.runner import ALL_FAULTS, SeedResult, run_seed, sweep
@@ -94,7 +94,7 @@ def _hunt(fault: str, disabled: frozenset[str] = frozenset(), seeds: int = 100) 
 
 
 def test_every_fault_has_an_expectation() -> None:
-    assert set(EXPECTED) == set(ALL_FAULTS) and set(FAULT_NAMES) <= set(EXPECTED)
+    assert set(EXPECTED) == set(ALL_FAULTS) and set(STREAM_FAULT_NAMES) <= set(EXPECTED)
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED))

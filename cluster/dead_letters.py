@@ -1,0 +1,263 @@
+"""The dead-letter copier of one `__groups` partition's coordinator (`cluster.groups_slot` runs
+it between rounds, so it only ever sees dead letters whose decision has committed).
+
+For each (group, topic uid, partition), in sequence order, a job of
+`Coordinator.queue_dead_letter_jobs()` is carried out so (DESIGN-25 "Dead letters, exactly once"):
+
+1. the dead-letter topic is created if missing, with the source topic's partition count and
+   replication factor, through the node's normal topic admin ("already exists" is fine);
+2. the source record is read (committed: key, value, headers; `cluster.queue_source`);
+3. one batch of one record is appended, acks=all, to dead-letter partition
+   `job.partition % <its partition count>` through the node's normal produce path (a Produce to
+   the partition's leader, this node included): the source's key, value and headers, its
+   timestamp, and the headers `flotilla-dlq-topic`, `-partition`, `-offset`, `-deliveries`
+   (ASCII decimal) and `-reason`, from the idempotent producer `job.producer_id` (epoch 0) at
+   sequence `job.sequence`;
+4. the copies are reported with `Coordinator.queue_dead_lettered` (an entry, through a round).
+
+A coordinator that dies between 3 and 4 leaves the job pending in the log; its successor copies
+again, and the dead-letter partition's idempotence table answers the repeat as a duplicate (the
+first copy's offsets): the record lands there once.
+
+A record that can no longer be copied (its topic deleted or recreated, or the record deleted by
+retention before the copy) is reported as dead-lettered without a copy, with a warning: there is
+nothing left to copy. Any other failure is retried with backoff (1 s doubling to 30 s), logged
+once per job. Copies of different partitions run concurrently, at most `MAX_CONCURRENT_STREAMS`
+at a time; everything runs on the event loop except the local reads (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
+
+import grpc
+
+from cluster.controller import TopicSpec
+from cluster.coordinator_faults import NodeFaults
+from cluster.errors import ClusterError, TopicExists
+from cluster.queue_source import SourceReader, Stub
+from consumers.queue_types import DeadLetterJob
+from proto import flotilla_pb2 as pb
+from proto.records import Record, encode_batch
+
+__all__ = ["DLQ_HEADERS", "DeadLetterCopier", "DeadLetterSink", "Sink", "dead_letter_batch"]
+
+log = logging.getLogger("flotilla.queues")
+
+DLQ_HEADERS = (
+    "flotilla-dlq-topic",
+    "flotilla-dlq-partition",
+    "flotilla-dlq-offset",
+    "flotilla-dlq-deliveries",
+    "flotilla-dlq-reason",
+)
+MAX_CONCURRENT_STREAMS = 4
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+PRODUCE_TIMEOUT_S = 10.0
+
+StreamKey = tuple[str, str, int]  # (group, topic uid, partition)
+
+
+class CopyFailed(ClusterError):
+    """A copy that did not happen this time (retried)."""
+
+
+def dead_letter_batch(job: DeadLetterJob, record: Record) -> bytes:
+    """The one-record batch of `record`'s dead letter (earlier flotilla-dlq-* headers of the
+    source are replaced, so a dead letter of a dead letter names its last source once)."""
+    headers = [(name, data) for name, data in record.headers if name not in DLQ_HEADERS]
+    headers += [
+        ("flotilla-dlq-topic", job.topic.encode()),
+        ("flotilla-dlq-partition", str(job.partition).encode()),
+        ("flotilla-dlq-offset", str(job.offset).encode()),
+        ("flotilla-dlq-deliveries", str(job.delivery_count).encode()),
+        ("flotilla-dlq-reason", job.reason.encode()),
+    ]
+    return encode_batch(
+        [(record.key, record.value, headers, record.timestamp_ms)],
+        producer_id=job.producer_id,
+        base_sequence=job.sequence,
+    )
+
+
+class DeadLetterSink:
+    """Steps 1-3 over the node's own paths (topic admin, reads, produce)."""
+
+    def __init__(
+        self,
+        *,
+        topics: Callable[[], Mapping[str, TopicSpec]],
+        create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
+        refresh_topics: Callable[[], Awaitable[None]],
+        source: SourceReader,
+        stub: Callable[[str], Stub | None],
+    ) -> None:
+        self._topics = topics
+        self._create_topic = create_topic
+        self._refresh_topics = refresh_topics
+        self._source = source
+        self._stub = stub
+
+    async def copy(self, job: DeadLetterJob) -> str:
+        """Copies the job's record; says what happened (for the log)."""
+        source = self._topics().get(job.topic)
+        if source is None or source.uid != job.topic_uid:
+            return "not copied: its topic was deleted"
+        dead_letters = await self._ensure_topic(job.dead_letter_topic, source)
+        record = await self._source.record(job.topic, job.partition, job.offset)
+        if record is None:
+            return "not copied: retention deleted the record first"
+        partition = job.partition % dead_letters.partitions
+        batch = dead_letter_batch(job, record)
+        response = await self._produce(dead_letters.name, partition, batch)
+        where = f"{dead_letters.name}/{partition} offset {response.base_offset}"
+        return f"copied before (a repeat: {where})" if response.duplicate else f"copied to {where}"
+
+    async def _ensure_topic(self, name: str, source: TopicSpec) -> TopicSpec:
+        spec = self._topics().get(name)
+        if spec is not None:
+            return spec
+        request = pb.CreateTopicRequest(
+            name=name, partitions=source.partitions, replication_factor=source.replication_factor
+        )
+        with contextlib.suppress(TopicExists):
+            await self._create_topic(request)
+            log.info("created the dead-letter topic %s: partitions=%d replication_factor=%d",
+                     name, source.partitions, source.replication_factor)  # fmt: skip
+        await self._refresh_topics()
+        spec = self._topics().get(name)
+        if spec is None:
+            raise CopyFailed(f"the dead-letter topic {name!r} is not in this node's table yet")
+        return spec
+
+    async def _produce(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
+        request = pb.ProduceRequest(
+            topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
+            timeout_ms=int(PRODUCE_TIMEOUT_S * 1000),
+        )  # fmt: skip
+        errors = []
+        for attempt in range(3):  # the leader may have moved: ask again
+            leader = await self._source.leader(topic, partition, fresh=attempt > 0)
+            stub = self._stub(leader) if leader else None
+            if stub is None:
+                errors.append(f"no leader of {topic}/{partition} known")
+                continue
+            try:
+                response: pb.ProduceResponse = await stub.Produce(
+                    request, timeout=PRODUCE_TIMEOUT_S + 2
+                )
+                return response
+            except grpc.aio.AioRpcError as error:
+                errors.append(f"{leader}: {error.code().name} {error.details()}")
+                if error.code() not in (
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.UNAVAILABLE,
+                ):
+                    break
+        raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")
+
+
+class Sink(Protocol):
+    async def copy(self, job: DeadLetterJob) -> str: ...
+
+
+class DeadLetterCopier:
+    """Copies the jobs `offer`ed, each (group, topic uid, partition) in sequence order, then
+    reports them with `confirm` (an entry of the coordinator, through a round)."""
+
+    def __init__(
+        self,
+        group: str,
+        sink: Sink,
+        confirm: Callable[[Sequence[DeadLetterJob]], Awaitable[object]],
+        faults: NodeFaults,
+        streams: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.group = group  # the `__groups` partition's name, for the log
+        self._sink = sink
+        self._confirm = confirm
+        self._faults = faults
+        self._streams = streams or asyncio.Semaphore(MAX_CONCURRENT_STREAMS)
+        self._running: dict[StreamKey, asyncio.Task[None]] = {}
+        self.retry_first_s = RETRY_FIRST_S
+
+    def offer(self, jobs: Sequence[DeadLetterJob]) -> None:
+        """Starts copying the jobs of each stream not being copied already (its jobs that are
+        left when it is done come back in a later offer)."""
+        streams: dict[StreamKey, list[DeadLetterJob]] = {}
+        for job in jobs:
+            streams.setdefault((job.group, job.topic_uid, job.partition), []).append(job)
+        loop = asyncio.get_running_loop()
+        for key, stream in streams.items():
+            if key not in self._running:
+                stream.sort(key=lambda job: job.sequence)
+                self._running[key] = loop.create_task(self._copy_stream(key, stream))
+
+    def cancel(self) -> None:
+        """Stops every copy (the slot was dropped): its successor copies what is left."""
+        for task in self._running.values():
+            task.cancel()
+        self._running.clear()
+
+    @property
+    def busy(self) -> int:
+        """Streams being copied now."""
+        return len(self._running)
+
+    async def _copy_stream(self, key: StreamKey, jobs: list[DeadLetterJob]) -> None:
+        try:
+            async with self._streams:
+                copied = []
+                for job in jobs:
+                    await self._stall_if_armed()
+                    # TEST-ONLY: the one copy this node makes (then it stalls: never confirmed)
+                    self._faults.stalled = self._faults.dead_letter_stall_after_copy
+                    await self._copy(job)
+                    copied.append(job)
+                    await self._stall_if_armed()
+                await self._confirm(copied)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the slot was dropped: its successor copies them again
+            log.info("dead letters of %s on %s not confirmed: %s", key, self.group, error)
+        finally:
+            if self._running.get(key) is asyncio.current_task():
+                del self._running[key]
+
+    async def _stall_if_armed(self) -> None:
+        if self._faults.stalled:
+            await asyncio.Event().wait()  # TEST-ONLY: forever (until the slot is dropped)
+
+    async def _copy(self, job: DeadLetterJob) -> None:
+        delay_s = self.retry_first_s
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                outcome = await self._sink.copy(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # (grpc, topic admin, reads): retried with backoff
+                if attempts == 1:
+                    log.warning("dead letter %s: %s (%s); retrying every %.0f-%.0f s",
+                                _describe(job), error, type(error).__name__, RETRY_FIRST_S,
+                                RETRY_MAX_S)  # fmt: skip
+                await asyncio.sleep(delay_s)
+                delay_s = min(RETRY_MAX_S, delay_s * 2)
+                continue
+            level = logging.WARNING if outcome.startswith("not copied") else logging.INFO
+            log.log(level, "dead letter %s: %s%s", _describe(job), outcome,
+                    f" (after {attempts} attempts)" if attempts > 1 else "")  # fmt: skip
+            return
+
+
+def _describe(job: DeadLetterJob) -> str:
+    return (
+        f"of group {job.group!r}: {job.topic}/{job.partition} offset {job.offset} "
+        f"(deliveries={job.delivery_count} reason={job.reason} sequence={job.sequence})"
+    )

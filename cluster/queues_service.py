@@ -1,0 +1,152 @@
+"""The queue calls of the client service (QueueReceive, QueueSettle): a mixin of
+`cluster.service.ClientService` beside `cluster.groups_service.GroupCalls`, whose routing and
+status mapping they share (NOT_COORDINATOR with a hint, COORDINATOR_LOADING, FENCED_MEMBER,
+NOT_FOUND for an unknown topic, UNAVAILABLE while a replica of the group's `__groups` partition
+runs a version without queue entries).
+
+A bad field is refused here (INVALID_ARGUMENT naming it and its valid range) before any
+coordinator is asked, and changes nothing.
+
+A receive gives the core each partition's extent (`cluster.queue_source`: a local replica's log
+start and committed high watermark, else the metadata view's) and, for a key-ordered group, the
+keys of the window of fresh offsets it will look at (`Coordinator.queue_key_window`, read before
+the call). A receive that hands out nothing asks again on each coordinator tick until `wait_ms`
+passed: an empty receive writes nothing to Raft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import grpc
+
+from cluster.errors import Invalid
+from cluster.groups_service import GroupCalls, _group_name
+from cluster.queue_checks import check_receive, check_settle
+from cluster.queue_source import SourceUnavailable
+from cluster.statuses import abort
+from consumers import Coordinator, GroupError, TopicMeta
+from consumers.queue_types import Extent, Lease, ReceiveRequest, SettleReply, SettleRequest
+from proto import flotilla_pb2 as pb
+from proto.groups import group_partition
+
+__all__ = ["QueueCalls"]
+
+# Keys read per partition before a key-ordered receive, at most.
+MAX_KEY_WINDOW = 2_000
+
+
+def _leases(leases: Any) -> list[pb.QueueLease]:
+    return [
+        pb.QueueLease(
+            topic=lease.topic,
+            partition=lease.partition,
+            offset=lease.offset,
+            delivery_count=lease.delivery_count,
+            deadline_ms=lease.deadline_ms,
+        )
+        for lease in sorted(leases, key=lambda lease: (lease.topic, lease.partition, lease.offset))
+    ]
+
+
+class QueueCalls(GroupCalls):
+    """QueueReceive and QueueSettle (proto/flotilla.proto states them), beside the group calls
+    whose routing (`_on_coordinator`) they use."""
+
+    async def QueueReceive(
+        self, request: pb.QueueReceiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueueReceiveResponse:
+        group = await _group_name(request.group, context)
+        await _checked(context, check_receive, request)
+        receive = ReceiveRequest(
+            group,
+            request.member_id,
+            request.member_epoch,
+            request.topic,
+            request.max_records,
+            request.invisible_ms,
+        )
+        count = await self._groups_partitions(context)
+        partition = group_partition(group, count)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_ms / 1000
+        named = frozenset({request.topic})
+        first = True
+        while True:
+            extents = await self.node.groups.source.extents(request.topic)
+            keys = await self._keys(partition, group, extents, request.max_records)
+
+            def run(
+                coordinator: Coordinator,
+                topics: Mapping[str, TopicMeta],
+                extents: Mapping[tuple[str, int], Extent] = extents,
+                keys: dict[tuple[str, int], dict[int, bytes | None]] | None = keys,
+            ) -> Any:
+                now_ms = int(time.time() * 1000)
+                return coordinator.queue_receive(receive, topics, extents, now_ms, keys)
+
+            leases: list[Lease] = await self._on_coordinator(
+                context, group, run, partition, named=named, wait=first, queue=True
+            )
+            first = False
+            remaining = deadline - loop.time()
+            if leases or remaining <= 0:
+                return pb.QueueReceiveResponse(leases=_leases(leases))
+            await self.node.groups.next_tick(remaining)
+
+    async def QueueSettle(
+        self, request: pb.QueueSettleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueueSettleResponse:
+        group = await _group_name(request.group, context)
+        settlements = await _checked(context, check_settle, request)
+        settle = SettleRequest(group, request.member_id, request.member_epoch, settlements)
+
+        def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
+            return coordinator.queue_settle(settle, topics, int(time.time() * 1000))
+
+        named = frozenset(s.topic for s in settlements)
+        reply: SettleReply = await self._on_coordinator(
+            context, group, run, named=named, wait=True, queue=True
+        )
+        return pb.QueueSettleResponse(applied=_leases(reply.applied), lost=_leases(reply.lost))
+
+    async def _keys(
+        self,
+        partition: int,
+        group: str,
+        extents: Mapping[tuple[str, int], Extent],
+        max_records: int,
+    ) -> dict[tuple[str, int], dict[int, bytes | None]] | None:
+        """The keys of each partition's next window, for a key-ordered group (None if it is
+        not one, or this node does not serve its coordinator now: the call says why)."""
+        coordinator = self.node.groups.coordinator(partition)
+        if coordinator is None:
+            return None
+        keys: dict[tuple[str, int], dict[int, bytes | None]] = {}
+        limit = min(max_records, MAX_KEY_WINDOW)
+        for (topic, index), extent in sorted(extents.items()):
+            try:
+                window = coordinator.queue_key_window(group, topic, index, extent, limit)
+            except (GroupError, NotImplementedError):
+                return None  # the call refuses it, naming the reason
+            if not window:
+                continue
+            try:
+                keys[(topic, index)] = await self.node.groups.source.keys(topic, index, window)
+            except SourceUnavailable:
+                keys[(topic, index)] = {}  # none read now: its fresh records wait
+        return keys or None
+
+
+async def _checked(context: grpc.aio.ServicerContext, check: Any, request: Any) -> Any:
+    try:
+        return check(request)
+    except Invalid as error:
+        await _invalid(context, str(error))
+
+
+async def _invalid(context: grpc.aio.ServicerContext, message: str) -> NoReturn:
+    await abort(context, grpc.StatusCode.INVALID_ARGUMENT, message)

@@ -1,0 +1,113 @@
+"""The queue shell's pieces that need no cluster: the dead-letter copier's order, retries and
+TEST-ONLY stall (`cluster.dead_letters`), the dead letter's batch, reading only the keys of a
+window of records (`cluster.queue_source.keys_of`) and the TEST-ONLY fault switch
+(`cluster.coordinator_faults`). The copies themselves, on real nodes: tests/cluster/test_queues.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from cluster.config import ConfigError
+from cluster.coordinator_faults import ENV_VAR, NodeFaults, faults_from_env
+from cluster.dead_letters import DeadLetterCopier, dead_letter_batch
+from cluster.queue_source import keys_of
+from consumers.faults import FAULT_NAMES
+from consumers.queue_types import REASON_REJECTED, DeadLetterJob
+from proto.records import Record, decode_batch, encode_batch, read_header
+
+
+def job(partition: int, sequence: int, group: str = "g") -> DeadLetterJob:
+    return DeadLetterJob(
+        group=group, topic="jobs", topic_uid="u" * 32, partition=partition,
+        offset=10 * sequence, delivery_count=2, reason=REASON_REJECTED,
+        dead_letter_topic="jobs.g.dlq", producer_id=77 + partition, sequence=sequence,
+    )  # fmt: skip
+
+
+class Copies:
+    """Records the copies; the first `failures` attempts of each job fail."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.attempts: dict[tuple[int, int], int] = {}
+        self.copied: list[tuple[int, int]] = []
+
+    async def copy(self, job: DeadLetterJob) -> str:
+        key = (job.partition, job.sequence)
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        if self.attempts[key] <= self.failures:
+            raise OSError("the dead-letter partition has no leader yet")
+        await asyncio.sleep(0)
+        self.copied.append(key)
+        return "copied"
+
+
+async def run_copier(
+    sink: Copies, jobs: list[DeadLetterJob], faults: NodeFaults, settle_s: float = 0.3
+) -> list[list[tuple[int, int]]]:
+    confirmed: list[list[tuple[int, int]]] = []
+
+    async def confirm(done: Sequence[DeadLetterJob]) -> None:
+        confirmed.append([(j.partition, j.sequence) for j in done])
+
+    copier = DeadLetterCopier("__groups/0", sink, confirm, faults)
+    copier.retry_first_s = 0.01
+    copier.offer(jobs)
+    copier.offer(jobs)  # offered again while being copied: not copied twice
+    await asyncio.sleep(settle_s)
+    copier.cancel()
+    return confirmed
+
+
+def test_each_partitions_dead_letters_are_copied_in_sequence_order_then_confirmed() -> None:
+    sink = Copies(failures=1)  # each copy fails once, then succeeds: retried
+    jobs = [job(0, 2), job(1, 0), job(0, 0), job(0, 1)]
+    confirmed = asyncio.run(run_copier(sink, jobs, NodeFaults()))
+    assert [k for k in sink.copied if k[0] == 0] == [(0, 0), (0, 1), (0, 2)]
+    assert sorted(sink.copied) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert sorted(confirmed) == [[(0, 0), (0, 1), (0, 2)], [(1, 0)]]
+    assert set(sink.attempts.values()) == {2}
+
+
+def test_the_stall_fault_copies_once_and_never_confirms() -> None:
+    faults = faults_from_env({ENV_VAR: "dead_letter_stall_after_copy"})
+    sink = Copies()
+    confirmed = asyncio.run(run_copier(sink, [job(0, 0), job(0, 1), job(1, 0)], faults))
+    assert len(sink.copied) == 1 and confirmed == [] and faults.stalled
+
+
+def test_a_dead_letter_carries_the_source_record_and_every_header() -> None:
+    source = Record(5, b"k", b"v", (("trace", b"1"), ("flotilla-dlq-reason", b"old")), 1234)
+    batch = dead_letter_batch(job(3, 9), source)
+    header = read_header(batch)
+    assert (header.record_count, header.producer_id, header.base_sequence) == (1, 80, 9)
+    (copy,) = decode_batch(batch, 0)
+    assert (copy.key, copy.value, copy.timestamp_ms) == (b"k", b"v", 1234)
+    assert copy.headers == (
+        ("trace", b"1"),
+        ("flotilla-dlq-topic", b"jobs"),
+        ("flotilla-dlq-partition", b"3"),
+        ("flotilla-dlq-offset", b"90"),
+        ("flotilla-dlq-deliveries", b"2"),
+        ("flotilla-dlq-reason", b"rejected"),
+    )
+
+
+def test_keys_of_a_window_reads_only_its_records_keys() -> None:
+    records = [(b"k%d" % n if n % 3 else None, b"v" * 100, [("h", b"x")], 0) for n in range(10)]
+    batch = encode_batch(records)
+    assert keys_of(batch, 100, range(103, 106)) == {103: None, 104: b"k4", 105: b"k5"}
+    assert keys_of(batch, 100, range(95, 101)) == {100: None}
+    assert keys_of(batch, 100, range(110, 120)) == {}
+
+
+def test_the_fault_switch_names_core_and_shell_faults_and_refuses_unknown_ones() -> None:
+    assert not faults_from_env({}).any and not faults_from_env({ENV_VAR: " "}).any
+    core = FAULT_NAMES[0]
+    faults = faults_from_env({ENV_VAR: f"{core}, dead_letter_stall_after_copy"})
+    assert getattr(faults.coordinator, core) and faults.dead_letter_stall_after_copy
+    with pytest.raises(ConfigError, match=r"'forget_everything'.*dead_letter_stall_after_copy"):
+        faults_from_env({ENV_VAR: "forget_everything"})
