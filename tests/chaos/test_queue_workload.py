@@ -14,6 +14,8 @@ correct headers. The longer version: `python -m chaos run ... --queue-receivers 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from flotilla.errors import FlotillaError
 
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
 TOPIC, PARTITIONS, SEED = "jobs", 3, 11
-KILL_EVERY_S, FIRST_KILL_S, KILLS = 10.0, 6.0, 2
+KILL_EVERY_S, FIRST_KILL_S, KILLS, DOWN_S, AFTER_KILLS_S = 10.0, 6.0, 2, 1.5, 4.0
 SETTINGS = QueueSettings(receivers=8, invisible_ms=4000, session_timeout_ms=10_000,
                          crash_every_s=(3.0, 5.0))  # fmt: skip
 FAULT_ENV = "FLOTILLA_COORDINATOR_FAULTS"
@@ -62,9 +64,13 @@ def coordinator(client: Client) -> str:
         time.sleep(0.2)  # a poll interval
 
 
-def queue_run(root: Path, env: dict[str, str], drain_timeout_s: float) -> QueueRun:
+def queue_run(root: Path, env: dict[str, str], kills: int, drain_timeout_s: float) -> QueueRun:
+    """Producers and receivers run while the group's coordinator is killed `kills` times
+    (FIRST_KILL_S in, then every KILL_EVERY_S) and for AFTER_KILLS_S after the last restart;
+    then the drain (up to `drain_timeout_s`) and the checks. The verdict is also written to
+    `root/queue-check.json`."""
     history = HistoryWriter(root / "history.jsonl")
-    kills: list[str] = []
+    killed: list[str] = []
     with LocalCluster(root / "cluster", 3, config_text=CONFIG, env=env) as cluster:
         cluster.start()
         client = Client(cluster.addresses(), timeout_s=20)
@@ -73,24 +79,21 @@ def queue_run(root: Path, env: dict[str, str], drain_timeout_s: float) -> QueueR
                                 produce_pause_s=0.05)  # fmt: skip
         producers = Workload(cluster.addresses(), [], history, config, SEED)  # no readers
         queue = QueueWorkload(cluster.addresses(), history, root / "queue", TOPIC, SEED, SETTINGS)
+        schedule = threading.Event()  # never set: its waits are the kill schedule
         try:
             producers.start()
             queue.start()
             started = time.monotonic()
-            for number in range(KILLS):
-                time.sleep(
-                    max(0.0, started + FIRST_KILL_S + number * KILL_EVERY_S - time.monotonic())
-                )
+            for number in range(kills):
+                schedule.wait(started + FIRST_KILL_S + number * KILL_EVERY_S - time.monotonic())
                 node = coordinator(client)
                 history.record("nemesis", EventType.INFO, "fault-target", value=f"kill {node}")
                 cluster.kill(node)
-                kills.append(node)
-                time.sleep(1.5)  # the node stays down while a new coordinator takes over
+                killed.append(node)
+                schedule.wait(DOWN_S)  # down while a new coordinator takes over
                 cluster.start(node, wait=False)
                 cluster.wait_serving(node, timeout_s=30)
-            time.sleep(
-                max(0.0, started + FIRST_KILL_S + KILLS * KILL_EVERY_S - 6 - time.monotonic())
-            )
+            schedule.wait(AFTER_KILLS_S)
             producers.stop()
             final, converged = collect_final_logs(client, TOPIC, 30)
             assert converged, "the topic's replicas did not converge"
@@ -112,13 +115,18 @@ def queue_run(root: Path, env: dict[str, str], drain_timeout_s: float) -> QueueR
         reason = letter.header("flotilla-dlq-reason") or "?"
         reasons[reason] = reasons.get(reason, 0) + 1
     records = sum(len(log) for log in reference.values())
-    return QueueRun(found, drained, queue_summary(events), reasons, kills, records)
+    run = QueueRun(found, drained, queue_summary(events), reasons, killed, records)
+    verdict = {"anomalies": {kind: len(items) for kind, items in found.items()},
+               "examples": run.anomalies(), "drained": drained, "summary": run.summary,
+               "dead_letters": reasons, "kills": killed, "records": records}  # fmt: skip
+    (root / "queue-check.json").write_text(json.dumps(verdict, indent=2))
+    return run
 
 
 def test_queue_receivers_settle_every_record_once_through_coordinator_kills(
     tmp_path: Path,
 ) -> None:
-    run = queue_run(tmp_path, {}, drain_timeout_s=60)
+    run = queue_run(tmp_path, {}, kills=KILLS, drain_timeout_s=60)
     detail = f"{run.summary}, dead letters {run.reasons}, {run.records} records, kills {run.kills}"
     assert run.anomalies() == {}, detail
     assert run.drained, detail
@@ -135,10 +143,11 @@ def test_a_coordinator_that_forgets_leases_on_load_is_caught(tmp_path: Path) -> 
     """The same run against nodes with a TEST-ONLY fault: a coordinator taking over forgets
     the leases its predecessor granted. Records held by receivers at a kill are handed out
     again before their deadlines (or never again): the checker must say so."""
-    run = queue_run(tmp_path, {FAULT_ENV: "forget_lease_on_load"}, drain_timeout_s=20)
+    run = queue_run(tmp_path, {FAULT_ENV: "forget_lease_on_load"}, kills=1, drain_timeout_s=5)
     detail = f"{run.summary}, dead letters {run.reasons}, kills {run.kills}"
-    caught = {kind: len(run.found[kind]) for kind in ("overlapping", "unsettled", "acked-twice")}
-    assert any(caught.values()), f"the forgetful coordinator went unnoticed: {detail}"
+    caught = {kind: len(items) for kind, items in run.found.items() if items}
+    # the leases it forgot are handed out again at once: two holders before a deadline
+    assert caught.get("overlapping", 0) >= 1, f"{caught}: {detail}"
 
 
 def test_receivers_choose_the_same_for_a_hand_out_and_poison_is_never_acked() -> None:
