@@ -11,7 +11,16 @@ the servers' deadlines are wall-clock epoch ms (`wall_ms`; every node runs on th
   during the call) is unknown;
 - `crash` ok: the receiver stopped without releasing (its leases end with its session);
   `close` ok: it closed its queue (which releases every lease it holds);
-- `drained` ok (process "queue"): the drain saw every partition settled to its end.
+- `drained` ok (process "queue"): the drain saw every partition settled to its end;
+- `fault-start` / `fault-stop` (process "nemesis", `value` names the window): while a fault
+  lasts and FAILOVER_GRACE_S after, a coordinator may change.
+
+A LeaseLost answer (`fail`) to a settlement whose call was in flight during a fault window is
+judged unknown unless `strict_lost`: the SDK retries a settlement at the new coordinator when
+an attempt fails, and if the first attempt was committed before its coordinator died, the
+retry finds the lease settled already and is answered "lost" although this very call applied
+it (seen in chaos runs: an ack answered LeaseLost whose record was never handed out again nor
+dead-lettered). With `strict_lost` such answers count as "nothing changed", as the API says.
 
 Anomalies:
 - unsettled:               a record of a final log neither acked (an ack answered applied, or of
@@ -66,6 +75,7 @@ REASONS = ("max-deliveries", "rejected")
 SETTLEMENTS = ("ack", "release", "reject")
 # the servers and the workload read one wall clock (one machine); this absorbs rounding only
 TOLERANCE_MS = 20
+FAILOVER_GRACE_S = 5.0  # after a fault ends, a coordinator may still be changing
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +113,11 @@ def check_queue(
     topic: str,
     max_deliveries: int,
     dead_letter_partitions: int = 0,
+    strict_lost: bool = False,
 ) -> dict[str, list[str]]:
     """`final[p]`: source partition p's reference log; `dead_letters`: the dead-letter topic
-    read whole; `dead_letter_partitions`: its partition count (0: do not check placement)."""
+    read whole; `dead_letter_partitions`: its partition count (0: do not check placement);
+    `strict_lost`: trust LeaseLost answers during faults too (see the module text)."""
     found: dict[str, list[str]] = {kind: [] for kind in QUEUE_ANOMALIES}
     values = {(p, offset): value for p, log in final.items() for offset, value in log}
     leases: dict[Key, list[_Lease]] = defaultdict(list)
@@ -116,6 +128,8 @@ def check_queue(
     rejects: dict[Key, list[int]] = defaultdict(list)  # counts of applied (or unknown) rejects
     # (holder, f, key, count) -> the settlement's outcome and when its call began
     calls: dict[tuple[str, str, Key, int], tuple[EventType, int]] = {}
+    began: dict[tuple[str, str, Key, int], float] = {}  # the call's invoke time (monotonic)
+    windows = [] if strict_lost else _fault_windows(events)
     drained = False
     for event in events:
         key = (event.partition, event.offset)
@@ -135,6 +149,11 @@ def check_queue(
             call = (event.process, event.f, key, event.count)
             if event.type is EventType.INVOKE:
                 calls[call] = (EventType.INFO, event.wall_ms)  # unknown until it completes
+                began[call] = event.t
+            elif event.type is EventType.FAIL and any(
+                start <= event.t and began.get(call, event.t) <= end for start, end in windows
+            ):
+                calls[call] = (EventType.INFO, event.wall_ms)  # a retried call's "lost"
             else:
                 calls[call] = (event.type, event.wall_ms)
     for (process, f, key, count), (type_, wall_ms) in calls.items():
@@ -160,13 +179,28 @@ def check_queue(
             found["dead-lettered-twice"].append(f"{where}: {letters} times in the dead letters")
         if not (applied or maybe or letters):
             handed = len(leases.get(key, ()))
+            lost = acks[key].count(EventType.FAIL)
+            hint = f"; {lost} acks answered LeaseLost: applied after all?" if lost else ""
             found["unsettled"].append(
                 f"{where}: never acked nor dead-lettered ({handed} hand-outs seen; "
-                f"{'after' if drained else 'without'} a complete drain)"
+                f"{'after' if drained else 'without'} a complete drain{hint})"
             )
     for key, its_leases in sorted(leases.items()):
         _check_leases(found, key, its_leases, settled, gone, max_deliveries)
     return found
+
+
+def _fault_windows(events: Sequence[Event]) -> list[tuple[float, float]]:
+    """(start, end + FAILOVER_GRACE_S) of every nemesis fault window (to the end of time if
+    it never stopped)."""
+    started: dict[str, float] = {}
+    windows: list[tuple[float, float]] = []
+    for event in events:
+        if event.process == "nemesis" and event.f == "fault-start":
+            started[event.value] = event.t
+        elif event.process == "nemesis" and event.f == "fault-stop" and event.value in started:
+            windows.append((started.pop(event.value), event.t + FAILOVER_GRACE_S))
+    return windows + [(start, float("inf")) for start in started.values()]
 
 
 def _ended_by(

@@ -14,6 +14,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from chaos.history import HistoryWriter
 from chaos.nemesis import DISK, MOVES, Nemesis, schedule
 from chaos.network import ChaosNetwork
 from chaos.queue_checker import check_queue
-from chaos.queue_workload import QueueSettings, QueueWorkload, read_dead_letters
+from chaos.queue_workload import QueueSettings, QueueWorkload, queue_summary, read_dead_letters
 from chaos.workload import Workload, WorkloadConfig
 from cluster.local import LocalCluster
 from flotilla import Client
@@ -215,12 +216,27 @@ def drain_and_check_queue(
     passes), stop, and `chaos.queue_checker` judges their merged history with the dead-letter
     topic read whole."""
     reference = reference_logs(final)
-    queue.drain({p: len(log) for p, log in reference.items()}, timeout_s)
+    drained = queue.drain({p: len(log) for p, log in reference.items()}, timeout_s)
     queue.stop()
     letters, partitions = read_dead_letters(client, queue.settings.dead_letter_topic(queue.topic))
-    return check_queue(queue.events(), reference, letters, topic=queue.topic,
-                       max_deliveries=queue.settings.max_deliveries,
-                       dead_letter_partitions=partitions)  # fmt: skip
+    events = queue.events()
+    found = check_queue(events, reference, letters, topic=queue.topic,
+                        max_deliveries=queue.settings.max_deliveries,
+                        dead_letter_partitions=partitions)  # fmt: skip
+    with open(queue.directory / "dead-letters.jsonl", "w", encoding="utf-8") as out:
+        for letter in letters:  # kept to judge the run again (headers as latin-1 text)
+            headers = [[name, data.decode("latin-1")] for name, data in letter.headers]
+            out.write(json.dumps([letter.partition, letter.offset, letter.value, headers]) + "\n")
+    reasons = Counter(letter.header("flotilla-dlq-reason") or "?" for letter in letters)
+    verdict = {
+        "drained": drained,
+        "events": queue_summary(events),
+        "crashes": queue.crashes,
+        "dead_letters": dict(reasons),
+        "anomalies": {k: len(v) for k, v in found.items()},
+    }
+    (queue.directory / "queue-check.json").write_text(json.dumps(verdict, indent=2))
+    return found
 
 
 def _wait_for_leaders(client: Client, topic: str, partitions: int) -> list[str]:

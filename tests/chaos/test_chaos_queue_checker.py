@@ -214,3 +214,31 @@ def test_a_lease_with_another_value_or_offset_is_wrong() -> None:
 
 def test_every_anomaly_kind_is_reported() -> None:
     assert set(clean().check()) == set(QUEUE_ANOMALIES)
+
+
+def test_a_lease_lost_answer_during_a_fault_is_unknown_unless_strict() -> None:
+    """A settlement retried across a coordinator failover: its first attempt was applied, the
+    retry is answered LeaseLost. During a fault window (and a grace after) such an answer is
+    judged unknown; `strict_lost` trusts it, and then the checker says what it implies."""
+    h = History().lease("r0", 0, 0, 1, 1000).settle("r0", "ack", 0, 0, 1, 1100, INVOKE)
+    h.add("nemesis", INFO, "fault-start", value="kill-leader#0")
+    h.settle("r0", "ack", 0, 0, 1, 1100, FAIL)  # completes after the kill: lost, yet applied
+    h.lease("r1", 0, 1, 1, 1000).settle("r1", "release", 0, 1, 1, 1100, FAIL)
+    h.lease("r2", 0, 1, 2, 1500).settle("r2", "ack", 0, 1, 2, 1600)  # before r1's deadline
+    h.add("nemesis", INFO, "fault-stop", value="kill-leader#0")
+
+    def about_offsets_0_and_1(found: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {
+            k: [i for i in v if "p0 offset 0" in i or "p0 offset 1 " in i] for k, v in found.items()
+        }
+
+    lenient = about_offsets_0_and_1(h.check())
+    assert not lenient["unsettled"] and not lenient["overlapping"], lenient
+    strict = check_queue(h.events, FINAL, h.letters, topic=TOPIC, max_deliveries=MAX,
+                         strict_lost=True)  # fmt: skip
+    found = about_offsets_0_and_1(strict)
+    assert len(found["unsettled"]) == 1 and "answered LeaseLost" in found["unsettled"][0]
+    assert len(found["overlapping"]) == 1
+    # outside any fault window a LeaseLost answer is trusted
+    h2 = History().lease("r0", 0, 0, 1, 1000).settle("r0", "ack", 0, 0, 1, 1100, FAIL)
+    assert any("p0 offset 0" in item for item in h2.check()["unsettled"])

@@ -87,12 +87,15 @@ def queue_run(root: Path, env: dict[str, str], kills: int, drain_timeout_s: floa
             for number in range(kills):
                 schedule.wait(started + FIRST_KILL_S + number * KILL_EVERY_S - time.monotonic())
                 node = coordinator(client)
+                window = f"kill-coordinator#{number}"  # the checker's fault window
+                history.record("nemesis", EventType.INFO, "fault-start", value=window)
                 history.record("nemesis", EventType.INFO, "fault-target", value=f"kill {node}")
                 cluster.kill(node)
                 killed.append(node)
                 schedule.wait(DOWN_S)  # down while a new coordinator takes over
                 cluster.start(node, wait=False)
                 cluster.wait_serving(node, timeout_s=30)
+                history.record("nemesis", EventType.INFO, "fault-stop", value=window)
             schedule.wait(AFTER_KILLS_S)
             producers.stop()
             final, converged = collect_final_logs(client, TOPIC, 30)
