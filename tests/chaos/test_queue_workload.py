@@ -25,7 +25,7 @@ from chaos.history import EventType, HistoryWriter
 from chaos.queue_checker import QUEUE_ANOMALIES, check_queue
 from chaos.queue_member import ACK, POISON_ONE_IN, decide
 from chaos.queue_workload import QueueSettings, QueueWorkload, queue_summary, read_dead_letters
-from chaos.run import collect_final_logs
+from chaos.run import RunConfig, collect_final_logs, replay_command
 from chaos.workload import Workload, WorkloadConfig
 from cluster.local import LocalCluster
 from flotilla import Client
@@ -161,3 +161,9 @@ def test_receivers_choose_the_same_for_a_hand_out_and_poison_is_never_acked() ->
     assert 0.8 < choices.count(ACK) / len(choices) < 0.97
     poison = [v for v in values if all(decide(SEED, v, n) != ACK for n in range(1, 6))]
     assert len(values) / POISON_ONE_IN / 2 < len(poison) < 2 * len(values) / POISON_ONE_IN
+
+
+def test_the_replay_command_names_the_queue_receivers() -> None:
+    config = RunConfig(nemeses=("kill-leader",), duration_s=30, seed=3, queue_receivers=8)
+    assert replay_command(config).endswith(" --seed 3 --queue-receivers 8")
+    assert " --queue-receivers" not in replay_command(RunConfig())
