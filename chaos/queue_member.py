@@ -44,9 +44,9 @@ def now_ms() -> int:
 
 def decide(seed: int, value: str, delivery_count: int) -> str:
     """What a receiver does with this hand-out of the record `value`."""
-    if zlib.crc32(f"{seed}/{value}".encode()) % POISON_ONE_IN == 0:
-        return RELEASE if delivery_count % 2 else EXPIRE
     rng = random.Random(f"{seed}/{value}/{delivery_count}")
+    if zlib.crc32(f"{seed}/{value}".encode()) % POISON_ONE_IN == 0:
+        return rng.choice((RELEASE, EXPIRE))  # at max_deliveries either dead-letters it
     return rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
 
 

@@ -33,7 +33,7 @@ from flotilla.errors import FlotillaError
 
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
 TOPIC, PARTITIONS, SEED = "jobs", 3, 11
-KILL_EVERY_S, FIRST_KILL_S, KILLS, DOWN_S, AFTER_KILLS_S = 10.0, 6.0, 2, 1.5, 4.0
+KILL_EVERY_S, FIRST_KILL_S, KILLS, DOWN_S, AFTER_KILLS_S = 10.0, 4.0, 2, 1.5, 3.0
 SETTINGS = QueueSettings(receivers=8, invisible_ms=4000, session_timeout_ms=10_000,
                          crash_every_s=(3.0, 5.0))  # fmt: skip
 FAULT_ENV = "FLOTILLA_COORDINATOR_FAULTS"
@@ -146,7 +146,7 @@ def test_a_coordinator_that_forgets_leases_on_load_is_caught(tmp_path: Path) -> 
     """The same run against nodes with a TEST-ONLY fault: a coordinator taking over forgets
     the leases its predecessor granted. Records held by receivers at a kill are handed out
     again before their deadlines (or never again): the checker must say so."""
-    run = queue_run(tmp_path, {FAULT_ENV: "forget_lease_on_load"}, kills=1, drain_timeout_s=5)
+    run = queue_run(tmp_path, {FAULT_ENV: "forget_lease_on_load"}, kills=1, drain_timeout_s=3)
     detail = f"{run.summary}, dead letters {run.reasons}, kills {run.kills}"
     caught = {kind: len(items) for kind, items in run.found.items() if items}
     # the leases it forgot are handed out again at once: two holders before a deadline
