@@ -62,11 +62,13 @@ chaos: $(STAMP)
 ## The long Raft simulation sweep: 10,000 seeds x 2,000 steps with membership churn (about 35 min
 ## on one core), then 2,000 seeds on the real storage code over a simulated disk (crashes that
 ## lose or tear unsynced writes, bit flips at rest, failed writes and fsyncs; about 13 min on one core). CI runs 300 + 40
-## seeds inside `make test`. Then 2,000 seeds of the consumer-group simulator (consumers/sim), each run twice.
+## seeds inside `make test`. Then 2,000 seeds of the consumer-group simulator (consumers/sim), each run twice,
+## and 2,000 of its queue simulation (--queue; about 10 min on one core).
 soak: $(STAMP)
 	$(PY) -m raft.sim --seeds 10000 --steps 2000 --nodes 3,5 --jobs 2
 	$(PY) -m raft.sim --first-seed 10000 --seeds 2000 --steps 2000 --nodes 3,5 --disk sim --jobs 2
 	$(PY) -m consumers.sim --first-seed 10000 --seeds 2000 --steps 600 --twice
+	$(PY) -m consumers.sim --queue --first-seed 10000 --seeds 2000 --steps 600 --twice
 
 ## Regenerate docs/configuration.md and docs/cli.md from the code (a test fails when they are stale).
 .PHONY: docs

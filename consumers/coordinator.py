@@ -32,9 +32,8 @@ assignment, and reaches a new owner only after the old one reported it gone or i
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from collections.abc import Mapping
+from dataclasses import replace
 
 from consumers import offsets as commits
 from consumers import queue_validate, validate
@@ -57,13 +56,7 @@ from consumers.faults import NO_FAULTS, CoordinatorFaults
 from consumers.queue_coordinator import QueueCoordinator
 from consumers.queue_types import (
     QUEUE,
-    DeadLetterJob,
-    Extent,
-    Lease,
     QueueOptions,
-    ReceiveRequest,
-    SettleReply,
-    SettleRequest,
 )
 from consumers.sessions import Sessions, session_ticks
 from consumers.table import GroupState, GroupTable
@@ -79,20 +72,13 @@ from consumers.types import (
     HeartbeatRequest,
     InvalidGroupRequest,
     MemberView,
+    Outcome,
     PartitionView,
     TopicMeta,
     TopicPartition,
 )
 
 __all__ = ["Coordinator", "CoordinatorConfig", "Outcome", "UnknownEntry"]
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
-    reply: T
-    entries: list[bytes] = field(default_factory=list)
 
 
 class Coordinator(QueueCoordinator):
@@ -169,6 +155,7 @@ class Coordinator(QueueCoordinator):
                 options = queue_validate.options(request.queue, request.group)
                 if request.queue is None and group is not None and group.queue is not None:
                     options = group.queue.options  # no options sent: the group's stay
+                queue_validate.dead_letter_topics(options, request.group, subscription or ())
             return self._join(request, instance_id, session_ms, subscription, topics, options)
         member = None if group is None else group.members.get(request.member_id)
         if group is None or member is None:
@@ -186,6 +173,7 @@ class Coordinator(QueueCoordinator):
         validate.check_name("group", request.group)
         checked = commits.checked(request.offsets, topics)
         group = self._table.group(request.group)
+        _no_offsets(group, "commit offsets")
         if request.member_id == "":
             if request.member_epoch != LEAVE:
                 raise InvalidGroupRequest(
@@ -245,6 +233,7 @@ class Coordinator(QueueCoordinator):
         validate.check_topic(topic, topics)
         checked = commits.checked([(topic, p, o) for p, o in sorted(offsets.items())], topics)
         state = self._table.group(group)
+        _no_offsets(state, "reset offsets")
         commits.require_empty(state, "reset its offsets")
         return self._write_offsets(group, state, checked)
 
@@ -257,70 +246,13 @@ class Coordinator(QueueCoordinator):
         commits.require_empty(state, "delete it")
         return Outcome(None, [self._apply(GroupDeleted(group))])
 
-    # -- queues (kind "queue"; DESIGN: consumers/queues.py) ---------------------------------------
-    def queue_receive(
-        self,
-        request: ReceiveRequest,
-        topics: Mapping[str, TopicMeta],
-        extents: Mapping[TopicPartition, Extent],
-        now_ms: int,
-        keys: Mapping[TopicPartition, Mapping[int, bytes | None]] | None = None,
-    ) -> Outcome[list[Lease]]:
-        """Leases up to `request.max_records` records of `request.topic` to the member: first
-        records waiting for redelivery whose time came (lowest offset first), then fresh ones
-        from each partition's `next_offset` below its extent's high watermark, partitions taken
-        round-robin from a rotating start so that none starves; each partition's window
-        (next_offset - acked_floor) stays within max_in_flight. Offsets below an extent's log
-        start were deleted by retention: the partition's floor moves past them. With ordering
-        "key", a fresh record is handed out only if `keys` holds its key (the node reads
-        `queue_key_window` first) and no earlier unsettled record has the same key. Raises
-        FencedMember (not a member of this queue group), InvalidGroupRequest (a bad field, a
-        stream group, a topic the member does not consume), UnknownTopic."""
-        leases, entries = self._queue_receive(request, topics, extents, now_ms, keys)
-        return Outcome(leases, entries)
-
-    def queue_key_window(
-        self, group: str, topic: str, partition: int, extent: Extent, limit: int
-    ) -> range:
-        """The offsets whose keys a key-ordered receive of this partition would look at next
-        (at most `limit`, from next_offset): the node reads their keys before `queue_receive`.
-        Empty for a group not ordered by key."""
-        return self._queue_key_window(group, topic, partition, extent, limit)
-
-    def queue_settle(
-        self, request: SettleRequest, topics: Mapping[str, TopicMeta], now_ms: int
-    ) -> Outcome[SettleReply]:
-        """Applies each settlement on its own (see `consumers.queue_types`): ack settles the
-        record; release makes it waiting until now + delay_ms (at max_deliveries: dead-lettered
-        instead); reject dead-letters it (reason "rejected"); extend moves its deadline to now +
-        invisible_ms. A lease that is not the member's with that delivery count, or past its
-        deadline, goes to `lost` unchanged. FencedMember if the member is not in the group."""
-        reply, entries = self._queue_settle(request, topics, now_ms)
-        return Outcome(reply, entries)
-
-    def queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
-        """Every dead letter decided and not yet confirmed, in (group, topic uid, partition,
-        sequence) order. The node calls it only between rounds (every decision it returns has
-        committed) and copies each partition's jobs in sequence order."""
-        return self._queue_dead_letter_jobs()
-
-    def queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
-        """The copies of `jobs` are in their dead-letter partitions: settle the records (jobs
-        no longer pending, e.g. confirmed twice, are ignored)."""
-        return Outcome(None, self._queue_dead_lettered(jobs))
-
-    def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
-        """`describe` of a queue group: members, and per partition of its topics the queue
-        state (`GroupView.queue`, `GroupView.queue_options`). GroupNotFound if unknown."""
-        return self._queue_view(group, topics)
-
     # -- time ------------------------------------------------------------------------------------
     def tick(self, now_ms: int = 0) -> list[bytes]:
         """One coordinator tick at `now_ms` (epoch ms): sessions that ended (their members'
         leases wait again at once), then leases past their deadline."""
         self._require_started()
         expired = self._sessions.advance()
-        entries = []
+        departed = []
         for name, member_id in expired:
             group = self._table.group(name)
             if group is None or member_id not in group.members:
@@ -328,9 +260,11 @@ class Coordinator(QueueCoordinator):
             if self._faults.never_expire:
                 self._touch(name, group.members[member_id])
                 continue
-            entries.extend(self._queue_departed(group, member_id))
-            entries.append(self._apply(MemberRemoved(name, member_id)))
-        entries.extend(self._queue_expire(now_ms))
+            departed.append((group, member_id))
+        # their leases and the expired ones (one entry per partition), then the members go
+        entries = self._queue_tick(now_ms, departed)
+        for group, member_id in departed:
+            entries.append(self._apply(MemberRemoved(group.name, member_id)))
         return entries
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -492,3 +426,11 @@ class Coordinator(QueueCoordinator):
     def _require_started(self) -> None:
         if not self._started:
             raise RuntimeError("the coordinator is loading: call start() after the last load()")
+
+
+def _no_offsets(group: GroupState | None, doing: str) -> None:
+    if group is not None and group.kind == QUEUE:
+        raise InvalidGroupRequest(
+            f"group {group.name!r} is a queue group: it has no offsets to {doing.split(maxsplit=1)[0]} "
+            "(its records are acked one by one)"
+        )

@@ -158,13 +158,16 @@ class QueueSettled:
 
 @dataclass(frozen=True, slots=True)
 class QueueDeadLettered:
-    """The copies of these pending dead letters (offsets) are in the dead-letter topic."""
+    """The copies of these pending dead letters (`offsets`) are in the dead-letter topic; those
+    of `gone` could not be made (retention deleted the source record, or its topic was deleted):
+    settled as deleted."""
 
     group: str
     topic: str
     topic_uid: str
     partition: int
     offsets: tuple[int, ...]
+    gone: tuple[int, ...] = ()
 
 
 QueueEntry = QueueOptionsSet | QueueLeased | QueueSettled | QueueDeadLettered
@@ -237,6 +240,7 @@ def encode(entry: Entry) -> bytes:
                 entry.topic_uid,
                 entry.partition,
                 list(entry.offsets),
+                list(entry.gone),
             ]
     packed: bytes = msgpack.packb([FORMAT_VERSION, *fields], use_bin_type=True)
     return packed
@@ -323,13 +327,14 @@ def _decode_fields(kind: object, fields: list[Any]) -> Entry:
             tuple(_dead(x) for x in _list(dead)),
         )
     if kind == _QUEUE_DEAD_LETTERED:
-        group, topic, uid, partition, offsets = fields
+        group, topic, uid, partition, offsets, gone = fields
         return QueueDeadLettered(
             _str(group),
             _str(topic),
             _str(uid),
             _int(partition),
             tuple(_int(x) for x in _list(offsets)),
+            tuple(_int(x) for x in _list(gone)),
         )
     raise UnknownEntry(f"entry kind {kind!r}: this node reads kinds 0..{_LAST_KIND}")
 

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from consumers import queue_validate, validate
+from consumers import queue_receive, queue_validate, validate
 from consumers.config import CoordinatorConfig
 from consumers.entries import (
     Entry,
     MemberRecord,
     QueueDeadLettered,
-    QueueLeased,
 )
 from consumers.faults import CoordinatorFaults
-from consumers.queue_plans import ReceivePlan, SettleBuilder
+from consumers.queue_plans import SettleBuilder
 from consumers.queue_types import (
     ACK,
     EXTEND,
-    KEY,
     QUEUE,
     REASON_REJECTED,
     RELEASE,
@@ -46,12 +44,15 @@ from consumers.types import (
     GroupView,
     InvalidGroupRequest,
     MemberView,
+    Outcome,
     PartitionView,
     TopicMeta,
     TopicPartition,
 )
 
 __all__ = ["QueueCoordinator"]
+
+_Key = tuple[str, str, int]  # (group, topic uid, partition)
 
 
 class QueueCoordinator:
@@ -71,15 +72,25 @@ class QueueCoordinator:
     def _apply(self, entry: Entry) -> bytes:
         raise NotImplementedError
 
-    # -- receive ---------------------------------------------------------------------------------
-    def _queue_receive(
+    # -- the calls ------------------------------------------------------------------------------
+    def queue_receive(
         self,
         request: ReceiveRequest,
         topics: Mapping[str, TopicMeta],
         extents: Mapping[TopicPartition, Extent],
         now_ms: int,
-        keys: Mapping[TopicPartition, Mapping[int, bytes | None]] | None,
-    ) -> tuple[list[Lease], list[bytes]]:
+        keys: Mapping[TopicPartition, Mapping[int, bytes | None]] | None = None,
+    ) -> Outcome[list[Lease]]:
+        """Leases up to `request.max_records` records of `request.topic` to the member: first
+        records waiting for redelivery whose time came (lowest offset first), then fresh ones
+        from each partition's `next_offset` below its extent's high watermark, partitions taken
+        round-robin from a rotating start so that none starves; each partition's window
+        (next_offset - acked_floor) stays within max_in_flight. Offsets below an extent's log
+        start were deleted by retention: the partition's floor moves past them. With ordering
+        "key", a fresh record is handed out only if `keys` holds its key (the node reads
+        `queue_key_window` first) and no earlier unsettled record has the same key. Raises
+        FencedMember (not a member of this queue group), InvalidGroupRequest (a bad field, a
+        stream group, a topic the member does not consume), UnknownTopic."""
         self._require_started()
         group, member, queue = self._queue_member(
             request.group, request.member_id, request.member_epoch
@@ -88,103 +99,89 @@ class QueueCoordinator:
         invisible_ms = queue_validate.invisible_ms(request.invisible_ms)
         meta = self._queue_topic(member, request.topic, topics)
         self._touch(group.name, member)
-        topic, by_key = request.topic, queue.options.ordering == KEY
-        cursor_key = (group.name, topic)
-        start = self._queue_cursors.get(cursor_key, 0) % meta.partitions
-        self._queue_cursors[cursor_key] = start + 1
-        plans: list[ReceivePlan] = []
-        for i in range(meta.partitions):
-            partition = (start + i) % meta.partitions
-            state = queue.partition(topic, meta.uid, partition)
-            extent = extents.get((topic, partition))
-            log_start = state.trimmed_to
-            trimmed = extent is not None and extent.log_start > state.trimmed_to
-            if extent is not None and trimmed:
-                log_start = extent.log_start
-                state.trim(log_start)  # also in the entry: a replay trims the same
-            limit = state.next_offset
-            if extent is not None:
-                limit = max(
-                    limit, min(extent.high_watermark, state.floor + queue.options.max_in_flight)
-                )
-            plan_keys = None
-            if by_key:
-                plan_keys = (keys or {}).get((topic, partition), {})
-            plans.append(
-                ReceivePlan(state, log_start, trimmed, state.next_offset, limit, plan_keys)
-            )
-        remaining = request.max_records
-        # first what waits and is due, then fresh records: partitions round-robin, in shares
-        for fresh in (False, True):
-            active = list(plans)
-            while remaining and active:
-                share = max(1, remaining // len(active))
-                still = []
-                for plan in active:
-                    want = min(share, remaining)
-                    if want == 0:
-                        break
-                    if fresh:
-                        got = plan.fresh(want)
-                    else:
-                        offsets = plan.state.take_ready(now_ms, want, plan.taken)
-                        for offset in offsets:
-                            waiting = plan.state.waiting[offset]
-                            plan.leases.append(
-                                (offset, waiting.delivery_count + 1, waiting.key_hash)
-                            )
-                        got = len(offsets)
-                    remaining -= got
-                    if got == want:
-                        still.append(plan)
-                active = still
-        deadline_ms = now_ms + invisible_ms
-        leases: list[Lease] = []
-        entries: list[bytes] = []
-        for plan in sorted(plans, key=lambda p: p.state.partition):
-            if not (plan.leases or plan.skipped or plan.trimmed):
-                continue
-            state = plan.state
-            plan.leases.sort()
-            entry = QueueLeased(
-                group.name,
-                topic,
-                meta.uid,
-                state.partition,
-                plan.log_start,
-                member.id,
-                deadline_ms,
-                max(plan.cursor, state.next_offset),
-                tuple(plan.leases),
-                tuple(plan.skipped),
-            )
-            entries.append(self._apply(entry))
-            leases.extend(
-                Lease(topic, state.partition, offset, count, deadline_ms)
-                for offset, count, _ in plan.leases
-            )
-        return leases, entries
+        cursor = (group.name, request.topic)
+        start = self._queue_cursors.get(cursor, 0) % meta.partitions
+        self._queue_cursors[cursor] = start + 1
+        leases, decided = queue_receive.receive(
+            queue,
+            group.name,
+            member.id,
+            request.topic,
+            meta,
+            start,
+            request.max_records,
+            now_ms,
+            now_ms + invisible_ms,
+            extents,
+            keys,
+        )
+        return Outcome(leases, [self._apply(entry) for entry in decided])
 
-    def _queue_key_window(
-        self, group: str, topic: str, partition: int, extent: Extent, limit: int
+    def queue_key_window(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        extent: Extent,
+        limit: int,
+        topic_uid: str | None = None,
     ) -> range:
+        """The offsets whose keys a key-ordered receive of this partition would look at next
+        (at most `limit`, from next_offset): the node reads their keys before `queue_receive`.
+        Empty for a group not ordered by key. `topic_uid` (additive): the topic's current
+        incarnation; pass it, or after a topic is deleted and recreated the window is the old
+        incarnation's until the new one's first receive."""
         validate.check_name("group", group)
         state = self._table.group(group)
-        if state is None or state.queue is None or state.queue.options.ordering != KEY:
+        if state is None or state.queue is None:
             return range(0)
-        part = state.queue.find(topic, partition)
-        if part is None:
-            start, floor = extent.log_start, extent.log_start
-        else:
-            start = max(part.next_offset, extent.log_start)
-            floor = start if part.floor == part.next_offset else part.floor
-        end = min(extent.high_watermark, floor + state.queue.options.max_in_flight, start + limit)
-        return range(start, max(start, end))
+        return queue_receive.key_window(state.queue, topic, partition, extent, limit, topic_uid)
+
+    def queue_settle(
+        self, request: SettleRequest, topics: Mapping[str, TopicMeta], now_ms: int
+    ) -> Outcome[SettleReply]:
+        """Applies each settlement on its own (see `consumers.queue_types`): ack settles the
+        record; release makes it waiting until now + delay_ms (at max_deliveries: dead-lettered
+        instead); reject dead-letters it (reason "rejected"); extend moves its deadline to now +
+        invisible_ms. A lease that is not the member's with that delivery count, or past its
+        deadline, goes to `lost` unchanged. FencedMember if the member is not in the group."""
+        return self._queue_settle(request, topics, now_ms)
+
+    def queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
+        """Every dead letter decided and not yet confirmed, in (group, topic uid, partition,
+        sequence) order. The node calls it only between rounds (every decision it returns has
+        committed) and copies each partition's jobs in sequence order."""
+        jobs = []
+        for name, group in sorted(self._table.groups.items()):
+            if group.queue is not None:
+                jobs.extend(group.queue.dead_letter_jobs(name))
+        return jobs
+
+    def queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
+        """The copies of `jobs` are in their dead-letter partitions: settle the records (jobs
+        no longer pending, e.g. confirmed twice, are ignored)."""
+        return Outcome(None, self._queue_dead_lettered(jobs))
+
+    def queue_dead_letter_gone(self, jobs: Sequence[DeadLetterJob]) -> Outcome[None]:
+        """(Additive.) The source records of `jobs` cannot be read any more (retention deleted
+        them, or their topic incarnation is gone: `job.topic_uid` is not the topic's uid), so
+        their content cannot be copied: settle them as deleted (counted apart, like retention).
+        The node must still append, at each job's sequence, a record with no key and no value
+        and the flotilla-dlq-* headers (reason as decided), before it calls this: a dead-letter
+        partition refuses a producer's sequence that skips one, so a skipped sequence would
+        stop every later dead letter of that partition. (A copy an earlier coordinator made
+        before it died is answered as a duplicate then: the full copy stays, once.)"""
+        return Outcome(None, self._queue_dead_lettered((), jobs))
+
+    def queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
+        """`describe` of a queue group: members, and per partition of its topics the queue
+        state (`GroupView.queue`, `GroupView.queue_options`). GroupNotFound if unknown."""
+        return self._queue_view(group, topics)
 
     # -- settle ----------------------------------------------------------------------------------
     def _queue_settle(
         self, request: SettleRequest, topics: Mapping[str, TopicMeta], now_ms: int
-    ) -> tuple[SettleReply, list[bytes]]:
+    ) -> Outcome[SettleReply]:
         self._require_started()
         group, member, queue = self._queue_member(
             request.group, request.member_id, request.member_epoch
@@ -235,47 +232,67 @@ class QueueCoordinator:
                 builder.dead_letter(s.offset, lease, REASON_REJECTED)
             applied.append(Lease(s.topic, s.partition, s.offset, s.delivery_count, deadline))
         entries = self._settle_entries(builders.values())
-        return SettleReply(tuple(applied), tuple(lost)), entries
+        return Outcome(SettleReply(tuple(applied), tuple(lost)), entries)
 
     # -- time and departures ---------------------------------------------------------------------
-    def _queue_expire(self, now_ms: int) -> list[bytes]:
+    def _queue_expire(self, now_ms: int, builders: dict[_Key, SettleBuilder]) -> None:
         """Leases past their deadline: waiting after the backoff of their count, or dead at
         max_deliveries."""
         every = self._faults.redeliver_before_deadline
-        builders: list[SettleBuilder] = []
         for name, group in sorted(self._table.groups.items()):
             if group.queue is None:
                 continue
             options = group.queue.options
             backoff = options.backoff_ms
-            for _, state in sorted(group.queue.partitions.items()):
+            for (uid, partition), state in sorted(group.queue.partitions.items()):
                 due = state.due_leases(now_ms, every)
                 if not due:
                     continue
-                builder = SettleBuilder(name, state, options)
+                key = (name, uid, partition)
+                builder = builders.get(key)
+                if builder is None:
+                    builder = builders[key] = SettleBuilder(name, state, options)
                 for offset in due:
+                    if offset in builder.ended:
+                        continue  # its member departed in this tick: waiting already
                     lease = state.leased[offset]
                     step = backoff[min(lease.delivery_count, len(backoff)) - 1] if backoff else 0
                     available_at = now_ms if every else lease.deadline_ms + step
                     builder.back(offset, lease, available_at, lease.delivery_count)
-                builders.append(builder)
-        return self._settle_entries(builders)
 
-    def _queue_departed(self, group: GroupState | None, member_id: str) -> list[bytes]:
+    def _queue_departed(
+        self,
+        group: GroupState | None,
+        member_id: str,
+        builders: dict[_Key, SettleBuilder] | None = None,
+    ) -> list[bytes]:
         """A member leaves or its session ends: its leases wait again at once (nothing timed
-        out, so no backoff), or are dead-lettered at max_deliveries."""
+        out, so no backoff), or are dead-lettered at max_deliveries. With `builders` (a tick),
+        only adds to them; else returns the entries."""
         if group is None or group.queue is None:
             return []
-        builders: list[SettleBuilder] = []
-        for _, state in sorted(group.queue.partitions.items()):
+        found = {} if builders is None else builders
+        for (uid, partition), state in sorted(group.queue.partitions.items()):
             offsets = state.leases_of(member_id)
-            if offsets:
-                builder = SettleBuilder(group.name, state, group.queue.options)
-                for offset in offsets:
-                    lease = state.leased[offset]
-                    builder.back(offset, lease, 0, lease.delivery_count)
-                builders.append(builder)
-        return self._settle_entries(builders)
+            if not offsets:
+                continue
+            key = (group.name, uid, partition)
+            builder = found.get(key)
+            if builder is None:
+                builder = found[key] = SettleBuilder(group.name, state, group.queue.options)
+            for offset in offsets:
+                lease = state.leased[offset]
+                builder.back(offset, lease, 0, lease.delivery_count)
+        return [] if builders is not None else self._settle_entries(found.values())
+
+    def _queue_tick(self, now_ms: int, departed: list[tuple[GroupState, str]]) -> list[bytes]:
+        """A tick's queue entries: the departed members' leases and the expired ones, one entry
+        per partition."""
+        builders: dict[_Key, SettleBuilder] = {}
+        for group, member_id in departed:
+            self._queue_departed(group, member_id, builders)
+        self._queue_expire(now_ms, builders)
+        return self._settle_entries(b for _, b in sorted(builders.items(), key=lambda i: i[0]))
 
     def _settle_entries(self, builders: Iterable[SettleBuilder]) -> list[bytes]:
         entries = []
@@ -286,33 +303,32 @@ class QueueCoordinator:
         return entries
 
     # -- dead letters ----------------------------------------------------------------------------
-    def _queue_dead_letter_jobs(self) -> list[DeadLetterJob]:
-        jobs = []
-        for name, group in sorted(self._table.groups.items()):
-            if group.queue is not None:
-                jobs.extend(group.queue.dead_letter_jobs(name))
-        return jobs
-
-    def _queue_dead_lettered(self, jobs: Sequence[DeadLetterJob]) -> list[bytes]:
+    def _queue_dead_lettered(
+        self, jobs: Sequence[DeadLetterJob], gone: Sequence[DeadLetterJob] = ()
+    ) -> list[bytes]:
         self._require_started()
-        found: dict[tuple[str, str, int], list[int]] = {}
-        for job in jobs:
-            group = self._table.group(job.group)
-            state = None
-            if group is not None and group.queue is not None:
-                state = group.queue.partitions.get((job.topic_uid, job.partition))
-            pending = None if state is None else state.pending.get(job.offset)
-            if pending is not None and pending.sequence == job.sequence:
-                found.setdefault((job.group, job.topic_uid, job.partition), []).append(job.offset)
+        found: dict[tuple[str, str, int], tuple[list[int], list[int]]] = {}
+        for copied, batch in ((True, jobs), (False, gone)):
+            for job in batch:
+                group = self._table.group(job.group)
+                state = None
+                if group is not None and group.queue is not None:
+                    state = group.queue.partitions.get((job.topic_uid, job.partition))
+                pending = None if state is None else state.pending.get(job.offset)
+                if pending is not None and pending.sequence == job.sequence:
+                    key = (job.group, job.topic_uid, job.partition)
+                    found.setdefault(key, ([], []))[0 if copied else 1].append(job.offset)
         entries = []
-        for (name, uid, partition), offsets in sorted(found.items()):
+        for (name, uid, partition), (offsets, lost) in sorted(found.items()):
             queue = self._table.groups[name].queue
             assert queue is not None
             state = queue.partitions[(uid, partition)]
             settled = sorted(set(offsets))
-            entries.append(
-                self._apply(QueueDeadLettered(name, state.topic, uid, partition, tuple(settled)))
+            deleted = sorted(set(lost) - set(settled))
+            entry = QueueDeadLettered(
+                name, state.topic, uid, partition, tuple(settled), tuple(deleted)
             )
+            entries.append(self._apply(entry))
             if self._faults.dead_letter_twice:
                 self._decide_again(name, state, settled)
         return entries
@@ -326,8 +342,9 @@ class QueueCoordinator:
                 continue
             self._redecided.add(key)
             topic = f"{state.topic}.{group}.dlq"
-            state.pending[offset] = Pending(state.next_sequence, 1, REASON_REJECTED, topic, None)
-            state.next_sequence += 1
+            sequence = state.sequences.get(topic, 0)
+            state.pending[offset] = Pending(sequence, 1, REASON_REJECTED, topic, None)
+            state.sequences[topic] = sequence + 1
 
     # -- views -----------------------------------------------------------------------------------
     def _queue_view(self, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:

@@ -25,10 +25,12 @@ class SettleBuilder:
     waiting: list[tuple[int, int, int]] = field(default_factory=list)
     extended: list[tuple[int, int]] = field(default_factory=list)
     dead: list[tuple[int, int, int, str, str]] = field(default_factory=list)
-    sequence: int = -1
+    sequences: dict[str, int] = field(default_factory=dict)  # dead-letter topic -> next
+    ended: set[int] = field(default_factory=set)  # offsets whose lease ends in this entry
 
     def back(self, offset: int, lease: Leased, available_at_ms: int, count: int) -> None:
         """The lease ends unsettled: waiting again, or dead-lettered at max_deliveries."""
+        self.ended.add(offset)
         if lease.delivery_count >= self.options.max_deliveries:
             self.dead_letter(offset, lease, REASON_MAX_DELIVERIES)
         else:
@@ -39,11 +41,10 @@ class SettleBuilder:
             # retention deleted it: there is nothing to copy (settled as deleted on apply)
             self.waiting.append((offset, 0, lease.delivery_count))
             return
-        if self.sequence < 0:
-            self.sequence = self.state.next_sequence
         topic = self.options.dead_letter_topic_of(self.group, self.state.topic)
-        self.dead.append((offset, self.sequence, lease.delivery_count, reason, topic))
-        self.sequence += 1
+        sequence = self.sequences.get(topic, self.state.sequences.get(topic, 0))
+        self.dead.append((offset, sequence, lease.delivery_count, reason, topic))
+        self.sequences[topic] = sequence + 1
 
     def entry(self) -> QueueSettled | None:
         if not (self.acked or self.waiting or self.extended or self.dead):
@@ -75,6 +76,14 @@ class ReceivePlan:
     skipped: list[tuple[int, int | None]] = field(default_factory=list)
     new_keys: set[int] = field(default_factory=set)
     taken: set[int] = field(default_factory=set)
+
+    def waiting(self, now_ms: int, limit: int) -> int:
+        """Leases up to `limit` waiting records whose time came; how many it leased."""
+        offsets = self.state.take_ready(now_ms, limit, self.taken)
+        for offset in offsets:
+            waiting = self.state.waiting[offset]
+            self.leases.append((offset, waiting.delivery_count + 1, waiting.key_hash))
+        return len(offsets)
 
     def fresh(self, limit: int) -> int:
         """Leases up to `limit` fresh records; how many it leased."""

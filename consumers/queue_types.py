@@ -149,7 +149,11 @@ class DeadLetterJob:
     reason: str  # REASON_MAX_DELIVERIES | REASON_REJECTED
     dead_letter_topic: str
     producer_id: int  # deterministic: (group, topic uid, partition) -> 63-bit id, never 0
-    sequence: int  # this (group, topic uid, partition)'s dead letters so far, from 0
+    # this (group, topic uid, partition)'s dead letters to `dead_letter_topic` so far, from 0:
+    # contiguous, as the dead-letter partition's idempotence requires. The node copies every
+    # one, in order; one whose source is gone still gets a record at its sequence (see
+    # `Coordinator.queue_dead_letter_gone`)
+    sequence: int
 
 
 @dataclass(frozen=True, slots=True)

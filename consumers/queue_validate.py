@@ -75,9 +75,35 @@ def options(given: QueueOptions | None, group: str) -> QueueOptions:
             f"ordering {o.ordering!r:.40} is not valid: use {NONE!r} or {KEY!r}"
         )
     if o.dead_letter_topic is not None:
-        validate.check_name("dead_letter_topic", o.dead_letter_topic)
+        dead_letter_topic(o.dead_letter_topic, "dead_letter_topic")
     validate.check_name("group", group)
     return o
+
+
+def dead_letter_topic(name: str, field: str) -> None:
+    """A dead-letter topic name must be one a topic can have."""
+    validate.check_name(field, name)
+    if name in (".", ".."):
+        raise InvalidGroupRequest(f"{field} {name!r} is not valid: a topic is not . or ..")
+
+
+def dead_letter_topics(options: QueueOptions, group: str, topics: tuple[str, ...]) -> None:
+    """Each subscribed topic's dead-letter topic (by default "<topic>.<group>.dlq") must be a
+    valid topic name: refused at join, not when the first record is dead-lettered."""
+    if options.dead_letter_topic in topics:
+        raise InvalidGroupRequest(
+            f"dead_letter_topic {options.dead_letter_topic!r} is a topic the member consumes: "
+            "name another (a dead letter would be handed out again)"
+        )
+    if options.dead_letter_topic is None:
+        for topic in topics:
+            name = options.dead_letter_topic_of(group, topic)
+            if len(name) > validate.MAX_NAME:
+                raise InvalidGroupRequest(
+                    f"dead_letter_topic: the default {name[:40]!r}... ({len(name)} characters) "
+                    f"of topic {topic!r} is too long: name one of at most {validate.MAX_NAME} "
+                    "characters"
+                )
 
 
 def invisible_ms(value: int) -> int:

@@ -94,7 +94,10 @@ class PartitionQueue:
     acked: int = 0
     dead_lettered: int = 0
     deleted: int = 0  # settled by retention, neither acked nor dead-lettered
-    next_sequence: int = 0  # of the next dead letter decided
+    # dead-letter topic -> the sequence of its next dead letter decided: each (source partition,
+    # dead-letter topic) pair is one idempotent producer's stream, contiguous from 0 (a gap
+    # would be refused by the dead-letter partition), even if the options change the topic
+    sequences: dict[str, int] = field(default_factory=dict)
     # caches (not state): lazily cleaned heaps over the dicts
     by_key: dict[int, list[int]] = field(default_factory=dict)
     _unsettled: list[int] = field(default_factory=list)  # every offset made unsettled
@@ -115,16 +118,8 @@ class PartitionQueue:
             self.acked,
             self.dead_lettered,
             self.deleted,
-            self.next_sequence,
+            dict(sorted(self.sequences.items())),
         )
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.leased)
-
-    def room(self, max_in_flight: int) -> int:
-        """How many fresh offsets the window still admits."""
-        return max(0, self.floor + max_in_flight - self.next_offset)
 
     # -- what a decision reads (heaps may be cleaned; no state changes) --------------------------
     def take_ready(self, now_ms: int, limit: int, taken: set[int]) -> list[int]:
@@ -228,15 +223,19 @@ class PartitionQueue:
             lease = self.leased.pop(offset, None)
             if lease is not None:
                 self.pending[offset] = Pending(sequence, count, reason, topic, lease.key_hash)
-                self.next_sequence = max(self.next_sequence, sequence + 1)
+                self.sequences[topic] = max(self.sequences.get(topic, 0), sequence + 1)
         self._advance_floor()
 
     def apply_dead_lettered(self, entry: QueueDeadLettered) -> None:
-        for offset in entry.offsets:
-            pending = self.pending.pop(offset, None)
-            if pending is not None:
-                self.dead_lettered += 1
-                self._settled(offset, pending.key_hash)
+        for offsets, copied in ((entry.offsets, True), (entry.gone, False)):
+            for offset in offsets:
+                pending = self.pending.pop(offset, None)
+                if pending is not None:
+                    if copied:
+                        self.dead_lettered += 1
+                    else:
+                        self.deleted += 1
+                    self._settled(offset, pending.key_hash)
         self._advance_floor()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -282,6 +281,23 @@ class PartitionQueue:
         ):
             heapq.heappop(heap)
         self.floor = heap[0] if heap else self.next_offset
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drops the heaps' stale items (leases settled or extended, waits that ended) once a
+        heap holds more than twice what is live: memory follows the window, not the traffic
+        (acks of a 12-hour lease would otherwise pile up). Amortized O(1) per change."""
+        if len(self._deadlines) > 2 * len(self.leased) + 64:
+            self._deadlines = [(lease.deadline_ms, o) for o, lease in self.leased.items()]
+            heapq.heapify(self._deadlines)
+        if len(self._timed) + len(self._ready) > 2 * len(self.waiting) + 64:
+            self._timed = [
+                (w.available_at_ms, o)
+                for o, w in self.waiting.items()
+                if self.is_head(o, w.key_hash)
+            ]
+            heapq.heapify(self._timed)
+            self._ready = []  # what is due moves there again on the next receive
 
 
 @dataclass(slots=True)
@@ -323,13 +339,16 @@ class QueueGroup:
         )
 
     def dead_letter_jobs(self, group: str) -> list[DeadLetterJob]:
-        """Pending dead letters, in (topic uid, partition, sequence) order."""
+        """Pending dead letters, in (topic uid, partition, dead-letter topic, sequence) order."""
         jobs = []
         for (uid, partition), state in sorted(self.partitions.items()):
             if not state.pending:
                 continue
             pid = producer_id(group, uid, partition)
-            for offset, p in sorted(state.pending.items(), key=lambda i: i[1].sequence):
+            order = sorted(
+                state.pending.items(), key=lambda i: (i[1].dead_letter_topic, i[1].sequence)
+            )
+            for offset, p in order:
                 jobs.append(
                     DeadLetterJob(
                         group,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from consumers.queue_types import QueueOptions, QueuePartitionView
 
@@ -20,6 +21,7 @@ __all__ = [
     "HeartbeatRequest",
     "InvalidGroupRequest",
     "MemberView",
+    "Outcome",
     "PartitionView",
     "TopicMeta",
     "TopicPartition",
@@ -27,11 +29,21 @@ __all__ = [
 ]
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 # member_epoch values with a meaning of their own (GroupHeartbeatRequest in proto/flotilla.proto)
 JOIN = 0
 LEAVE = -1
 LEAVE_STATIC = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """A decision: the reply, and the entries (already applied to the coordinator's state) the
+    node must commit before the reply leaves."""
+
+    reply: T
+    entries: list[bytes] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from consumers.types import InvalidGroupRequest, TopicMeta, UnknownTopic
 
 __all__ = [
     "KINDS",
+    "MAX_NAME",
     "NAME_RULE",
     "check_kind",
     "check_name",
@@ -20,7 +21,8 @@ __all__ = [
     "session_timeout",
 ]
 
-NAME_RULE = "1 to 200 characters of [A-Za-z0-9._-]"
+MAX_NAME = 200
+NAME_RULE = f"1 to {MAX_NAME} characters of [A-Za-z0-9._-]"
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 KINDS = ("stream", "queue")
 

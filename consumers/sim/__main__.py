@@ -4,6 +4,8 @@
     python -m consumers.sim --seed 42 --steps 600              # replay one seed, with its stats
     python -m consumers.sim --seeds 300 --fault grant_before_revoke   # a checker must fail
     python -m consumers.sim --seeds 50 --twice --fault unseeded_member_ids  # determinism check
+    python -m consumers.sim --queue --seeds 200                # the queue simulation
+    python -m consumers.sim --queue --seed 7 --fault dead_letter_twice  # a checker must fail
 
 Prints a summary; exits 1 if any seed violated a promise, after printing each failing seed with
 the one-line command that replays it.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from consumers.sim.runner import ALL_FAULTS, SeedResult, run_seed, sweep
+from consumers.sim.runner import ALL_FAULTS, QUEUE_FAULTS, SeedResult, run_seed, sweep
 
 DEFAULT_STEPS = 400
 
@@ -30,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", type=int, default=DEFAULT_STEPS, help=f"ticks per seed (default {DEFAULT_STEPS})"
     )
     parser.add_argument("--time-limit", type=float, help="stop starting seeds after this many s")
-    parser.add_argument("--fault", choices=ALL_FAULTS, help="TEST ONLY: inject a bug")
+    parser.add_argument(
+        "--queue", action="store_true", help="the queue simulation (leases, acks, dead letters)"
+    )
+    parser.add_argument(
+        "--fault", choices=ALL_FAULTS + QUEUE_FAULTS, help="TEST ONLY: inject a bug"
+    )
     parser.add_argument(
         "--twice",
         action="store_true",
@@ -40,9 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.steps < 1:
         parser.error("--seeds and --steps must be >= 1")
+    valid = QUEUE_FAULTS if args.queue else ALL_FAULTS
+    if args.fault is not None and args.fault not in valid:
+        mode = "--queue" if args.queue else "the group simulation"
+        parser.error(f"--fault {args.fault} is not one of {mode}'s: {', '.join(valid)}")
 
     if args.seed is not None:
-        result = run_seed(args.seed, args.steps, args.fault, twice=True)
+        result = run_seed(args.seed, args.steps, args.fault, twice=True, queue=args.queue)
         print(f"seed={result.seed} steps={result.steps} digest={result.digest} {result.stats}")
         if result.violation is not None:
             _report(result)
@@ -58,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         time_limit_s=args.time_limit,
         stop_on_failure=args.stop_on_failure,
         on_result=lambda r: _report(r) if r.violation is not None else None,
+        queue=args.queue,
     )
     for line in summary.lines():
         print(line)

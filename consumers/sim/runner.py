@@ -7,16 +7,32 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from consumers.faults import FAULT_NAMES, NO_FAULTS, STREAM_FAULT_NAMES, CoordinatorFaults
+from consumers.faults import (
+    FAULT_NAMES,
+    NO_FAULTS,
+    QUEUE_FAULT_NAMES,
+    STREAM_FAULT_NAMES,
+    CoordinatorFaults,
+)
 from consumers.sim.checker import Violation
+from consumers.sim.queue_world import QUEUE_STAT_NAMES, QueueSimulation
 from consumers.sim.world import STAT_NAMES, Simulation
 
-__all__ = ["ALL_FAULTS", "SHELL_FAULTS", "SeedResult", "Summary", "run_seed", "sweep"]
+__all__ = [
+    "ALL_FAULTS",
+    "QUEUE_FAULTS",
+    "SHELL_FAULTS",
+    "SeedResult",
+    "Summary",
+    "run_seed",
+    "sweep",
+]
 
 # Deliberate bugs of the node's side, for the checkers to catch (TEST-ONLY): answering before the
 # entries commit, and a member position past what it read.
 SHELL_FAULTS = ("reply_before_commit", "skip_ahead")
 ALL_FAULTS = STREAM_FAULT_NAMES + SHELL_FAULTS
+QUEUE_FAULTS = QUEUE_FAULT_NAMES  # `--queue`: the queue simulation (consumers/sim/queue_world.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +45,12 @@ class SeedResult:
     violation: str | None = None  # the kind, e.g. "double-owner"
     detail: str | None = None
     at_step: int | None = None
+    queue: bool = False
 
     @property
     def replay(self) -> str:
-        command = f"python -m consumers.sim --seed {self.seed} --steps {self.steps}"
+        command = "python -m consumers.sim" + (" --queue" if self.queue else "")
+        command += f" --seed {self.seed} --steps {self.steps}"
         return command + (f" --fault {self.fault}" if self.fault else "")
 
 
@@ -43,11 +61,14 @@ def run_seed(
     *,
     twice: bool = False,
     disabled: frozenset[str] = frozenset(),
+    queue: bool = False,
 ) -> SeedResult:
-    """One seed; `twice`: run it again and compare the traces (check (e), determinism)."""
-    result = _run_once(seed, steps, fault, disabled)
+    """One seed; `twice`: run it again and compare the traces (check (e), determinism);
+    `queue`: the queue simulation."""
+    run = _run_queue if queue else _run_once
+    result = run(seed, steps, fault, disabled)
     if twice and result.violation is None and "e" not in disabled:
-        again = _run_once(seed, steps, fault, disabled)
+        again = run(seed, steps, fault, disabled)
         if again.digest != result.digest:
             return replace(
                 result,
@@ -76,6 +97,23 @@ def _run_once(seed: int, steps: int, fault: str | None, disabled: frozenset[str]
     return SeedResult(
         seed, steps, fault, dict(sim.stats), sim.digest(), kind, detail, sim.now if kind else None
     )
+
+
+def _run_queue(seed: int, steps: int, fault: str | None, disabled: frozenset[str]) -> SeedResult:
+    if fault is not None and fault not in QUEUE_FAULTS:
+        raise ValueError(f"unknown queue fault {fault!r}; valid: {', '.join(QUEUE_FAULTS)}")
+    faults = CoordinatorFaults.named(fault) if fault is not None else NO_FAULTS
+    sim = QueueSimulation(seed, faults=faults)
+    kind = detail = None
+    try:
+        sim.run(steps)
+    except Violation as violation:
+        kind, detail = violation.kind, violation.detail
+    except Exception as error:  # a crash of the core or the model is a finding too
+        kind = "exception"
+        detail = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+    at = sim.now if kind else None
+    return SeedResult(seed, steps, fault, dict(sim.stats), sim.digest(), kind, detail, at, True)
 
 
 @dataclass
@@ -118,12 +156,13 @@ def sweep(
     time_limit_s: float | None = None,
     stop_on_failure: bool = False,
     on_result: Callable[[SeedResult], None] | None = None,
+    queue: bool = False,
 ) -> Summary:
     """Runs every seed (or until `time_limit_s`)."""
-    summary = Summary()
+    summary = Summary(stats=dict.fromkeys(QUEUE_STAT_NAMES if queue else STAT_NAMES, 0))
     started = time.monotonic()
     for seed in seeds:
-        result = run_seed(seed, steps, fault, twice=twice, disabled=disabled)
+        result = run_seed(seed, steps, fault, twice=twice, disabled=disabled, queue=queue)
         summary.add(result)
         if on_result is not None:
             on_result(result)

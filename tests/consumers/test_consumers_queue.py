@@ -5,12 +5,20 @@ holds the same leases, waiting times, counts and pending dead letters."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import pytest
 
-from consumers import Coordinator, CoordinatorConfig, FencedMember, Outcome, TopicMeta
-from consumers.entries import decode
+from consumers import (
+    CommitRequest,
+    Coordinator,
+    CoordinatorConfig,
+    FencedMember,
+    Outcome,
+    TopicMeta,
+)
+from consumers.entries import QueueSettled, decode
 from consumers.queue_types import (
     ACK,
     EXTEND,
@@ -266,6 +274,19 @@ def test_dead_letter_sequences_count_per_partition_from_zero() -> None:
     assert [j.sequence for j in kit.c.queue_dead_letter_jobs()] == [2, 3]
 
 
+def test_dead_letter_sequences_are_contiguous_per_dead_letter_topic() -> None:
+    kit = Kit(QueueOptions(dead_letter_topic="dlq-a"), hw=4, partitions=1)
+    a = kit.join()
+    leases = kit.receive(a, n=4)
+    kit.settle(a, leases[:2], REJECT)
+    kit.join(options=QueueOptions(dead_letter_topic="dlq-b"))  # the options move the DLQ
+    kit.settle(a, leases[2:], REJECT)
+    jobs = [(j.dead_letter_topic, j.sequence) for j in kit.c.queue_dead_letter_jobs()]
+    # each producer stream starts at 0 in its topic: a dead-letter partition refuses a gap
+    assert jobs == [("dlq-a", 0), ("dlq-a", 1), ("dlq-b", 0), ("dlq-b", 1)]
+    assert state(kit.replayed()) == state(kit.c)
+
+
 def test_a_departed_member_s_leases_wait_again_at_once() -> None:
     kit = Kit(hw=2)
     a, b, c = kit.join(1_000), kit.join(), kit.join()
@@ -280,6 +301,23 @@ def test_a_departed_member_s_leases_wait_again_at_once() -> None:
         kit.tick(100)
         kit.take(kit.c.heartbeat(HeartbeatRequest("q", c, 1, 0, kind=QUEUE), TOPICS))
     assert len(kit.receive(c, n=10)) == 6
+
+
+def test_a_tick_writes_one_entry_per_partition_for_departures_and_expiries() -> None:
+    kit = Kit(hw=4, partitions=1)
+    a, b = kit.join(1_000), kit.join(60_000)
+    kit.receive(a, n=2, invisible_ms=60_000)
+    kit.receive(b, n=2, invisible_ms=1_100)
+    for _ in range(20):
+        entries = kit.tick(100)  # a's session and b's leases end in the same tick
+        if entries:
+            break
+    kinds = [type(decode(e)).__name__ for e in entries]
+    assert kinds == ["QueueSettled", "MemberRemoved"]
+    settled = decode(entries[0])
+    assert isinstance(settled, QueueSettled)
+    assert [w[0] for w in settled.waiting] == [0, 1, 2, 3]
+    assert [w[1] for w in settled.waiting] == [0, 0, T0 + 2_100, T0 + 2_100]  # a left: no backoff
 
 
 def test_the_window_bounds_what_is_in_flight() -> None:
@@ -310,6 +348,34 @@ def test_a_ten_million_record_backlog_keeps_the_state_bounded() -> None:
         assert part.next_offset - part.floor <= 2_000
         assert len(part.leased) + len(part.waiting) + len(part.pending) <= 2_000
         assert len(part._unsettled) <= 4_000 and len(part._deadlines) <= 4_000
+
+
+def test_heaps_follow_the_window_not_the_traffic() -> None:
+    kit = Kit(QueueOptions(max_in_flight=100_000), hw=1_000_000, partitions=1)
+    a = kit.join()
+    for round in range(200):  # 20,000 twelve-hour leases acked long before their deadlines
+        leases = kit.receive(a, n=100, invisible_ms=43_200_000)
+        kit.settle(a, leases, ACK)
+        if round < 10:
+            held = kit.receive(a, n=50, invisible_ms=43_200_000)
+            kit.settle(a, held, RELEASE, delay_ms=86_400_000)
+    group = kit.c._table.group("q")
+    assert group is not None and group.queue is not None
+    part = group.queue.partitions[("jobs-uid", 0)]
+    assert part.acked == 20_000 and len(part.waiting) == 500
+    assert len(part._deadlines) <= 2 * len(part.leased) + 64
+    assert len(part._timed) + len(part._ready) <= 2 * len(part.waiting) + 64
+
+
+def test_a_default_dead_letter_topic_name_must_be_valid() -> None:
+    c = Coordinator(CONFIG)
+    c.start()
+    topics = {"t" * 200: TopicMeta("uid", 1)}
+    join = HeartbeatRequest("q", "", JOIN, 0, topics=("t" * 200,), kind=QUEUE)
+    with pytest.raises(InvalidGroupRequest, match=r"dead_letter_topic: the default .* too long"):
+        c.heartbeat(join, topics)
+    named = replace(join, queue=QueueOptions(dead_letter_topic="short.dlq"))
+    assert c.heartbeat(named, topics).reply.member_id
 
 
 def test_retention_settles_what_it_deleted_apart_from_acks() -> None:
@@ -397,6 +463,38 @@ def test_a_replayed_coordinator_holds_the_same_leases_waiting_counts_and_dead_le
     kit.tick(5_000)
     other.tick(5_000 + kit.now - 5_000)
     assert state(other) == state(kit.c)
+
+
+def test_a_receive_that_hands_out_nothing_leaves_no_state_a_replay_lacks() -> None:
+    kit = Kit(hw=5, partitions=1)  # partitions 1 and 2 have no records
+    a = kit.join()
+    assert len(kit.receive(a, n=10)) == 5
+    assert kit.receive(a, n=10) == []
+    assert state(kit.replayed()) == state(kit.c)
+
+
+def test_a_dead_letter_whose_source_is_gone_is_settled_as_deleted() -> None:
+    kit = Kit(hw=2, partitions=1)
+    a = kit.join()
+    kit.settle(a, kit.receive(a, n=2), REJECT)
+    jobs = kit.c.queue_dead_letter_jobs()
+    kit.take(kit.c.queue_dead_letter_gone(jobs[:1]))  # retention deleted its source
+    kit.take(kit.c.queue_dead_lettered(jobs))  # the first is no longer pending: ignored
+    view = kit.c.queue_view("q", TOPICS).queue[0]
+    assert (view.deleted, view.dead_lettered, view.dead_letters_pending) == (1, 1, 0)
+    assert view.acked_floor == 2
+    assert state(kit.replayed()) == state(kit.c)
+
+
+def test_the_key_window_follows_the_topic_incarnation_named() -> None:
+    kit = Kit(QueueOptions(ordering="key"), hw=3, partitions=1)
+    a = kit.join()
+    kit.receive(a, n=3, keys={("jobs", 0): {0: b"a", 1: b"b", 2: b"c"}})
+    extent = Extent(0, 10)
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100) == range(3, 10)
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100, "jobs-uid") == range(3, 10)
+    # the topic was deleted and created again: its new incarnation starts from its log start
+    assert kit.c.queue_key_window("q", "jobs", 0, extent, 100, "jobs-uid-2") == range(0, 10)
 
 
 def test_deleting_a_queue_group_needs_it_empty_and_drops_its_state() -> None:
@@ -488,6 +586,8 @@ BAD = [
     (_join(backoff_ms=(1,) * 17), InvalidGroupRequest, "backoff_ms has 17 steps: use at most 16"),
     (_join(backoff_ms=(86_400_001,)), InvalidGroupRequest, "backoff_ms step 86400001"),
     (_join(dead_letter_topic="a b"), InvalidGroupRequest, "dead_letter_topic 'a b'"),
+    (_join(dead_letter_topic=".."), InvalidGroupRequest, "dead_letter_topic '..' is not valid"),
+    (_join(dead_letter_topic="jobs"), InvalidGroupRequest, "'jobs' is a topic the member consumes"),
 ]
 
 
@@ -511,6 +611,19 @@ def test_a_topic_the_member_does_not_consume_is_refused() -> None:
     request = ReceiveRequest("q", a, 1, "other", 1, 0)
     with pytest.raises(InvalidGroupRequest, match="topic 'other' is not consumed by member"):
         kit.c.queue_receive(request, topics, kit.extents, kit.now)
+
+
+def test_a_queue_group_has_no_offsets_to_commit_or_reset() -> None:
+    kit = Kit()
+    a = kit.join()
+    with pytest.raises(InvalidGroupRequest, match="'q' is a queue group: it has no offsets"):
+        kit.c.commit(CommitRequest("q", a, 1, (("jobs", 0, 5),)), TOPICS)
+    kit.take(kit.c.heartbeat(HeartbeatRequest("q", a, LEAVE, 0, kind=QUEUE), TOPICS))
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.commit(CommitRequest("q", "", LEAVE, (("jobs", 0, 5),)), TOPICS)
+    with pytest.raises(InvalidGroupRequest, match="queue group"):
+        kit.c.reset_offsets("q", "jobs", {0: 5}, TOPICS)
+    assert kit.c.offsets("q", TOPICS) == {}
 
 
 def test_queue_calls_on_a_stream_group_and_queue_options_on_a_stream_join_are_refused() -> None:

@@ -71,6 +71,7 @@ entries: st.SearchStrategy[Entry] = st.one_of(
         topic_uid=names,
         partition=ints,
         offsets=st.lists(ints, max_size=4).map(tuple),
+        gone=st.lists(ints, max_size=4).map(tuple),
     ),
 )
 
@@ -103,7 +104,8 @@ GOOD = encode(QueueSettled("g", "t", "u", 0, (1,), ((2, 3, 1),), ((4, 5),), ((6,
             msgpack.packb([FORMAT_VERSION, 6, "g", "t", "u", 0, [], [], [], [[1, 2, 3, 4]]]),
             "kind 6",
         ),
-        (msgpack.packb([FORMAT_VERSION, 7, "g", "t", "u", 0, "1"]), "expected an array"),
+        (msgpack.packb([FORMAT_VERSION, 7, "g", "t", "u", 0, "1", []]), "expected an array"),
+        (msgpack.packb([FORMAT_VERSION, 7, "g", "t", "u", 0, []]), "malformed entry of kind 7"),
         (msgpack.packb([FORMAT_VERSION + 1, 6, "g"]), "format version 2"),
         (GOOD[:-1], "not a msgpack entry"),
     ],
