@@ -20,8 +20,8 @@ again, and the dead-letter partition's idempotence table answers the repeat as a
 first copy's offsets): the record lands there once.
 
 A record that can no longer be copied (its topic deleted or recreated, or the record deleted by
-retention before the copy) is reported as dead-lettered without a copy, with a warning: there is
-nothing left to copy. Any other failure is retried with backoff (1 s doubling to 30 s), logged
+retention before the copy) is reported as gone (`Coordinator.queue_dead_letter_gone`: settled as
+deleted, counted apart), with a warning: there is nothing left to copy. Any other failure is retried with backoff (1 s doubling to 30 s), logged
 once per job. Copies of different partitions run concurrently, at most `MAX_CONCURRENT_STREAMS`
 at a time; everything runs on the event loop except the local reads (`asyncio.to_thread`).
 """
@@ -61,6 +61,8 @@ RETRY_MAX_S = 30.0
 PRODUCE_TIMEOUT_S = 10.0
 
 StreamKey = tuple[str, str, int]  # (group, topic uid, partition)
+# A copy's outcome that starts so: the source record is gone, there was nothing to copy.
+GONE = "not copied"
 
 
 class CopyFailed(ClusterError):
@@ -104,14 +106,15 @@ class DeadLetterSink:
         self._stub = stub
 
     async def copy(self, job: DeadLetterJob) -> str:
-        """Copies the job's record; says what happened (for the log)."""
+        """Copies the job's record; says what happened (for the log), starting with `GONE`
+        when there is nothing to copy any more."""
         source = self._topics().get(job.topic)
         if source is None or source.uid != job.topic_uid:
-            return "not copied: its topic was deleted"
+            return f"{GONE}: its topic was deleted (or recreated)"
         dead_letters = await self._ensure_topic(job.dead_letter_topic, source)
         record = await self._source.record(job.topic, job.partition, job.offset)
         if record is None:
-            return "not copied: retention deleted the record first"
+            return f"{GONE}: retention deleted the record first"
         partition = job.partition % dead_letters.partitions
         batch = dead_letter_batch(job, record)
         response = await self._produce(dead_letters.name, partition, batch)
@@ -163,18 +166,20 @@ class DeadLetterSink:
 
 
 class Sink(Protocol):
-    async def copy(self, job: DeadLetterJob) -> str: ...
+    async def copy(self, job: DeadLetterJob) -> str:
+        """What happened (for the log); starts with `GONE` when the source record is gone."""
+        ...
 
 
 class DeadLetterCopier:
     """Copies the jobs `offer`ed, each (group, topic uid, partition) in sequence order, then
-    reports them with `confirm` (an entry of the coordinator, through a round)."""
+    reports them with `confirm(copied, gone)` (an entry of the coordinator, through a round)."""
 
     def __init__(
         self,
         group: str,
         sink: Sink,
-        confirm: Callable[[Sequence[DeadLetterJob]], Awaitable[object]],
+        confirm: Callable[[Sequence[DeadLetterJob], Sequence[DeadLetterJob]], Awaitable[object]],
         faults: NodeFaults,
         streams: asyncio.Semaphore | None = None,
     ) -> None:
@@ -212,15 +217,16 @@ class DeadLetterCopier:
     async def _copy_stream(self, key: StreamKey, jobs: list[DeadLetterJob]) -> None:
         try:
             async with self._streams:
-                copied = []
+                copied: list[DeadLetterJob] = []
+                gone: list[DeadLetterJob] = []
                 for job in jobs:
                     await self._stall_if_armed()
                     # TEST-ONLY: the one copy this node makes (then it stalls: never confirmed)
                     self._faults.stalled = self._faults.dead_letter_stall_after_copy
-                    await self._copy(job)
-                    copied.append(job)
+                    outcome = await self._copy(job)
+                    (gone if outcome.startswith(GONE) else copied).append(job)
                     await self._stall_if_armed()
-                await self._confirm(copied)
+                await self._confirm(copied, gone)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the slot was dropped: its successor copies them again
@@ -233,7 +239,7 @@ class DeadLetterCopier:
         if self._faults.stalled:
             await asyncio.Event().wait()  # TEST-ONLY: forever (until the slot is dropped)
 
-    async def _copy(self, job: DeadLetterJob) -> None:
+    async def _copy(self, job: DeadLetterJob) -> str:
         delay_s = self.retry_first_s
         attempts = 0
         while True:
@@ -250,10 +256,10 @@ class DeadLetterCopier:
                 await asyncio.sleep(delay_s)
                 delay_s = min(RETRY_MAX_S, delay_s * 2)
                 continue
-            level = logging.WARNING if outcome.startswith("not copied") else logging.INFO
+            level = logging.WARNING if outcome.startswith(GONE) else logging.INFO
             log.log(level, "dead letter %s: %s%s", _describe(job), outcome,
                     f" (after {attempts} attempts)" if attempts > 1 else "")  # fmt: skip
-            return
+            return outcome
 
 
 def _describe(job: DeadLetterJob) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from cluster.metrics import GroupGauges
-from consumers import Coordinator, GroupError, GroupView, TopicMeta
-from consumers.queue_types import QUEUE, QueuePartitionView
+from consumers import Coordinator, GroupError, TopicMeta
+from consumers.queue_types import QueuePartitionView
 from proto import flotilla_pb2 as pb
 
 __all__ = ["REFRESH_S", "GaugeKeeper", "group_lag", "high_watermarks"]
@@ -83,7 +83,7 @@ class GaugeKeeper:
         for coordinator in coordinators:
             for group in coordinator.groups():
                 try:
-                    view = _view(coordinator, group, topics)
+                    view = coordinator.describe(group, topics)  # a queue group's: its queue
                 except GroupError:
                     continue
                 members[group] = len(view.members)
@@ -102,8 +102,3 @@ class GaugeKeeper:
             if mark is not None:
                 lag[key] = group_lag(*mark, offset)
         self.gauges = GroupGauges(lag, members, in_flight, dead_lettered)
-
-
-def _view(coordinator: Coordinator, group: str, topics: Mapping[str, TopicMeta]) -> GroupView:
-    view = coordinator.describe(group, topics)
-    return coordinator.queue_view(group, topics) if view.kind == QUEUE else view

@@ -181,8 +181,7 @@ class GroupCalls:
         group = await _group_name(request.group, context)
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
-            view = coordinator.describe(group, topics)
-            return coordinator.queue_view(group, topics) if view.kind == QUEUE else view
+            return coordinator.describe(group, topics)  # a queue group's: `queue_view`
 
         view: GroupView = await self._on_coordinator(context, group, run)
         names = sorted({p.topic for p in view.partitions} & set(self.node.topics))

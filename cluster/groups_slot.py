@@ -317,21 +317,26 @@ class PartitionCoordinator:
         """Between rounds: every decision the state holds has committed."""
         if self.copier is None:
             return
-        try:
-            jobs = coordinator.queue_dead_letter_jobs()
-        except NotImplementedError:  # a core without queues
-            return
+        jobs = coordinator.queue_dead_letter_jobs()
         if jobs:
             self.copier.offer(jobs)
 
-    async def _confirm_dead_letters(self, jobs: Sequence[DeadLetterJob]) -> None:
-        """Reports copies to the core (an entry, through a round); raises if the slot drops."""
+    async def _confirm_dead_letters(
+        self, copied: Sequence[DeadLetterJob], gone: Sequence[DeadLetterJob]
+    ) -> None:
+        """Reports copies, and records gone before their copy, to the core (entries, through
+        a round); raises if the slot drops."""
+        jobs = [*copied, *gone]
         if not jobs:
             return
-        chosen = list(jobs)
 
         def confirm(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
-            return coordinator.queue_dead_lettered(chosen)
+            entries = []
+            if copied:
+                entries += coordinator.queue_dead_lettered(list(copied)).entries
+            if gone:
+                entries += coordinator.queue_dead_letter_gone(list(gone)).entries
+            return Outcome(None, entries)
 
         await self.submit(jobs[0].group, confirm)
 

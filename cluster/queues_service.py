@@ -74,7 +74,8 @@ class QueueCalls(GroupCalls):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_ms / 1000
         named = frozenset({request.topic})
-        first = True
+        if request.topic not in self.node.topics:  # created a moment ago through another node?
+            await self._look_for_topics(named, wait=True)
         while True:
             extents = await self.node.groups.source.extents(request.topic)
             keys = await self._keys(partition, group, extents, request.max_records)
@@ -89,9 +90,8 @@ class QueueCalls(GroupCalls):
                 return coordinator.queue_receive(receive, topics, extents, now_ms, keys)
 
             leases: list[Lease] = await self._on_coordinator(
-                context, group, run, partition, named=named, wait=first, queue=True
+                context, group, run, partition, named=named, queue=True
             )
-            first = False
             remaining = deadline - loop.time()
             if leases or remaining <= 0:
                 return pb.QueueReceiveResponse(leases=_leases(leases))
@@ -127,10 +127,13 @@ class QueueCalls(GroupCalls):
             return None
         keys: dict[tuple[str, int], dict[int, bytes | None]] = {}
         limit = min(max_records, MAX_KEY_WINDOW)
+        specs = self.node.topics
         for (topic, index), extent in sorted(extents.items()):
+            spec = specs.get(topic)
+            uid = spec.uid if spec is not None else None
             try:
-                window = coordinator.queue_key_window(group, topic, index, extent, limit)
-            except (GroupError, NotImplementedError):
+                window = coordinator.queue_key_window(group, topic, index, extent, limit, uid)
+            except GroupError:
                 return None  # the call refuses it, naming the reason
             if not window:
                 continue

@@ -117,6 +117,15 @@ def test_every_encoded_batch_passes_the_body_check(rows) -> None:  # type: ignor
     check_body(encode_batch(rows))
 
 
+def test_a_record_with_more_headers_than_the_batch_has_records_passes_the_body_check() -> None:
+    """A dead letter is one record with its source's headers and five of its own."""
+    headers = [(f"h{n}", b"x") for n in range(6)]
+    for rows in ([(b"k", b"v", headers, 0)], [(None, b"v", headers * 5, 0), (None, b"w", [], 0)]):
+        batch = encode_batch(rows)
+        check_body(batch)
+        assert [len(r.headers) for r in decode_batch(batch, 0)] == [len(h) for _, _, h, _ in rows]
+
+
 def test_the_body_check_spans_chunks() -> None:
     count = 2 * CHECK_CHUNK_RECORDS + 5
     rows: list[list[object]] = [[None, b"v", [], n] for n in range(count)]

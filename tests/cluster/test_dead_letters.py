@@ -30,8 +30,9 @@ def job(partition: int, sequence: int, group: str = "g") -> DeadLetterJob:
 class Copies:
     """Records the copies; the first `failures` attempts of each job fail."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, gone: frozenset[tuple[int, int]] = frozenset()) -> None:
         self.failures = failures
+        self.gone = gone  # (partition, sequence) whose source record is gone
         self.attempts: dict[tuple[int, int], int] = {}
         self.copied: list[tuple[int, int]] = []
 
@@ -41,6 +42,8 @@ class Copies:
         if self.attempts[key] <= self.failures:
             raise OSError("the dead-letter partition has no leader yet")
         await asyncio.sleep(0)
+        if key in self.gone:
+            return "not copied: retention deleted the record first"
         self.copied.append(key)
         return "copied"
 
@@ -50,8 +53,10 @@ async def run_copier(
 ) -> list[list[tuple[int, int]]]:
     confirmed: list[list[tuple[int, int]]] = []
 
-    async def confirm(done: Sequence[DeadLetterJob]) -> None:
+    async def confirm(done: Sequence[DeadLetterJob], gone: Sequence[DeadLetterJob]) -> None:
         confirmed.append([(j.partition, j.sequence) for j in done])
+        if gone:
+            confirmed.append([(-1, j.sequence) for j in gone])  # reported gone, apart
 
     copier = DeadLetterCopier("__groups/0", sink, confirm, faults)
     copier.retry_first_s = 0.01
@@ -63,12 +68,12 @@ async def run_copier(
 
 
 def test_each_partitions_dead_letters_are_copied_in_sequence_order_then_confirmed() -> None:
-    sink = Copies(failures=1)  # each copy fails once, then succeeds: retried
-    jobs = [job(0, 2), job(1, 0), job(0, 0), job(0, 1)]
+    sink = Copies(failures=1, gone=frozenset({(1, 1)}))  # each copy fails once: retried
+    jobs = [job(0, 2), job(1, 0), job(0, 0), job(0, 1), job(1, 1)]
     confirmed = asyncio.run(run_copier(sink, jobs, NodeFaults()))
     assert [k for k in sink.copied if k[0] == 0] == [(0, 0), (0, 1), (0, 2)]
     assert sorted(sink.copied) == [(0, 0), (0, 1), (0, 2), (1, 0)]
-    assert sorted(confirmed) == [[(0, 0), (0, 1), (0, 2)], [(1, 0)]]
+    assert sorted(confirmed) == [[(-1, 1)], [(0, 0), (0, 1), (0, 2)], [(1, 0)]]
     assert set(sink.attempts.values()) == {2}
 
 
