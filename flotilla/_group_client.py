@@ -99,8 +99,10 @@ class GroupAdmin:
 
     def describe_group(self, name: str) -> GroupInfo:
         """The group's members, their assignments, and per partition the committed offset,
-        high watermark, lag and owner, from its coordinator. GroupNotFound if it has no
-        members and no committed offsets."""
+        high watermark, lag and owner, from its coordinator; a queue group's also its options
+        (`.queue`) and per partition its acked floor, next offset, records in flight, waiting,
+        acked and dead-lettered (`.partitions[i].queue`). GroupNotFound if it has no members
+        and no committed offsets."""
         return self._run(GroupCalls(self._core).describe_group(name))
 
     def reset_group_offsets(

@@ -41,7 +41,9 @@ from flotilla.errors import (
     InvalidArgument,
     LeaseLost,
     OffsetOutOfRange,
+    Timeout,
     TopicNotFound,
+    Unavailable,
 )
 from flotilla.types import Delivery, Record
 from proto import flotilla_pb2 as pb
@@ -50,6 +52,9 @@ __all__ = ["Join", "QueueCore", "QueuePlan"]
 
 T = TypeVar("T")
 MAX_WAIT_MS = 5_000  # one QueueReceive's server-side wait: a coordinator that dies is left soon
+# One QueueReceive's deadline beyond its wait: a node looks a topic it does not know up for
+# up to 2 s (one created a moment ago elsewhere) before it answers NOT_FOUND.
+RECEIVE_SLACK_S = 2 * ATTEMPT_S + 2.0
 JOIN_WAIT_S = 0.05  # how long a receive waits before it looks again while its member rejoins
 LEAVE_TIMEOUT_S = 5.0
 
@@ -160,11 +165,13 @@ class QueueCore:
                     "QueueReceive",
                     request,
                     timeout_s=max(0.0, remaining) + self.core.timeout_s,
-                    attempt_s=wait_ms / 1000 + ATTEMPT_S,
+                    attempt_s=wait_ms / 1000 + RECEIVE_SLACK_S,
                 )
             except FencedMember:
                 self.state.lose()
                 self.wake()
+                if time.monotonic() >= deadline:
+                    return []
                 continue
             if response.leases:
                 self.state.book.add(response.leases)
@@ -187,7 +194,10 @@ class QueueCore:
             found: dict[int, Record] = {}
             deleted_below = 0
             for start, end in runs(list(leased)):
-                low = yield from self.read_run(topic, partition, start, end, found)
+                try:
+                    low = yield from self.read_run(topic, partition, start, end, found)
+                except (Unavailable, Timeout):
+                    continue  # no replica served them in time: given back below
                 deleted_below = max(deleted_below, low)
             for offset, lease in sorted(leased.items()):
                 record = found.get(offset)

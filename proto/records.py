@@ -177,9 +177,8 @@ def check_body(batch: bytes | memoryview) -> None:
         max_buffer_size=len(body),
         max_bin_len=len(body),
         max_str_len=len(body),
-        # the batch, a record, a record's headers: an array of n items takes n bytes or more,
-        # so the body's size bounds them all (a record may carry more headers than the batch
-        # has records: a dead letter is one record with its source's headers and five more)
+        # the batch, a record, a record's headers: none can hold more elements than the body
+        # has bytes (a record may carry more headers than its batch has records)
         max_array_len=max(count, 4, len(body)),
         max_map_len=0,
         max_ext_len=0,

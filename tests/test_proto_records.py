@@ -46,17 +46,6 @@ def test_batches_round_trip(rows, producer_id, sequence, base_offset) -> None:  
         assert record.headers == tuple(headers)
 
 
-def test_a_record_may_carry_more_headers_than_its_batch_has_records() -> None:
-    """A dead letter is one record with its source's headers plus five flotilla-dlq-* ones: the
-    body check bounds arrays by the body's size, not by the record count (it refused a record of
-    one batch with more than four headers)."""
-    for count, headers in ((1, 5), (1, 40), (3, 12)):
-        rows = [(None, b"v", [(f"h{n}", b"x") for n in range(headers)], 0)] * count
-        batch = encode_batch(rows)
-        check_body(batch)
-        assert [len(r.headers) for r in decode_batch(batch, 0)] == [headers] * count
-
-
 def test_large_batches_use_wide_array_headers() -> None:
     for count in (15, 16, 70_000):
         batch = encode_batch([(None, b"v", None, 0)] * count)

@@ -20,7 +20,7 @@ from flotilla import Client, Delivery, InvalidArgument, LeaseLost, aio
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._queue import QueueState, check_queue, runs
 from flotilla._queue_plans import Join, QueueCore
-from flotilla.errors import FencedMember, FlotillaError, OffsetOutOfRange
+from flotilla.errors import FencedMember, FlotillaError, OffsetOutOfRange, Unavailable
 from flotilla.types import Record
 from proto import flotilla_pb2 as pb
 from proto.records import encode_batch
@@ -271,6 +271,14 @@ def test_a_fenced_member_forgets_its_leases_and_rejoins() -> None:
     assert c.joins == 2 and c.sent("QueueReceive")[-1].member_id == "m2" and d.offset == 5
 
 
+def test_a_receive_fenced_again_and_again_ends_at_its_timeout() -> None:
+    c = Coordinator()
+    q = queue(c)
+    c.answers["QueueReceive"] = lambda request: FencedMember("fenced")
+    assert run(q, c, q.receive(10, 0.2)) == []
+    assert c.joins >= 2  # it rejoined after each refusal
+
+
 def test_a_session_over_by_the_members_clock_forgets_the_leases() -> None:
     c = Coordinator()
     q = queue(c, session_timeout_ms=1_000)
@@ -327,6 +335,22 @@ def test_a_leased_offset_below_the_log_start_is_skipped_and_acked() -> None:
     assert [(s.offset, s.action) for s in ack.settlements] == [
         (1, pb.SETTLE_ACK), (2, pb.SETTLE_ACK),
     ]  # fmt: skip
+    assert len(q.state.book) == 1
+
+
+def test_leased_records_no_replica_serves_are_given_back_at_once() -> None:
+    c = Coordinator()
+    q = queue(c)
+    q.core.timeout_s = 0.2
+    c.to_hand_out = [(0, 1), (1, 4)]
+    served = Coordinator.fetch
+    c.answers["Fetch"] = lambda r: served(c, r) if r.partition == 1 else Unavailable("down")
+    ds = run(q, c, q.receive(10, 1.0))
+    assert [(d.partition, d.offset) for d in ds] == [(1, 4)]
+    (release,) = c.sent("QueueSettle")
+    assert [(s.partition, s.offset, s.action, s.delay_ms) for s in release.settlements] == [
+        (0, 1, pb.SETTLE_RELEASE, 0)
+    ]
     assert len(q.state.book) == 1
 
 

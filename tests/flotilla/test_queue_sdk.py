@@ -3,8 +3,9 @@ receivers compete for a topic's records and no record is handed to both before i
 every record acked once, the records read from followers; an ack after the deadline raises
 LeaseLost and the record comes back with its count grown; a release with a delay is not seen
 before the delay; a reject lands in the dead-letter topic with the source's key, value and
-headers and the flotilla-dlq-* headers; close() releases at once; the asyncio twin; the CLI's
-`queue receive --ack` and `group describe`; describe_group's queue fields; bad arguments."""
+headers and the flotilla-dlq-* headers; close() releases at once; a silent receiver's leases
+go to another and its own ack is LeaseLost; the asyncio twin; the CLI's `queue receive` (a peek
+releases at exit, --ack acks) and `group describe`; describe_group's queue fields; bad arguments."""
 
 from __future__ import annotations
 
@@ -162,9 +163,12 @@ def test_a_reject_lands_in_the_dead_letter_topic_with_its_headers(client: Client
     topic = "poison"
     client.create_topic(topic, partitions=2, replication_factor=3)
     client.produce(topic, b"bad", key=b"k7", partition=1, headers=[("trace", b"t1")])
-    with client.queue("rejecters", topic) as q:
+    with client.queue("rejecters", topic, max_deliveries=3, ordering="key") as q:
         (d,) = receive_until(q, 1)
         q.reject(d)
+        options = client.describe_group("rejecters").queue  # as the join gave them
+        assert options is not None
+        assert (options.max_deliveries, options.ordering) == (3, "key")
     dlq = f"{topic}.rejecters.dlq"
     wait_until(lambda: dlq in client.list_topics(), 30, f"{dlq} created")
     assert len(client.describe_topic(dlq).partitions) == 2
@@ -206,6 +210,30 @@ def test_close_releases_at_once(client: Client) -> None:
         holder.receive()
 
 
+def test_a_silent_receivers_leases_go_to_another_and_its_ack_is_lease_lost(
+    client: Client,
+) -> None:
+    """A receiver whose heartbeats stop (a paused process) loses its session: the coordinator
+    releases its leases at once, and the receiver itself forgets them (its ack is LeaseLost,
+    nothing sent for it)."""
+    topic = "silent"
+    topic_with(client, topic, 1, 1)
+    zombie = client.queue("silents", topic, session_timeout_ms=2_000, invisible_ms=600_000)
+    (d,) = receive_until(zombie, 1)
+    zombie._stop.set()  # its heartbeat thread stops, as in a paused process
+    zombie._wake.set()
+    assert zombie._thread is not None
+    zombie._thread.join(5)
+    with client.queue("silents", topic) as other:
+        (again,) = receive_until(other, 1, timeout_s=15)
+        assert (again.offset, again.delivery_count) == (d.offset, 2)
+        with pytest.raises(LeaseLost) as lost:
+            zombie.ack(d)
+        assert lost.value.deliveries == [d]
+        other.ack(again)
+    zombie.close()
+
+
 def test_the_asyncio_queue(cluster: LocalCluster) -> None:
     async def main() -> None:
         async with aio.Client(cluster.bootstrap, timeout_s=30) as c:
@@ -243,11 +271,13 @@ def test_the_cli_receives_acks_and_describes(
         assert "Traceback" not in err
         return status, out, err
 
+    status, out, err = run("queue", "receive", "cli-workers", topic, "-n", "1")  # a peek
+    assert status == 0 and out == "0\t0\t1\t\t0\n" and "(released)" in err, (out, err)
     status, out, err = run("queue", "receive", "cli-workers", topic, "--ack", "-n", "3")
     assert status == 0, err
     assert [line.split("\t") for line in out.splitlines()] == [
-        ["0", str(n), "1", "", str(n)] for n in range(3)
-    ]
+        ["0", str(n), "2" if n == 0 else "1", "", str(n)] for n in range(3)
+    ], "the peeked record was released at exit: handed out again at once, its count grown"
     assert "received 3 records (acked)" in err
     status, out, _ = run("group", "describe", "cli-workers")
     assert status == 0 and "KIND            queue" in out
