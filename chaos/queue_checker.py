@@ -9,7 +9,8 @@ the servers' deadlines are wall-clock epoch ms (`wall_ms`; every node runs on th
   `wall_ms` when the call began; an `invoke` before the call, then `ok` applied, `fail` not
   applied (LeaseLost) or `info` unknown; an invoke with no completion (the receiver was killed
   during the call) is unknown;
-- `crash` ok: the receiver stopped without releasing (its leases end with its session);
+- `crash` ok: the receiver stopped without releasing: its leases end with its session, not
+  before half `session_timeout_ms` after the crash (it heartbeats more often than that);
   `close` ok: it closed its queue (which releases every lease it holds);
 - `drained` ok (process "queue"): the drain saw every partition settled to its end;
 - `fault-start` / `fault-stop` (process "nemesis", `value` names the window): while a fault
@@ -114,16 +115,19 @@ def check_queue(
     max_deliveries: int,
     dead_letter_partitions: int = 0,
     strict_lost: bool = False,
+    session_timeout_ms: int = 0,
 ) -> dict[str, list[str]]:
     """`final[p]`: source partition p's reference log; `dead_letters`: the dead-letter topic
     read whole; `dead_letter_partitions`: its partition count (0: do not check placement);
-    `strict_lost`: trust LeaseLost answers during faults too (see the module text)."""
+    `strict_lost`: trust LeaseLost answers during faults too (see the module text);
+    `session_timeout_ms`: the receivers' (0: a crash may end its leases at once)."""
     found: dict[str, list[str]] = {kind: [] for kind in QUEUE_ANOMALIES}
     values = {(p, offset): value for p, log in final.items() for offset, value in log}
     leases: dict[Key, list[_Lease]] = defaultdict(list)
     # (key, count) -> [(holder, type, f, wall_ms)] of its settlements
     settled: dict[tuple[Key, int], list[tuple[str, EventType, str, int]]] = defaultdict(list)
-    gone: dict[str, list[int]] = defaultdict(list)  # holder -> wall_ms of its crashes and closes
+    # holder -> (when it crashed or closed, when its leases may have ended), wall ms
+    gone: dict[str, list[tuple[int, int]]] = defaultdict(list)
     acks: dict[Key, list[EventType]] = defaultdict(list)
     rejects: dict[Key, list[int]] = defaultdict(list)  # counts of applied (or unknown) rejects
     # (holder, f, key, count) -> the settlement's outcome and when its call began
@@ -136,7 +140,8 @@ def check_queue(
         if event.f == "drained" and event.type is EventType.OK:
             drained = True
         elif event.f in ("crash", "close"):
-            gone[event.process].append(event.wall_ms)
+            later = session_timeout_ms // 2 if event.f == "crash" else 0
+            gone[event.process].append((event.wall_ms, event.wall_ms + later))
         elif event.f == "lease" and event.type is EventType.OK:
             leases[key].append(_Lease(event.process, event.count, event.wall_ms,
                                       event.deadline_ms, event.value))  # fmt: skip
@@ -208,14 +213,16 @@ def _ended_by(
     key: Key,
     at_ms: int,
     settled: Mapping[tuple[Key, int], Sequence[tuple[str, EventType, str, int]]],
-    gone: Mapping[str, Sequence[int]],
+    gone: Mapping[str, Sequence[tuple[int, int]]],
 ) -> bool:
     """Whether `lease` may have ended before `at_ms`, other than by its deadline: a settlement
     by its holder (applied or of unknown outcome) begun by then, or the holder's crash or close."""
     for holder, type_, _, wall_ms in settled.get((key, lease.count), ()):
         if holder == lease.holder and type_ is not EventType.FAIL and wall_ms <= at_ms:
             return True
-    return any(lease.granted_ms <= w <= at_ms for w in gone.get(lease.holder, ()))
+    return any(
+        lease.granted_ms <= when and ended <= at_ms for when, ended in gone.get(lease.holder, ())
+    )
 
 
 def _check_leases(
@@ -223,7 +230,7 @@ def _check_leases(
     key: Key,
     handed: Sequence[_Lease],
     settled: Mapping[tuple[Key, int], Sequence[tuple[str, EventType, str, int]]],
-    gone: Mapping[str, Sequence[int]],
+    gone: Mapping[str, Sequence[tuple[int, int]]],
     max_deliveries: int,
 ) -> None:
     where = f"p{key[0]} offset {key[1]}"

@@ -222,7 +222,8 @@ def drain_and_check_queue(
     events = queue.events()
     found = check_queue(events, reference, letters, topic=queue.topic,
                         max_deliveries=queue.settings.max_deliveries,
-                        dead_letter_partitions=partitions)  # fmt: skip
+                        dead_letter_partitions=partitions,
+                        session_timeout_ms=queue.settings.session_timeout_ms)  # fmt: skip
     with open(queue.directory / "dead-letters.jsonl", "w", encoding="utf-8") as out:
         for letter in letters:  # kept to judge the run again (headers as latin-1 text)
             headers = [[name, data.decode("latin-1")] for name, data in letter.headers]
@@ -235,6 +236,7 @@ def drain_and_check_queue(
         topic=queue.topic,
         max_deliveries=queue.settings.max_deliveries,
         strict_lost=True,
+        session_timeout_ms=queue.settings.session_timeout_ms,
     )
     verdict = {
         "drained": drained,

@@ -154,6 +154,15 @@ def test_a_holder_that_crashed_or_closed_gives_its_leases_up() -> None:
     for how in ("crash", "close"):
         h = History().lease("r0", 0, 0, 1, 1000).add("r0", OK, how, wall_ms=1200)
         assert "overlapping" not in h.lease("r1", 0, 0, 2, 1500).counts(), how
+    # with the session timeout known, a crash ends leases no sooner than half of it later
+    h = History().lease("r0", 0, 0, 1, 1000).add("r0", OK, "crash", wall_ms=1200)
+    h.lease("r1", 0, 0, 2, 1500)
+    strict = check_queue(h.events, FINAL, [], topic=TOPIC, max_deliveries=MAX,
+                         session_timeout_ms=800)  # fmt: skip
+    assert len(strict["overlapping"]) == 1  # the session could not have ended by 1500
+    relaxed = check_queue(h.events, FINAL, [], topic=TOPIC, max_deliveries=MAX,
+                          session_timeout_ms=400)  # fmt: skip
+    assert not relaxed["overlapping"]  # 1200 + 200 <= 1500: it may have
     # a crash before the lease was granted (an earlier life of the receiver) ends nothing
     h = History().add("r0", OK, "crash", wall_ms=900).lease("r0", 0, 0, 1, 1000)
     assert h.lease("r1", 0, 0, 2, 1500).counts()["overlapping"] == 1

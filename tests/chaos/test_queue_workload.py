@@ -112,7 +112,8 @@ def queue_run(root: Path, env: dict[str, str], kills: int, drain_timeout_s: floa
     events = queue.events()
     found = check_queue(events, reference, letters, topic=TOPIC,
                         max_deliveries=SETTINGS.max_deliveries,
-                        dead_letter_partitions=dlq_partitions)  # fmt: skip
+                        dead_letter_partitions=dlq_partitions,
+                        session_timeout_ms=SETTINGS.session_timeout_ms)  # fmt: skip
     reasons: dict[str, int] = {}
     for letter in letters:
         reason = letter.header("flotilla-dlq-reason") or "?"
