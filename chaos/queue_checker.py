@@ -9,6 +9,8 @@ the servers' deadlines are wall-clock epoch ms (`wall_ms`; every node runs on th
   `wall_ms` when the call began; an `invoke` before the call, then `ok` applied, `fail` not
   applied (LeaseLost) or `info` unknown; an invoke with no completion (the receiver was killed
   during the call) is unknown;
+- `extend`: an invoke, then `ok` with the lease's new `deadline_ms` (-1: applied, deadline
+  unknown), `fail` (LeaseLost) or `info`; an applied extend moves the lease's deadline;
 - `crash` ok: the receiver stopped without releasing: its leases end with its session, not
   before half `session_timeout_ms` after the crash (it heartbeats more often than that);
   `close` ok: it closed its queue (which releases every lease it holds);
@@ -32,7 +34,8 @@ Anomalies:
 - acked-and-dead-lettered: a record acked (applied) and also in the dead-letter topic;
 - dead-lettered-twice:     a record in the dead-letter topic twice;
 - overlapping:             a record handed out while an earlier lease of it still held: granted
-                           before that lease's deadline, which its holder had not settled,
+                           before that lease's deadline (as an applied extend moved it), which
+                           its holder had not settled,
                            released or given up (crash, close) by then;
 - delivery-count:          hand-outs of one record whose delivery_count does not grow (in grant
                            order), or one above max_deliveries;
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chaos.history import Event, EventType
 
@@ -134,6 +137,7 @@ def check_queue(
     calls: dict[tuple[str, str, Key, int], tuple[EventType, int]] = {}
     began: dict[tuple[str, str, Key, int], float] = {}  # the call's invoke time (monotonic)
     windows = [] if strict_lost else _fault_windows(events)
+    extended: dict[tuple[str, Key, int], int] = {}  # (holder, key, count) -> its new deadline
     drained = False
     for event in events:
         key = (event.partition, event.offset)
@@ -142,6 +146,10 @@ def check_queue(
         elif event.f in ("crash", "close"):
             later = session_timeout_ms // 2 if event.f == "crash" else 0
             gone[event.process].append((event.wall_ms, event.wall_ms + later))
+        elif event.f == "extend" and event.type is EventType.OK and event.deadline_ms > 0:
+            extended[(event.process, key, event.count)] = max(
+                extended.get((event.process, key, event.count), 0), event.deadline_ms
+            )
         elif event.f == "lease" and event.type is EventType.OK:
             leases[key].append(_Lease(event.process, event.count, event.wall_ms,
                                       event.deadline_ms, event.value))  # fmt: skip
@@ -191,7 +199,12 @@ def check_queue(
                 f"{'after' if drained else 'without'} a complete drain{hint})"
             )
     for key, its_leases in sorted(leases.items()):
-        _check_leases(found, key, its_leases, settled, gone, max_deliveries)
+        moved = [
+            replace(lease, deadline_ms=max(lease.deadline_ms,
+                                           extended.get((lease.holder, key, lease.count), 0)))
+            for lease in its_leases
+        ]  # fmt: skip
+        _check_leases(found, key, moved, settled, gone, max_deliveries)
     return found
 
 

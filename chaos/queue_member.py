@@ -6,12 +6,13 @@ no leave) and start it again:
 
 It receives in batches and settles each delivery as a seeded choice made from the record's value
 and its delivery count (`decide`: the same on any receiver, so a replay makes the same choices):
-most are acked, a few released, rejected or left to expire; "poison" records (about one in
+most are acked, a few released, rejected, left to expire, or extended once and then left to
+expire (no one else may get them before the new deadline); "poison" records (about one in
 `POISON_ONE_IN`) are always released or left to expire, so they reach the dead-letter topic
-after max_deliveries. It writes the events `chaos.queue_checker` judges (lease; ack, release and
-reject as an invoke then its outcome; close) to its own history file, flushed per line, with
-`time.monotonic()` timestamps and wall-clock `wall_ms`. SIGTERM closes the queue (which releases
-every lease it holds) and exits 0.
+after max_deliveries. It writes the events `chaos.queue_checker` judges (lease; ack, release,
+reject and extend as an invoke then its outcome, an applied extend with its new deadline; close)
+to its own history file, flushed per line, with `time.monotonic()` timestamps and wall-clock
+`wall_ms`. SIGTERM closes the queue (which releases every lease it holds) and exits 0.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from flotilla.types import Delivery
 __all__ = ["ACTIONS", "decide", "main"]
 
 ACK, RELEASE, REJECT, EXPIRE = "ack", "release", "reject", "expire"
-ACTIONS = (ACK, RELEASE, REJECT, EXPIRE)
+EXTEND = "extend"  # extended once, then left to expire
+ACTIONS = (ACK, RELEASE, REJECT, EXPIRE, EXTEND)
 POISON_ONE_IN = 40
-WEIGHTS = {ACK: 90, RELEASE: 4, REJECT: 2, EXPIRE: 4}  # per hand-out of an ordinary record
+# per hand-out of an ordinary record
+WEIGHTS = {ACK: 87, RELEASE: 4, REJECT: 2, EXPIRE: 4, EXTEND: 3}
 
 
 def now_ms() -> int:
@@ -88,11 +91,39 @@ class Receiver:
             for d in deliveries:
                 self._record(EventType.OK, action, d, began)
 
+    def extend(self, queue: object, deliveries: Sequence[Delivery]) -> None:
+        """`queue.extend(deliveries, invisible_ms)`: each applied one is recorded with its new
+        deadline (-1 when LeaseLost hid it), a lost one as fail, an unknown outcome as info."""
+        began = now_ms()
+        for d in deliveries:
+            self._record(EventType.INVOKE, EXTEND, d, began)
+        try:
+            extended = queue.extend(list(deliveries), self.invisible_ms)  # type: ignore[attr-defined]
+        except LeaseLost as error:
+            lost = {(d.partition, d.offset, d.delivery_count) for d in error.deliveries}
+            for d in deliveries:
+                hidden = d.partition, d.offset, d.delivery_count
+                kind = EventType.FAIL if hidden in lost else EventType.OK
+                self._record(kind, EXTEND, d, began)
+        except FlotillaError as error:
+            for d in deliveries:
+                self._record(EventType.INFO, EXTEND, d, began, repr(error)[:200])
+        else:
+            for d in extended:
+                self._record(EventType.OK, EXTEND, d, began, deadline_ms=d.deadline_ms)
+
     def _record(
-        self, kind: EventType, action: str, d: Delivery, began: int, error: str = ""
+        self,
+        kind: EventType,
+        action: str,
+        d: Delivery,
+        began: int,
+        error: str = "",
+        deadline_ms: int = -1,
     ) -> None:
         self.history.record(self.name, kind, action, partition=d.partition, offset=d.offset,
-                            count=d.delivery_count, wall_ms=began, error=error)  # fmt: skip
+                            count=d.delivery_count, wall_ms=began, error=error,
+                            deadline_ms=deadline_ms)  # fmt: skip
 
     def run(self, queue: object, stop: threading.Event, batch: int) -> None:
         while not stop.is_set():
@@ -107,6 +138,8 @@ class Receiver:
             for d in deliveries:
                 value = d.record.value.decode(errors="replace")
                 chosen[decide(self.seed, value, d.delivery_count)].append(d)
+            if chosen[EXTEND]:
+                self.extend(queue, chosen[EXTEND])
             for action in (ACK, RELEASE, REJECT):
                 if chosen[action]:
                     self.settle(queue, action, chosen[action])

@@ -239,7 +239,7 @@ def queue_summary(events: Sequence[Event]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for event in events:
         if (
-            event.f in ("lease", "ack", "release", "reject", "crash")
+            event.f in ("lease", "ack", "release", "reject", "extend", "crash")
             and event.type is not EventType.INVOKE
         ):
             name = event.f if event.type is EventType.OK else f"{event.f}-{event.type}"

@@ -251,3 +251,18 @@ def test_a_lease_lost_answer_during_a_fault_is_unknown_unless_strict() -> None:
     # outside any fault window a LeaseLost answer is trusted
     h2 = History().lease("r0", 0, 0, 1, 1000).settle("r0", "ack", 0, 0, 1, 1100, FAIL)
     assert any("p0 offset 0" in item for item in h2.check()["unsettled"])
+
+
+def test_an_applied_extend_moves_the_deadline_the_overlap_is_judged_by() -> None:
+    def run(extend: EventType | None) -> int:
+        h = History().lease("r0", 0, 0, 1, 1000)  # deadline 2000
+        if extend is not None:
+            fields = {"partition": 0, "offset": 0, "count": 1, "wall_ms": 1500}
+            h.add("r0", INVOKE, "extend", **fields)
+            h.add("r0", extend, "extend", deadline_ms=3500 if extend is OK else -1, **fields)
+        h.lease("r1", 0, 0, 2, 2500)
+        return len(h.check()["overlapping"])
+
+    assert run(None) == 0  # handed out after the first deadline
+    assert run(OK) == 1  # but the holder had extended it to 3500
+    assert run(INFO) == 0 and run(FAIL) == 0  # an extend not known to have applied moves nothing

@@ -138,7 +138,7 @@ def test_queue_receivers_settle_every_record_once_through_coordinator_kills(
     # the run did what it claims: kills, crashes, every kind of settlement, both reasons
     assert len(run.kills) == KILLS
     assert run.records >= 300 and run.summary.get("crash", 0) >= 1, detail
-    for kind in ("lease", "ack", "release", "reject"):
+    for kind in ("lease", "ack", "release", "reject", "extend"):
         assert run.summary.get(kind, 0) >= 1, detail
     assert run.reasons.get("rejected", 0) >= 1 and run.reasons.get("max-deliveries", 0) >= 1, detail
 
