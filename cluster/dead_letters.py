@@ -13,7 +13,10 @@ For each (group, topic uid, partition), in sequence order, a job of
    timestamp, and the headers `flotilla-dlq-topic`, `-partition`, `-offset`, `-deliveries`
    (ASCII decimal) and `-reason`, from the idempotent producer `job.producer_id` (epoch 0) at
    sequence `job.sequence`;
-4. the copies are reported with `Coordinator.queue_dead_lettered` (an entry, through a round).
+4. the copies are reported with `Coordinator.queue_dead_lettered` (an entry, through a round),
+   at least every `cluster.producers.WINDOW` copies of a stream: a dead-letter partition knows a
+   repeat as a duplicate only among the producer's last WINDOW batches, so a successor never
+   repeats more than that.
 
 A coordinator that dies between 3 and 4 leaves the job pending in the log; its successor copies
 again, and the dead-letter partition's idempotence table answers the repeat as a duplicate (the
@@ -39,6 +42,7 @@ import grpc
 from cluster.controller import TopicSpec
 from cluster.coordinator_faults import NodeFaults
 from cluster.errors import ClusterError, TopicExists
+from cluster.producers import WINDOW
 from cluster.queue_source import SourceReader, Stub
 from consumers.queue_types import DeadLetterJob
 from proto import flotilla_pb2 as pb
@@ -226,6 +230,9 @@ class DeadLetterCopier:
                     outcome = await self._copy(job)
                     (gone if outcome.startswith(GONE) else copied).append(job)
                     await self._stall_if_armed()
+                    if len(copied) == WINDOW:  # a successor repeats them as duplicates
+                        await self._confirm(copied, gone)
+                        copied, gone = [], []
                 await self._confirm(copied, gone)
         except asyncio.CancelledError:
             raise

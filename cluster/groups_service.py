@@ -92,8 +92,10 @@ class GroupCalls:
                 f"kind={request.kind} is invalid: use one of {valid}",
             )
         options = None
-        if kind == QUEUE and request.HasField("queue"):
+        if request.HasField("queue"):
             try:
+                if kind != QUEUE:
+                    raise Invalid(f"queue: options are for kind GROUP_KIND_QUEUE, not {kind}")
                 options = queue_options(request.queue, group, list(request.topics))
             except Invalid as error:
                 await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))

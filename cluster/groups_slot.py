@@ -114,9 +114,8 @@ class Shell:
     refresh_topics: Callable[[], Awaitable[None]]
     paused: Callable[[], bool] = lambda: False  # a lease may be stale: the process was paused
     dead_letters: DeadLetterSink | None = None  # None: no dead letter is copied (tests)
-    faults: NodeFaults = field(
-        default_factory=NodeFaults
-    )  # TEST-ONLY (`cluster.coordinator_faults`)
+    # TEST-ONLY (`cluster.coordinator_faults`)
+    faults: NodeFaults = field(default_factory=NodeFaults)
 
 
 @dataclass(slots=True, eq=False)

@@ -16,29 +16,25 @@ import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from consumers.coordinator import Coordinator, CoordinatorConfig, Outcome
 from consumers.entries import QueueLeased, decode
 from consumers.faults import NO_FAULTS, CoordinatorFaults
 from consumers.queue_types import (
-    ACK,
-    EXTEND,
     KEY,
     NONE,
     QUEUE,
-    REJECT,
-    RELEASE,
     Extent,
     Lease,
     QueueOptions,
     ReceiveRequest,
-    Settlement,
     SettleReply,
     SettleRequest,
 )
 from consumers.sim.queue_checker import QueueChecker
+from consumers.sim.queue_receiver import Receiver
 from consumers.types import JOIN, LEAVE, FencedMember, GroupError, HeartbeatRequest, TopicMeta
 
 __all__ = ["QUEUE_STAT_NAMES", "QueueSimulation"]
@@ -87,20 +83,6 @@ class _Reply:
     sent_at_ms: int = 0
 
 
-@dataclass
-class _Receiver:
-    pid: int
-    rng: random.Random
-    session_ms: int
-    member_id: str = ""
-    alive: bool = True
-    held: dict[tuple[int, int], Lease] = field(default_factory=dict)
-    stale: list[Lease] = field(default_factory=list)  # expired by its clock: settled late, once
-    busy: bool = False  # a receive or settle awaits its reply
-    busy_since: int = 0
-    next_heartbeat: int = 0
-
-
 class QueueSimulation:
     def __init__(self, seed: int, *, faults: CoordinatorFaults = NO_FAULTS) -> None:
         self.seed, self.faults = seed, faults
@@ -125,7 +107,7 @@ class QueueSimulation:
         self.batches: list[_Batch] = []
         self.committed_batches = 0
         self.replies: list[_Reply] = []
-        self.receivers: list[_Receiver] = []
+        self.receivers: list[Receiver] = []
         self.stats: Counter[str] = Counter()
         self.trace = hashlib.blake2b(digest_size=16)
         self.now = 0
@@ -248,10 +230,10 @@ class QueueSimulation:
     def _join(self) -> None:
         pid = len(self.receivers)
         session_ms = self.rng.choice((1_000, 1_500, 2_000))
-        self.receivers.append(_Receiver(pid, random.Random(self.rng.getrandbits(64)), session_ms))
+        self.receivers.append(Receiver(pid, random.Random(self.rng.getrandbits(64)), session_ms))
         self.stats["joins"] += 1
 
-    def _act(self, r: _Receiver, serving: bool) -> None:
+    def _act(self, r: Receiver, serving: bool) -> None:
         rng, now_ms = r.rng, self.now_ms
         for key in [k for k, lease in r.held.items() if lease.deadline_ms <= now_ms]:
             lease = r.held.pop(key)  # its deadline passed: it is not ours any more
@@ -290,7 +272,7 @@ class QueueSimulation:
         elif rng.random() < (0.9 if quiet else 0.5):
             self._receive(r)
 
-    def _receive(self, r: _Receiver) -> None:
+    def _receive(self, r: Receiver) -> None:
         rng = r.rng
         extents = {
             (TOPIC, p): Extent(self.log_starts[p], self.high_watermarks[p])
@@ -318,42 +300,8 @@ class QueueSimulation:
             ),
         )
 
-    def _settle(self, r: _Receiver, quiet: bool) -> None:
-        rng = r.rng
-        settlements, sent = [], []
-        for (p, o), lease in sorted(r.held.items()):
-            poison = (p, o) in self.poison
-            if quiet:
-                action = (REJECT if rng.random() < 0.3 else RELEASE) if poison else ACK
-            else:
-                roll = rng.random()
-                if roll < 0.3:
-                    continue  # keep it (it may expire)
-                action = (
-                    RELEASE
-                    if poison or roll < 0.4
-                    else REJECT
-                    if roll < 0.43
-                    else EXTEND
-                    if roll < 0.5
-                    else ACK
-                )
-            delay = rng.choice((0, 0, 200)) if action == RELEASE else 0
-            invisible = rng.choice((1_000, 2_000)) if action == EXTEND else 0
-            settlements.append(
-                Settlement(TOPIC, p, o, lease.delivery_count, action, delay, invisible)
-            )
-            sent.append(lease)
-            self.stats[
-                {ACK: "acks", RELEASE: "releases", REJECT: "rejects"}.get(action, "extends")
-            ] += 1
-        for lease in r.stale:
-            action = rng.choice((ACK, RELEASE, REJECT))
-            settlements.append(
-                Settlement(TOPIC, lease.partition, lease.offset, lease.delivery_count, action)
-            )
-            sent.append(lease)
-        r.stale.clear()
+    def _settle(self, r: Receiver, quiet: bool) -> None:
+        settlements, sent = r.choose_settlements(TOPIC, self.poison, quiet, self.stats)
         if not settlements:
             return
         for lease in sent:
@@ -364,7 +312,7 @@ class QueueSimulation:
         )
 
     def _call(
-        self, r: _Receiver, call: Callable[[], Outcome[Any]], sent: tuple[Lease, ...] = ()
+        self, r: Receiver, call: Callable[[], Outcome[Any]], sent: tuple[Lease, ...] = ()
     ) -> None:
         try:
             outcome = call()
@@ -399,7 +347,7 @@ class QueueSimulation:
                 r.held[(lease.partition, lease.offset)] = lease
                 self.stats["leases"] += 1
 
-    def _fenced(self, r: _Receiver) -> None:
+    def _fenced(self, r: Receiver) -> None:
         self.stats["fenced"] += 1
         r.member_id, r.held, r.busy = "", {}, False
 

@@ -13,6 +13,8 @@ import pytest
 from cluster.config import ConfigError
 from cluster.coordinator_faults import ENV_VAR, NodeFaults, faults_from_env
 from cluster.dead_letters import DeadLetterCopier, dead_letter_batch
+from cluster.idempotence import Duplicate, Fresh, Idempotence
+from cluster.producers import WINDOW, BatchRef
 from cluster.queue_source import keys_of
 from consumers.faults import FAULT_NAMES
 from consumers.queue_types import REASON_REJECTED, DeadLetterJob
@@ -75,6 +77,24 @@ def test_each_partitions_dead_letters_are_copied_in_sequence_order_then_confirme
     assert sorted(sink.copied) == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert sorted(confirmed) == [[(-1, 1)], [(0, 0), (0, 1), (0, 2)], [(1, 0)]]
     assert set(sink.attempts.values()) == {2}
+
+
+def test_a_stream_confirms_its_copies_before_the_partition_could_forget_them() -> None:
+    """A dead-letter partition answers a repeated copy as a duplicate only while the copy is
+    among the producer's last `WINDOW` batches there; older, the repeat is out of order and
+    would stall the stream for good. So at most `WINDOW` copies of a stream are unconfirmed at
+    any time: a successor coordinator repeats no more than that."""
+    jobs = [job(0, sequence) for sequence in range(3 * WINDOW + 2)]
+    confirmed = asyncio.run(run_copier(Copies(), jobs, NodeFaults(), settle_s=0.5))
+    assert [k for chunk in confirmed for k in chunk] == [(0, j.sequence) for j in jobs]
+    assert max(len(chunk) for chunk in confirmed) <= WINDOW, [len(c) for c in confirmed]
+    # why: the table answers a repeat of the newest WINDOW batches, and nothing older
+    table = Idempotence()
+    for sequence in range(WINDOW + 1):
+        assert isinstance(table.admit(77, sequence, 1, 1), Fresh)
+        table.written(77, sequence, BatchRef(sequence + 1, 1, 1))
+    assert isinstance(table.admit(77, 1, 1, 1), Duplicate)
+    assert not isinstance(table.admit(77, 0, 1, 1), Duplicate | Fresh)
 
 
 def test_the_stall_fault_copies_once_and_never_confirms() -> None:

@@ -330,14 +330,15 @@ def test_an_expired_lease_comes_back_with_count_2_after_its_backoff_not_before(
 def test_a_release_is_visible_after_its_own_delay_only(setup: Setup) -> None:
     setup.client.create_topic("later", partitions=1, replication_factor=3)
     setup.client.produce("later", b"again", partition=0)
-    a = Member(setup.router, "releaser", "later").join()
+    # an expiry would wait 5 s more: a release adds none of it
+    a = Member(setup.router, "releaser", "later", pb.QueueOptions(backoff_ms=[5000])).join()
     (lease,) = take(a, 1)
     released_at_ms = time.time() * 1000
     assert len(a.settle([lease], pb.SETTLE_RELEASE, delay_ms=1500).applied) == 1
     assert a.receive() == []  # not yet
     back = a.receive(wait_ms=10_000)  # the node asks again on each tick until it is due
     now_ms = time.time() * 1000
-    assert released_at_ms + 1500 <= now_ms < released_at_ms + 1500 + 3000  # no backoff added
+    assert released_at_ms + 1500 <= now_ms < released_at_ms + 1500 + 4000  # no backoff added
     assert [(r.offset, r.delivery_count) for r in back] == [(0, 2)]
 
 
@@ -550,6 +551,13 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(setup: Setup)
                 queue=pb.QueueOptions(dead_letter_topic="__mine"),
             ),
             "'__mine'",
+        ),
+        (
+            "GroupHeartbeat",
+            pb.GroupHeartbeatRequest(
+                group="strict", topics=["strict"], queue=pb.QueueOptions(max_deliveries=3)
+            ),
+            "GROUP_KIND_QUEUE",
         ),
     ]
     for method, request, named in bad:
