@@ -53,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="nodes' replace_after_s: a short one makes faults move data")  # fmt: skip
         sub.add_argument("--group-members", type=int, default=0,
                          help="members of a consumer group reading the topic (0: none)")  # fmt: skip
+        sub.add_argument("--queue-receivers", type=int, default=0,
+                         help="receiver processes of a queue group sharing the topic, acking, "
+                              "releasing, rejecting and crashing (0: none)")  # fmt: skip
         sub.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
         sub.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
         if command == "run":
@@ -81,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_faults=args.max_faults,
         replace_after_s=args.replace_after_s,
         group_members=args.group_members,
+        queue_receivers=args.queue_receivers,
     )
     if args.command == "run":
         outcome = run(replace(config, seed=args.seed))

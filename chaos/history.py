@@ -11,6 +11,9 @@ Kinds of `f`:
 - `fault-start` / `fault-stop` (process "nemesis"): `value` names the fault window ("pause#2");
   `fault-target` between them says what was done ("pause n3").
 - `leader` (process "monitor"): `value` is the leader of `partition` seen at `t` ("" = none).
+- queue events (`chaos.queue_workload`; judged by `chaos.queue_checker`) also carry `count` (a
+  lease's delivery_count), `deadline_ms` (its deadline) and `wall_ms` (epoch ms: when the lease
+  was granted, or when a settlement call began), to compare with the servers' deadlines.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class Event:
     replica: str = ""
     records: tuple[tuple[int, str], ...] = field(default=())
     error: str = ""
+    count: int = -1
+    deadline_ms: int = -1
+    wall_ms: int = -1
 
     def to_json(self) -> str:
         data = {key: item for key, item in asdict(self).items() if item not in ("", -1, ())}

@@ -14,6 +14,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,8 @@ from chaos.group_workload import GroupWorkload, committed_offsets
 from chaos.history import HistoryWriter
 from chaos.nemesis import DISK, MOVES, Nemesis, schedule
 from chaos.network import ChaosNetwork
+from chaos.queue_checker import check_queue
+from chaos.queue_workload import QueueSettings, QueueWorkload, queue_summary, read_dead_letters
 from chaos.workload import Workload, WorkloadConfig
 from cluster.local import LocalCluster
 from flotilla import Client
@@ -61,6 +64,9 @@ class RunConfig:
     # members of one consumer group reading the topic (`chaos.group_workload`); 0: none
     group_members: int = 0
     drain_timeout_s: float = 60.0  # how long the group may take to consume the final logs
+    # receiver processes of one queue group sharing the topic (`chaos.queue_workload`); 0: none
+    queue_receivers: int = 0
+    queue: QueueSettings = field(default_factory=QueueSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,7 @@ def replay_command(config: RunConfig) -> str:
         "--max-faults": (config.max_faults, default.max_faults),
         "--replace-after-s": (config.replace_after_s, default.replace_after_s),
         "--group-members": (config.group_members, default.group_members),
+        "--queue-receivers": (config.queue_receivers, default.queue_receivers),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
@@ -142,6 +149,8 @@ def run(config: RunConfig) -> RunOutcome:
     topic = config.workload.topic
     committed: dict[int, int] = {}
     group: GroupWorkload | None = None
+    queue: QueueWorkload | None = None
+    queue_found: dict[str, list[str]] = {}
     try:
         network.attach(cluster)
         cluster.start()
@@ -156,6 +165,11 @@ def run(config: RunConfig) -> RunOutcome:
             group = GroupWorkload(cluster.addresses(), history, topic, config.group_members,
                                   config.seed)  # fmt: skip
             group.start()
+        if config.queue_receivers:
+            settings = replace(config.queue, receivers=config.queue_receivers)
+            queue = QueueWorkload(cluster.addresses(), history, directory / "queue", topic,
+                                  config.seed, settings)  # fmt: skip
+            queue.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
         runner.start()
@@ -171,10 +185,14 @@ def run(config: RunConfig) -> RunOutcome:
             group.drain(ends, config.drain_timeout_s)
             group.stop()
             committed = committed_offsets(client, config.workload.partitions)
+        if queue is not None:
+            queue_found = drain_and_check_queue(client, queue, final, config.drain_timeout_s)
         client.close()
     finally:
         if group is not None:
             group.stop()
+        if queue is not None:
+            queue.stop()
         history.close()
         cluster.close()
         network.close()
@@ -184,9 +202,53 @@ def run(config: RunConfig) -> RunOutcome:
     result = check(history.events, final)
     if config.group_members:
         result = with_group(result, check_group(history.events, reference_logs(final), committed))
+    if config.queue_receivers:
+        result = with_group(result, queue_found)
     outcome = RunOutcome(config, directory, result, converged)
     write_report(outcome, faults)
     return outcome
+
+
+def drain_and_check_queue(
+    client: Client, queue: QueueWorkload, final: FinalLogs, timeout_s: float
+) -> dict[str, list[str]]:
+    """After the heal: the receivers settle every record of the final logs (or `timeout_s`
+    passes), stop, and `chaos.queue_checker` judges their merged history with the dead-letter
+    topic read whole."""
+    reference = reference_logs(final)
+    drained = queue.drain({p: len(log) for p, log in reference.items()}, timeout_s)
+    queue.stop()
+    letters, partitions = read_dead_letters(client, queue.settings.dead_letter_topic(queue.topic))
+    events = queue.events()
+    found = check_queue(events, reference, letters, topic=queue.topic,
+                        max_deliveries=queue.settings.max_deliveries,
+                        dead_letter_partitions=partitions,
+                        session_timeout_ms=queue.settings.session_timeout_ms)  # fmt: skip
+    with open(queue.directory / "dead-letters.jsonl", "w", encoding="utf-8") as out:
+        for letter in letters:  # kept to judge the run again (headers as latin-1 text)
+            headers = [[name, data.decode("latin-1")] for name, data in letter.headers]
+            out.write(json.dumps([letter.partition, letter.offset, letter.value, headers]) + "\n")
+    reasons = Counter(letter.header("flotilla-dlq-reason") or "?" for letter in letters)
+    strict = check_queue(
+        events,
+        reference,
+        letters,
+        topic=queue.topic,
+        max_deliveries=queue.settings.max_deliveries,
+        strict_lost=True,
+        session_timeout_ms=queue.settings.session_timeout_ms,
+    )
+    verdict = {
+        "drained": drained,
+        "events": queue_summary(events),
+        "crashes": queue.crashes,
+        "dead_letters": dict(reasons),
+        "anomalies": {k: len(v) for k, v in found.items()},
+        # informational: what LeaseLost answers during faults would mean, taken at their word
+        "strict_lost_anomalies": {k: v[:3] for k, v in strict.items() if v},
+    }
+    (queue.directory / "queue-check.json").write_text(json.dumps(verdict, indent=2))
+    return found
 
 
 def _wait_for_leaders(client: Client, topic: str, partitions: int) -> list[str]:
