@@ -18,12 +18,13 @@ the servers' deadlines are wall-clock epoch ms (`wall_ms`; every node runs on th
 - `fault-start` / `fault-stop` (process "nemesis", `value` names the window): while a fault
   lasts and FAILOVER_GRACE_S after, a coordinator may change.
 
-A LeaseLost answer (`fail`) to a settlement whose call was in flight during a fault window is
-judged unknown unless `strict_lost`: the SDK retries a settlement at the new coordinator when
-an attempt fails, and if the first attempt was committed before its coordinator died, the
-retry finds the lease settled already and is answered "lost" although this very call applied
-it (seen in chaos runs: an ack answered LeaseLost whose record was never handed out again nor
-dead-lettered). With `strict_lost` such answers count as "nothing changed", as the API says.
+A LeaseLost answer (`fail`) counts as "nothing changed", as the API says (`strict_lost`, the
+default). The SDK retries a settlement at the new coordinator when an attempt fails; before the
+coordinator remembered its members' recent settlements (`PartitionQueue.recent`), a retry whose
+first attempt had committed was answered "lost" although this very call applied it (seen in
+chaos runs: an ack answered LeaseLost whose record was never handed out again). `strict_lost=
+False` judges such answers during a fault window (and a grace after) unknown instead: for
+histories of nodes from before that fix.
 
 Anomalies:
 - unsettled:               a record of a final log neither acked (an ack answered applied, or of
@@ -117,7 +118,7 @@ def check_queue(
     topic: str,
     max_deliveries: int,
     dead_letter_partitions: int = 0,
-    strict_lost: bool = False,
+    strict_lost: bool = True,
     session_timeout_ms: int = 0,
 ) -> dict[str, list[str]]:
     """`final[p]`: source partition p's reference log; `dead_letters`: the dead-letter topic

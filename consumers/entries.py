@@ -154,6 +154,9 @@ class QueueSettled:
     waiting: tuple[tuple[int, int, int], ...] = ()
     extended: tuple[tuple[int, int], ...] = ()
     dead: tuple[tuple[int, int, int, str, str], ...] = ()
+    # the member whose settle call ended these leases ("" for expiries and departures): its
+    # settlements are remembered, so that the same call retried is answered as applied
+    settled_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +234,7 @@ def encode(entry: Entry) -> bytes:
                 [list(w) for w in entry.waiting],
                 [list(x) for x in entry.extended],
                 [list(d) for d in entry.dead],
+                entry.settled_by,
             ]
         case QueueDeadLettered():
             fields = [
@@ -315,7 +319,7 @@ def _decode_fields(kind: object, fields: list[Any]) -> Entry:
             tuple(_skipped(x) for x in _list(skip)),
         )
     if kind == _QUEUE_SETTLED:
-        group, topic, uid, partition, acked, waiting, extended, dead = fields
+        group, topic, uid, partition, acked, waiting, extended, dead, settled_by = fields
         return QueueSettled(
             _str(group),
             _str(topic),
@@ -325,6 +329,7 @@ def _decode_fields(kind: object, fields: list[Any]) -> Entry:
             tuple(_ints3(x) for x in _list(waiting)),
             tuple(_ints2(x) for x in _list(extended)),
             tuple(_dead(x) for x in _list(dead)),
+            _str(settled_by),
         )
     if kind == _QUEUE_DEAD_LETTERED:
         group, topic, uid, partition, offsets, gone = fields

@@ -209,13 +209,22 @@ class QueueCoordinator:
                 or where in seen
             ):
                 deadline = 0 if lease is None else lease.deadline_ms
-                lost.append(Lease(s.topic, s.partition, s.offset, s.delivery_count, deadline))
+                done = Lease(s.topic, s.partition, s.offset, s.delivery_count, deadline)
+                if (
+                    state is not None
+                    and where not in seen
+                    and state.settled_again(member.id, s.offset, s.delivery_count, s.action)
+                ):
+                    seen.add(where)
+                    applied.append(done)  # a retry of a call that was applied: unchanged
+                else:
+                    lost.append(done)
                 continue
             seen.add(where)
             builder = builders.get((s.topic, s.partition))
             if builder is None:
                 builder = builders[(s.topic, s.partition)] = SettleBuilder(
-                    group.name, state, queue.options
+                    group.name, state, queue.options, settled_by=member.id
                 )
             deadline = lease.deadline_ms
             if s.action == ACK:

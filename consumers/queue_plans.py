@@ -27,6 +27,7 @@ class SettleBuilder:
     dead: list[tuple[int, int, int, str, str]] = field(default_factory=list)
     sequences: dict[str, int] = field(default_factory=dict)  # dead-letter topic -> next
     ended: set[int] = field(default_factory=set)  # offsets whose lease ends in this entry
+    settled_by: str = ""  # the member whose settle call this is ("": expiries, departures)
 
     def back(self, offset: int, lease: Leased, available_at_ms: int, count: int) -> None:
         """The lease ends unsettled: waiting again, or dead-lettered at max_deliveries."""
@@ -59,6 +60,7 @@ class SettleBuilder:
             tuple(self.waiting),
             tuple(self.extended),
             tuple(self.dead),
+            self.settled_by,
         )
 
 

@@ -25,12 +25,21 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import xxhash
 
 from consumers.entries import QueueDeadLettered, QueueLeased, QueueSettled
-from consumers.queue_types import DeadLetterJob, QueueOptions, QueuePartitionView
+from consumers.queue_types import (
+    ACK,
+    REASON_REJECTED,
+    REJECT,
+    RELEASE,
+    DeadLetterJob,
+    QueueOptions,
+    QueuePartitionView,
+)
 
 __all__ = [
     "Leased",
@@ -41,6 +50,10 @@ __all__ = [
     "key_hash",
     "producer_id",
 ]
+
+# Per partition: how many of the latest settlements members' calls made are remembered, so that
+# a call retried after its coordinator died (its first answer lost) is answered as applied.
+RECENT_SETTLEMENTS = 4096
 
 _MASK_63 = (1 << 63) - 1
 
@@ -98,6 +111,10 @@ class PartitionQueue:
     # dead-letter topic) pair is one idempotent producer's stream, contiguous from 0 (a gap
     # would be refused by the dead-letter partition), even if the options change the topic
     sequences: dict[str, int] = field(default_factory=dict)
+    # offset -> (member, delivery_count, action) of the latest leases members' settle calls
+    # ended (at most RECENT_SETTLEMENTS): a call retried after its coordinator died is answered
+    # as applied, not lost (`settled_again`)
+    recent: OrderedDict[int, tuple[str, int, str]] = field(default_factory=OrderedDict)
     # caches (not state): lazily cleaned heaps over the dicts
     by_key: dict[int, list[int]] = field(default_factory=dict)
     _unsettled: list[int] = field(default_factory=list)  # every offset made unsettled
@@ -119,6 +136,7 @@ class PartitionQueue:
             self.dead_lettered,
             self.deleted,
             dict(sorted(self.sequences.items())),
+            list(self.recent.items()),
         )
 
     # -- what a decision reads (heaps may be cleaned; no state changes) --------------------------
@@ -199,16 +217,32 @@ class PartitionQueue:
         self.next_offset = max(self.next_offset, entry.next_offset)
         self._advance_floor()
 
+    def settled_again(self, member_id: str, offset: int, delivery_count: int, action: str) -> bool:
+        """Did a settle call of `member_id` already end this lease (`delivery_count`) so? Then
+        the same settlement again (a retry whose first answer was lost) is answered as applied,
+        changing nothing."""
+        return self.recent.get(offset) == (member_id, delivery_count, action)
+
+    def _remember(self, member_id: str, offset: int, lease: Leased, action: str) -> None:
+        if member_id and lease.member_id == member_id:
+            self.recent.pop(offset, None)
+            self.recent[offset] = (member_id, lease.delivery_count, action)
+            if len(self.recent) > RECENT_SETTLEMENTS:
+                self.recent.popitem(last=False)
+
     def apply_settled(self, entry: QueueSettled) -> None:
+        by = entry.settled_by
         for offset in entry.acked:
             lease = self.leased.pop(offset, None)
             if lease is not None:
                 self.acked += 1
                 self._settled(offset, lease.key_hash)
+                self._remember(by, offset, lease, ACK)
         for offset, available_at, count in entry.waiting:
             lease = self.leased.pop(offset, None)
             if lease is None:
                 continue
+            self._remember(by, offset, lease, RELEASE)
             if offset < self.trimmed_to:  # it cannot be read any more
                 self.deleted += 1
                 self._settled(offset, lease.key_hash)
@@ -222,6 +256,7 @@ class PartitionQueue:
         for offset, sequence, count, reason, topic in entry.dead:
             lease = self.leased.pop(offset, None)
             if lease is not None:
+                self._remember(by, offset, lease, REJECT if reason == REASON_REJECTED else RELEASE)
                 self.pending[offset] = Pending(sequence, count, reason, topic, lease.key_hash)
                 self.sequences[topic] = max(self.sequences.get(topic, 0), sequence + 1)
         self._advance_floor()

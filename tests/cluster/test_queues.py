@@ -282,8 +282,10 @@ def test_two_members_never_hold_one_record_and_an_ack_counts_once(setup: Setup) 
     assert b.receive(100) == []  # everything is leased
     acked = a.settle(first, pb.SETTLE_ACK)
     assert len(acked.applied) == 8 and not acked.lost
-    again = a.settle(first, pb.SETTLE_ACK)  # the same leases: settled already
-    assert not again.applied and held(list(again.lost)) == held(first)
+    again = a.settle(first, pb.SETTLE_ACK)  # the same call again (a retry): applied, once
+    assert held(list(again.applied)) == held(first) and not again.lost
+    released = a.settle(first, pb.SETTLE_RELEASE)  # another settlement of ended leases: lost
+    assert not released.applied and held(list(released.lost)) == held(first)
     stolen = b.settle(first[:1], pb.SETTLE_ACK)  # not b's lease
     assert not stolen.applied and len(stolen.lost) == 1
     info = describe(setup, "workers")

@@ -156,11 +156,37 @@ def test_ack_settles_once_and_only_from_the_holder_before_the_deadline() -> None
     assert wrong.applied == () and offsets(list(wrong.lost)) == offsets(leases[:1])
     ok = kit.settle(a, leases, ACK)
     assert ok.applied == tuple(leases) and ok.lost == ()
-    again = kit.settle(a, leases, ACK)
-    assert again.applied == () and len(again.lost) == 3
+    before = len(kit.log)
+    again = kit.settle(a, leases, ACK)  # the same call again (a retry): applied, nothing changed
+    assert offsets(list(again.applied)) == offsets(leases) and again.lost == ()
+    assert len(kit.log) == before
+    assert sum(view.acked for view in kit.c.queue_view("q", TOPICS).queue) == 3
+    other = kit.settle(a, leases, RELEASE)  # another settlement of an ended lease: lost
+    assert other.applied == () and len(other.lost) == 3
     late = kit.receive(a, n=1)
     kit.now = late[0].deadline_ms  # a lease is valid while now < deadline
     assert kit.settle(a, late, ACK).lost == tuple(late)
+
+
+def test_a_settle_retried_after_its_coordinator_died_is_answered_as_applied() -> None:
+    """The SDK retries a settle whose answer was lost with its coordinator: the successor,
+    loaded from the log, holds the first attempt's entry, and must not call the leases lost
+    (the caller would think nothing changed). Each action alike; the count moves once."""
+    kit = Kit(QueueOptions(max_deliveries=2), hw=10, partitions=1)
+    a = kit.join()
+    leases = kit.receive(a, n=4)
+    kit.settle(a, leases[:1], ACK)
+    kit.settle(a, leases[1:2], RELEASE)
+    kit.settle(a, leases[2:3], REJECT)
+    successor = kit.replayed()
+    for lease, action in zip(leases[:3], (ACK, RELEASE, REJECT), strict=True):
+        request = SettleRequest(
+            "q", a, 1, (Settlement("jobs", 0, lease.offset, lease.delivery_count, action),)
+        )
+        retried = successor.queue_settle(request, TOPICS, kit.now + 1)
+        assert retried.reply.applied and not retried.reply.lost and not retried.entries, action
+    view = successor.queue_view("q", TOPICS).queue[0]
+    assert (view.acked, view.waiting, view.dead_letters_pending) == (1, 1, 1)
 
 
 def test_acks_of_a_hundred_records_are_one_entry_and_move_the_floor() -> None:
