@@ -22,6 +22,7 @@ import grpc
 import msgpack
 
 from cluster.controller import TopicSpec
+from cluster.errors import ClusterError
 from cluster.replica import Replica
 from consumers.queue_types import Extent
 from proto import flotilla_pb2 as pb
@@ -43,7 +44,7 @@ FETCH_TIMEOUT_S = 5.0
 Stub = flotilla_pb2_grpc.FlotillaStub
 
 
-class SourceUnavailable(Exception):
+class SourceUnavailable(ClusterError):
     """No replica of the partition answered the read; retry later."""
 
 
