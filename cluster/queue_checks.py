@@ -19,6 +19,16 @@ from consumers.queue_types import (
     QueueOptions,
     Settlement,
 )
+from consumers.queue_validate import (
+    MAX_BACKOFF_STEPS,
+    MAX_DELAY_MS,
+    MAX_DELIVERIES,
+    MAX_IN_FLIGHT,
+    MAX_INVISIBLE_MS,
+    MAX_RECORDS,
+    MAX_SETTLEMENTS,
+    MIN_INVISIBLE_MS,
+)
 from proto import flotilla_pb2 as pb
 from proto.groups import is_internal
 
@@ -30,15 +40,7 @@ __all__ = [
     "queue_options_pb",
 ]
 
-MAX_RECORDS = 10_000
-MAX_SETTLEMENTS = 10_000
-MIN_INVISIBLE_MS = 1_000
-MAX_INVISIBLE_MS = 43_200_000
-MAX_WAIT_MS = 30_000
-MAX_DELAY_MS = 86_400_000
-MAX_DELIVERIES = 1_000
-MAX_IN_FLIGHT = 100_000
-MAX_BACKOFF_STEPS = 16
+MAX_WAIT_MS = 30_000  # QueueReceiveRequest.wait_ms (the node's; the core never waits)
 
 ACTIONS = {
     pb.SETTLE_ACK: ACK,

@@ -405,3 +405,22 @@ def test_bad_receive_and_settle_arguments_are_named() -> None:
             sync.release(Delivery(record, 1, 0), delay_ms=-1)
         with pytest.raises(InvalidArgument, match="invisible_ms"):
             sync.extend(Delivery(record, 1, 0), invisible_ms=10)
+
+
+def test_the_sdk_checks_the_ranges_the_node_checks() -> None:
+    """The SDK refuses a bad argument before sending it, with the limits the node enforces
+    (`consumers.queue_validate`, used by the node's edge too): they must not drift apart."""
+    from consumers import queue_validate as core
+    from flotilla import _queue as sdk
+
+    names = (
+        "MIN_INVISIBLE_MS",
+        "MAX_INVISIBLE_MS",
+        "MAX_DELIVERIES",
+        "MAX_DELAY_MS",
+        "MAX_RECORDS",
+        "MAX_SETTLEMENTS",
+        "MAX_IN_FLIGHT",
+        "MAX_BACKOFF_STEPS",
+    )
+    assert {n: getattr(sdk, n) for n in names} == {n: getattr(core, n) for n in names}
