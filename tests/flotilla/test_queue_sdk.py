@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -295,3 +296,81 @@ def test_bad_arguments_are_named(client: Client) -> None:
         client.queue("bad", "jobs", ordering="fifo")
     with pytest.raises(TopicNotFound), client.queue("bad", "no-such-topic") as q:
         q.receive(timeout_s=0.5)
+
+
+def test_key_ordering_holds_through_2_then_16_then_2_receivers_without_stalling_a_key(
+    client: Client,
+) -> None:
+    """ordering="key": a record is never handed out before the earlier record with its key was
+    settled, while receivers grow from 2 to 16 and shrink back to 2 (the 14 that leave close,
+    which releases what they hold at once): so no key waits for a lease to run out."""
+    topic, keys, count, invisible_ms = "keyed", 8, 160, 5_000
+    client.create_topic(topic, partitions=2, replication_factor=3)
+    placed = {}  # (partition, offset) -> key
+    for n in range(count):
+        key = b"k%d" % (n % keys)
+        meta = client.produce(topic, b"%d" % n, key=key)
+        placed[(meta.partition, meta.offset)] = key
+    # (key, partition, offset) -> [handed out at, ack sent at, ack answered at]
+    times: dict[tuple[bytes, int, int], list[float]] = {}
+    lock = threading.Lock()
+    acked = threading.Semaphore(0)
+    stop: dict[int, threading.Event] = {}
+
+    def receiver(index: int) -> None:
+        with client.queue("ordered", topic, invisible_ms=invisible_ms, ordering="key") as q:
+            while not stop[index].is_set():
+                ds = q.receive(max_records=3, timeout_s=0.2)
+                got = time.monotonic()
+                sent = time.monotonic()
+                q.ack(ds)
+                done = time.monotonic()
+                with lock:
+                    for d in ds:
+                        place = (d.record.key or b"", d.partition, d.offset)
+                        assert place not in times, f"{place} acked twice"
+                        times[place] = [got, sent, done]
+                for _ in ds:
+                    acked.release()
+
+    threads: dict[int, threading.Thread] = {}
+
+    def grow_to(n: int) -> None:
+        for index in range(len(threads), n):
+            stop[index] = threading.Event()
+            threads[index] = threading.Thread(target=receiver, args=(index,), daemon=True)
+            threads[index].start()
+
+    def wait_acked(n: int) -> None:
+        for _ in range(n):
+            assert acked.acquire(timeout=60), f"only {len(times)} of {count} acked"
+
+    try:
+        grow_to(2)
+        wait_acked(40)
+        grow_to(16)
+        wait_acked(60)
+        for index in range(2, 16):  # 14 leave: their leases go back at once
+            stop[index].set()
+        for index in range(2, 16):
+            threads[index].join(30)
+        wait_until(lambda: len(times) == count, 60, f"every record acked ({len(times)})")
+    finally:
+        for event in stop.values():
+            event.set()
+        for thread in threads.values():
+            thread.join(30)
+    assert {(p, o) for _, p, o in times} == set(placed)
+    for key in {k for k in placed.values()}:
+        for partition in (0, 1):
+            mine = sorted(
+                (o, times[(key, p, o)])
+                for (p, o), k in placed.items()
+                if k == key and p == partition
+            )
+            for (before, (_, sent, done)), (after, (got, _, _)) in zip(
+                mine, mine[1:], strict=False
+            ):
+                # handed out only once the earlier one's ack was on its way, and soon after
+                assert got >= sent, f"{key!r} p{partition}: {after} before {before} was acked"
+                assert got - done < invisible_ms / 1000, f"{key!r} p{partition} stalled at {after}"
