@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -368,9 +369,7 @@ def test_key_ordering_holds_through_2_then_16_then_2_receivers_without_stalling_
                 for (p, o), k in placed.items()
                 if k == key and p == partition
             )
-            for (before, (_, sent, done)), (after, (got, _, _)) in zip(
-                mine, mine[1:], strict=False
-            ):
+            for (before, (_, sent, done)), (after, (got, _, _)) in itertools.pairwise(mine):
                 # handed out only once the earlier one's ack was on its way, and soon after
                 assert got >= sent, f"{key!r} p{partition}: {after} before {before} was acked"
                 assert got - done < invisible_ms / 1000, f"{key!r} p{partition} stalled at {after}"
