@@ -176,8 +176,22 @@ class TimerBook:
             return None
         return Plan(self._next_sequence, tuple(taken))
 
+    def done_marker(self) -> Plan | None:
+        """The empty plan (the next sequence, no batches) that marks the last plan as fired in
+        full: the leader appends it once every append of the last plan succeeded and no plan
+        follows at once (a next plan marks its predecessor so by itself). Without it a later
+        leader fires the last plan again, and if the source partition forgot the fire producer
+        meanwhile (a day without firing) the repeat is not a duplicate there: it lands twice.
+        None when there is no last plan or it is empty (marked already)."""
+        plan = self._last_plan
+        if plan is None or not plan.batches or self._faults.no_done_marker:
+            return None
+        return Plan(self._next_sequence, ())
+
     @property
     def last_plan(self) -> Plan | None:
+        """The last plan in the log: a new leader fires its batches again (none if it is a
+        done marker)."""
         return self._last_plan
 
     def next_due_ms(self) -> int | None:

@@ -36,6 +36,7 @@ FAR_MS = 150_000
 LATE_BOUND_MS = 2_500  # a batch lands within this of max(its due time, its leader's readiness)
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
 FIRE_PRODUCER = 7_000_001
+FORGET_AFTER_MS = 20_000  # scaled: "a day" without a batch, and the source forgets a producer
 PRODUCERS = 3
 STAT_NAMES = (
     "batches",
@@ -47,6 +48,9 @@ STAT_NAMES = (
     "landed",
     "duplicates",
     "derived_sends",
+    "done_markers",
+    "forgotten_producers",
+    "quiet_stretches",
     "failovers",
     "tails_lost",
     "crashes_mid_fire",
@@ -73,12 +77,19 @@ class _Record:
 
 
 class _Source:
-    """The source partition's idempotent-producer table: per producer, the next sequence."""
+    """The source partition's idempotent-producer table: per producer, the next sequence, and
+    when it last appended; a producer idle for FORGET_AFTER_MS is forgotten (as a partition
+    forgets one after a day without a batch), and then starts again at sequence 0."""
 
     def __init__(self) -> None:
         self.next: dict[tuple[int, int], int] = {}
+        self.last_ms: dict[tuple[int, int], int] = {}
+        self.forgotten = 0
 
-    def append(self, producer: tuple[int, int], sequence: int, count: int) -> str:
+    def append(self, producer: tuple[int, int], sequence: int, count: int, now_ms: int) -> str:
+        if now_ms - self.last_ms.get(producer, now_ms) > FORGET_AFTER_MS:
+            self.forgotten += self.next.pop(producer, None) is not None
+        self.last_ms[producer] = now_ms
         expected = self.next.get(producer, 0)
         if sequence < expected:
             return "duplicate"
@@ -138,6 +149,7 @@ class TimerSimulation:
             self.replicas.append(_Replica(store, store.open()))
         self.leader: _Leader | None = None
         self.election_steps = 1
+        self.quiet_until = 0
         self.trace = hashlib.blake2b(digest_size=16)
 
     # -- the run ---------------------------------------------------------------------------------
@@ -160,7 +172,10 @@ class TimerSimulation:
             self.election_steps -= 1
             if self.election_steps <= 0:
                 self._elect()
-        if faulty and self.leader is not None:
+        if faulty and self.step_count >= self.quiet_until and self.rng.random() < 0.01:
+            self.quiet_until = self.step_count + self.rng.randint(60, 150)  # producers pause
+            self.stats["quiet_stretches"] += 1
+        if faulty and self.leader is not None and self.step_count >= self.quiet_until:
             self._produce()
         if self.leader is not None:
             self._lead(self.leader)
@@ -245,7 +260,9 @@ class TimerSimulation:
     def _commit_all(self) -> None:
         for record in self.log[self.commit :]:
             if record.batch is not None:
-                self.checker.committed_batch(record.batch, record.producer, record.sequence)
+                self.checker.committed_batch(
+                    record.batch, record.producer, record.sequence, self.now
+                )
             else:
                 assert record.plan is not None
                 self.checker.committed_plan(record.plan)
@@ -292,7 +309,7 @@ class TimerSimulation:
             self._apply(self.replicas[leader.replica], leader.book)
             plan, leader.inflight = leader.inflight, None
             leader.firing, leader.next_batch = plan, 0
-            self._fire(leader, limit=rng.randint(0, len(plan.batches) - 1))
+            self._fire(leader, limit=rng.randint(0, max(0, len(plan.batches) - 1)))
             self._failover()
         elif leader is not None and rng.random() < 0.03:
             self._failover()
@@ -358,9 +375,10 @@ class TimerSimulation:
             if leader.firing is not None:
                 self._fire(leader)
                 progress = True
-            if leader.inflight is None:
-                plan = leader.book.next_plan(self.now)
+            if leader.inflight is None and leader.firing is None:
+                plan = leader.book.next_plan(self.now) or leader.book.done_marker()
                 if plan is not None:
+                    self.stats["done_markers"] += not plan.batches
                     self.checker.plan_made(plan, self.now)
                     self._append(_Record(self._next_offset(), None, plan))
                     leader.inflight, leader.inflight_position = plan, len(self.log) - 1
@@ -381,10 +399,11 @@ class TimerSimulation:
         for index in range(leader.next_batch, end):
             batch = plan.batches[index]
             sequence = plan.sequence + sum(b.record_count for b in plan.batches[:index])
-            answer = self.source.append((FIRE_PRODUCER, 0), sequence, batch.record_count)
+            fire_id, count = (FIRE_PRODUCER, 0), batch.record_count
+            answer = self.source.append(fire_id, sequence, count, self.now)
             if answer == "out-of-order":  # the partition forgot us: a derived producer, at 0
                 self.stats["derived_sends"] += 1
-                answer = self.source.append((FIRE_PRODUCER, sequence), 0, batch.record_count)
+                answer = self.source.append((FIRE_PRODUCER, sequence), 0, count, self.now)
             self._event("fire", batch.offset, answer)
             if answer == "appended":
                 self.stats["landed"] += 1
@@ -401,5 +420,6 @@ class TimerSimulation:
         self.checker.memory(leader.book.loaded_batches, self.now)
         self.stats["max_loaded"] = max(self.stats["max_loaded"], leader.book.loaded_batches)
         self.stats["max_lateness_ms"] = self.checker.max_lateness_ms
+        self.stats["forgotten_producers"] = self.source.forgotten
         far = bucket_of(self.now, self.config.bucket_ms) + self.config.window_buckets
         self._event("check", leader.book.pending, leader.book.loaded_batches, far)
