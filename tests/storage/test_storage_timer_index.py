@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from storage.disk import Buffer
 from storage.errors import InvalidArgument, LogClosed, StorageFailed
 from storage.simdisk import SimDisk
 from storage.timer_index import ENTRY_SIZE, CorruptTimerIndex, TimerIndex
@@ -224,14 +225,58 @@ def check(index: TimerIndex, model: Model) -> None:
         )
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(seed: int) -> None:
+class PowerLoss(Exception):
+    """The power went off in the middle of a flush."""
+
+
+class CrashingDisk(SimDisk):
+    """A SimDisk whose power goes off at its `cut_at`-th write, fsync, rename, unlink or
+    truncate (None: never): every operation of a flush is a place to crash."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(rng)
+        self.operations = 0
+        self.cut_at: int | None = None
+
+    def _step(self) -> None:
+        self.operations += 1
+        if self.cut_at is not None and self.operations >= self.cut_at:
+            self.cut_at = None
+            raise PowerLoss
+
+    def write(self, fd: int, data: Buffer) -> int:
+        self._step()
+        return super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        self._step()
+        super().fsync(fd)
+
+    def replace(self, source: str, target: str) -> None:
+        self._step()
+        super().replace(source, target)
+
+    def unlink(self, path: str) -> None:
+        self._step()
+        super().unlink(path)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self._step()
+        super().ftruncate(fd, length)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_crash_at_any_byte_leaves_a_flush_and_a_replay_restores_all(seed: int) -> None:
+    """Power goes off at a random operation of a flush (or between flushes), losing or tearing
+    what was not fsynced: the reopened index is exactly as of a completed flush (the last one, or
+    the interrupted one if its state became durable), and replaying the log from its
+    applied_offset gives back everything."""
     rng = random.Random(seed)
-    disk = SimDisk(rng)
+    disk = CrashingDisk(rng)
     # the timer log: ("add", batch) or ("plan", plan) at consecutive offsets
     log: list[tuple[str, TimerBatch | Plan]] = []
-    model, durable = Model(), Model()
-    durable_applied = 0
+    model = Model()
+    flushed: dict[int, Model] = {0: Model()}  # applied offset -> what a flush there held
     journal_max_bytes = rng.choice([ENTRY_SIZE, 10 * ENTRY_SIZE, 1 << 20])
 
     def reopen() -> TimerIndex:
@@ -239,7 +284,8 @@ def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(see
 
     index = reopen()
     sequence = 0
-    for _round in range(8):
+    crashes = 0
+    for _round in range(10):
         for _ in range(rng.randint(1, 40)):
             if model.pending and rng.random() < 0.3:
                 chosen = sorted(model.pending.values())[: rng.randint(1, 4)]
@@ -255,15 +301,23 @@ def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(see
                 log.append(("add", batch))
                 index.add(batch)
                 model.pending[batch.offset] = batch
-        if rng.random() < 0.7:
+        snapshot = Model()
+        snapshot.pending, snapshot.last_plan = dict(model.pending), model.last_plan
+        flushed[len(log)] = snapshot
+        if rng.random() < 0.5:
+            disk.cut_at = disk.operations + rng.randint(1, 12)
+        try:
             index.flush(len(log))
-            durable.pending, durable.last_plan = dict(model.pending), model.last_plan
-            durable_applied = len(log)
-        if rng.random() < 0.4:
+            disk.cut_at = None
+            crashed = rng.random() < 0.2
+        except PowerLoss:
+            crashed = True
+        if crashed:
+            crashes += 1
             disk.crash()
             index = reopen()
-            assert index.applied_offset == durable_applied
-            check(index, durable)
+            assert index.applied_offset in flushed
+            check(index, flushed[index.applied_offset])
             for kind, item in log[index.applied_offset :]:  # the node replays the tail
                 if kind == "add":
                     assert isinstance(item, TimerBatch)
@@ -272,6 +326,7 @@ def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(see
                     assert isinstance(item, Plan)
                     index.planned(item)
             check(index, model)
+    assert crashes > 0
     assert index.pending == sum(b.record_count for b in model.pending.values())
 
 
