@@ -241,3 +241,38 @@ def test_fault_skip_far_bucket_never_loads_a_bucket_read_ahead() -> None:
     assert b.buckets_to_load(T0) == []
     assert b.buckets_to_load(T0 + H) == []  # not even once due
     assert b.pending == 1
+
+
+# -- a bucket read while records commit (the node reads the index off the event loop) ------------
+
+
+def test_a_batch_committed_while_its_bucket_is_read_is_not_lost() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1001: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1001]
+    on_disk = TimerBatch(T0 + H, 0, 1)
+    snapshot = [on_disk]  # the index's entries as the read saw them...
+    late = TimerBatch(T0 + H + 5, 1, 1)
+    b.accepted(late)  # ...while this one committed (the read missed it)
+    assert b.buckets_to_load(T0) == []  # being read: not asked for twice
+    b.load_bucket(1001, snapshot)
+    assert b.pending == 2 and b.loaded_batches == 2
+    assert fire(b, T0 + 2 * H) == [on_disk, late]
+
+
+def test_a_batch_fired_while_its_bucket_is_read_is_not_held_again() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1000: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1000]
+    on_disk, early, later = (
+        TimerBatch(T0 + 9, 0, 1),
+        TimerBatch(T0 + 1, 1, 1),
+        TimerBatch(T0 + 2, 2, 1),
+    )
+    b.accepted(early)  # committed while the bucket is read: held at once
+    assert fire(b, T0 + 1) == [early]
+    b.accepted(later)
+    assert fire(b, T0 + 2) == [later]  # a second plan: `early` is not the last plan's any more
+    b.load_bucket(1000, [on_disk, early, later])  # the read saw them before they fired
+    assert b.pending == 1 and b.loaded_batches == 1
+    assert fire(b, T0 + 9) == [on_disk]
