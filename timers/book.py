@@ -111,8 +111,19 @@ class TimerBook:
         return due
 
     def load_bucket(self, bucket: int, batches: Iterable[TimerBatch]) -> None:
-        """The pending timer batches of `bucket`, read from the index (fired ones left out)."""
+        """The pending timer batches of `bucket`, read from the index (fired ones left out).
+        A bucket neither counted nor being loaded is held already: a second load is ignored
+        (a stale read could bring back timers fired since)."""
+        batches = list(batches)
+        for batch in batches:  # all checked first: bad input changes nothing
+            if bucket_of(batch.due_ms, self.config.bucket_ms) != bucket:
+                raise InvalidTimer(
+                    f"batch at offset {batch.offset} is due at {batch.due_ms} ms, in bucket "
+                    f"{bucket_of(batch.due_ms, self.config.bucket_ms)}, not in bucket {bucket}"
+                )
         counted = self._unloaded.pop(bucket, None)
+        if counted is None and bucket not in self._loading:
+            return
         if counted is not None:
             self._unloaded_records -= counted[0]
         # fired already (the index may lag the book): the last plan's, or planned during the read
@@ -121,11 +132,6 @@ class TimerBook:
         if not self._loading:
             self._planned_while_loading = set()
         for batch in batches:
-            if bucket_of(batch.due_ms, self.config.bucket_ms) != bucket:
-                raise InvalidTimer(
-                    f"batch at offset {batch.offset} is due at {batch.due_ms} ms, in bucket "
-                    f"{bucket_of(batch.due_ms, self.config.bucket_ms)}, not in bucket {bucket}"
-                )
             if batch.offset not in fired:
                 self._hold(batch)
 

@@ -347,3 +347,18 @@ def test_reopen_and_summary_of_many_timers_is_fast(tmp_path: Path) -> None:
     print(f"add+flush {count}: {add_s:.2f}s; reopen+summary: {reopen_s * 1000:.0f} ms")
     assert sum(r for r, _ in summary.values()) == count and len(summary) == 960
     assert reopen_s < 2.0
+
+
+def test_a_done_marker_is_the_last_plan_and_pins_nothing(tmp_path: Path) -> None:
+    index = TimerIndex.open(tmp_path, H)
+    batch = batches(1)[0]
+    index.add(batch)
+    index.planned(Plan(0, (batch,)))
+    assert index.min_pending_offset() == 0
+    index.planned(Plan(1, ()))  # fired in full
+    assert index.min_pending_offset() is None
+    index.flush(3)
+    reopened = TimerIndex.open(tmp_path, H)
+    assert reopened.last_plan == Plan(1, ()) and reopened.pending == 0
+    reopened.planned(Plan(1, ()))  # a repeat of the marker: harmless
+    assert reopened.last_plan == Plan(1, ())

@@ -276,3 +276,33 @@ def test_a_batch_fired_while_its_bucket_is_read_is_not_held_again() -> None:
     b.load_bucket(1000, [on_disk, early, later])  # the read saw them before they fired
     assert b.pending == 1 and b.loaded_batches == 1
     assert fire(b, T0 + 9) == [on_disk]
+
+
+def test_a_second_load_of_a_bucket_is_ignored() -> None:
+    b = book()
+    x = TimerBatch(T0 + 1, 0, 1)
+    b.accepted(x)  # bucket 1000 is in the window: held, nothing to load
+    assert fire(b, T0 + 1) == [x]
+    b.accepted(TimerBatch(T0 + 2, 1, 1))
+    assert fire(b, T0 + 2) != []
+    b.load_bucket(1000, [x])  # a stale read of a bucket nobody asked for: x fired already
+    assert b.pending == 0 and b.next_plan(T0 + 10) is None
+
+
+def test_a_done_marker_follows_a_plan_fired_in_full() -> None:
+    b = book()
+    assert b.done_marker() is None  # no plan yet
+    b.accepted(TimerBatch(T0, 0, 3))
+    plan = b.next_plan(T0)
+    assert plan is not None
+    b.planned(plan)
+    marker = b.done_marker()
+    assert marker == Plan(3, ())
+    b.planned(marker)
+    assert b.last_plan == marker and b.done_marker() is None
+    b.accepted(TimerBatch(T0, 1, 1))
+    assert b.next_plan(T0) == Plan(3, (TimerBatch(T0, 1, 1),))  # the sequence goes on
+    again = TimerBook(CONFIG)
+    again.restore({}, marker)  # a new leader: nothing to fire again
+    assert again.last_plan is not None and again.last_plan.batches == ()
+    assert TimerBook(CONFIG, faults=TimerFaults(no_done_marker=True)).done_marker() is None
