@@ -116,8 +116,9 @@ class _Leader:
     inflight_position: int = -1  # its place in the log
     firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
     next_batch: int = 0
-    # bucket reads under way: (bucket, what the index held when the read ran, None: not yet)
-    reads: list[tuple[int, list[TimerBatch] | None]] = field(default_factory=list)
+    # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
+    # the step it was asked for in)
+    reads: list[tuple[int, list[TimerBatch] | None, int]] = field(default_factory=list)
 
 
 class TimerSimulation:
@@ -366,21 +367,22 @@ class TimerSimulation:
         index holds now reaches the book later (this cycle or a later one), after more records
         may have committed and plans fired."""
         index = self.replicas[leader.replica].index
-        still: list[tuple[int, list[TimerBatch] | None]] = []
-        for bucket, batches in leader.reads:
+        still: list[tuple[int, list[TimerBatch] | None, int]] = []
+        for bucket, read, issued in leader.reads:
+            overdue = issued < self.step_count  # a read takes at most the rest of a step
+            batches = read
             if batches is None:  # the read has not started yet
-                started = self.rng.random() < 0.5
+                started = overdue or self.rng.random() < 0.5
                 self.stats["slow_reads"] += not started
-                still.append((bucket, index.bucket(bucket) if started else None))
-            elif self.rng.random() < 0.6:
+                batches = index.bucket(bucket) if started else None
+            if batches is not None and (overdue or self.rng.random() < 0.6):
                 leader.book.load_bucket(bucket, batches)
                 self.stats["bucket_loads"] += 1
             else:
-                still.append((bucket, batches))
-                self.stats["slow_reads"] += 1
+                still.append((bucket, batches, issued))
         leader.reads = still
         for bucket in leader.book.buckets_to_load(self.now):
-            leader.reads.append((bucket, None))
+            leader.reads.append((bucket, None, self.step_count))
 
     def _lead(self, leader: _Leader) -> None:
         replica = self.replicas[leader.replica]
