@@ -58,7 +58,10 @@ from storage.timer_files import (
     encode_entry,
     encode_state,
     entries,
+    file_size,
     group_by_bucket,
+    read_prefix,
+    truncate,
 )
 from timers.types import Plan, TimerBatch
 
@@ -130,7 +133,10 @@ class TimerIndex:
             self._buckets = state.buckets
             self._pending = sum(s.records for s in state.buckets.values())
         # check every length before changing anything
-        sizes = {name: self._size(name) for name in [JOURNAL_NAME, *map(_name, self._buckets)]}
+        sizes = {
+            name: file_size(self._disk, self._file(name))
+            for name in [JOURNAL_NAME, *map(_name, self._buckets)]
+        }
         wanted = {JOURNAL_NAME: self._journal_bytes}
         wanted.update((_name(b), s.file_bytes) for b, s in self._buckets.items())
         for name, size in sizes.items():
@@ -141,7 +147,7 @@ class TimerIndex:
                 )
         for name, size in sizes.items():
             if size is not None and size > wanted[name]:
-                self._truncate(name, wanted[name])
+                truncate(self._disk, self._file(name), wanted[name])
                 self.truncated_bytes += size - wanted[name]
         removed = False
         for name in disk.listdir(self.directory):
@@ -238,9 +244,9 @@ class TimerIndex:
             added: dict[int, TimerBatch] = {}
             fired: set[int] = set()
             sources = ((_name(bucket), file_bytes), (JOURNAL_NAME, journal_bytes))
-            for where, data in [(self._file(n), self._read(n, size)) for n, size in sources] + [
-                ("entries not flushed", buffered)
-            ]:
+            for where, data in [
+                (self._file(n), read_prefix(self._disk, self._file(n), size)) for n, size in sources
+            ] + [("entries not flushed", buffered)]:
                 for kind, batch in entries(data, where, bucket, self.bucket_ms):
                     if kind == ADDED:
                         added[batch.offset] = batch
@@ -320,7 +326,7 @@ class TimerIndex:
     def _compact(self, snapshot: IndexState) -> None:
         """Moves the journal's entries into their bucket files (pending buckets only: the
         entries of a bucket all fired net to nothing), then empties the journal."""
-        journal = self._read(JOURNAL_NAME, snapshot.journal_bytes)
+        journal = read_prefix(self._disk, self._file(JOURNAL_NAME), snapshot.journal_bytes)
         check_entries(journal, self._file(JOURNAL_NAME))  # none dropped unseen
         moved = {
             bucket: positions
@@ -360,7 +366,7 @@ class TimerIndex:
             for bucket in moved:
                 self._buckets[bucket].file_bytes = buckets[bucket].file_bytes
             self._journal_bytes = 0
-        self._truncate(JOURNAL_NAME, 0)
+        truncate(self._disk, self._file(JOURNAL_NAME), 0)
         self.compactions += 1
 
     def close(self) -> None:
@@ -390,36 +396,6 @@ class TimerIndex:
 
     def _file(self, name: str) -> str:
         return os.path.join(self.directory, name)
-
-    def _size(self, name: str) -> int | None:
-        try:
-            fd = self._disk.open(self._file(name), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            return self._disk.size(fd)
-        finally:
-            self._disk.close(fd)
-
-    def _read(self, name: str, size: int) -> bytes:
-        if not size:
-            return b""
-        fd = self._disk.open(self._file(name), os.O_RDONLY)
-        try:
-            data = self._disk.pread(fd, size, 0)
-        finally:
-            self._disk.close(fd)
-        if len(data) < size:
-            raise CorruptTimerIndex(f"{self._file(name)}: {len(data)} bytes, {size} expected")
-        return data
-
-    def _truncate(self, name: str, size: int) -> None:
-        fd = self._disk.open(self._file(name), os.O_RDWR)
-        try:
-            self._disk.ftruncate(fd, size)
-            self._disk.fsync(fd)
-        finally:
-            self._disk.close(fd)
 
 
 def _name(bucket: int) -> str:

@@ -25,6 +25,7 @@ from timers.book import TimerBook, bucket_of
 from timers.faults import NO_FAULTS, TimerFaults
 from timers.sim.checker import TimerChecker
 from timers.sim.index_model import IndexLike, IndexStore, MemoryIndexStore
+from timers.sim.parts import LogRecord, SourcePartition
 from timers.types import Plan, TimerBatch, TimerConfig
 
 __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
@@ -36,7 +37,6 @@ FAR_MS = 150_000
 LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
 FIRE_PRODUCER = 7_000_001
-FORGET_AFTER_MS = 20_000  # scaled: "a day" without a batch, and the source forgets a producer
 PRODUCERS = 3
 STAT_NAMES = (
     "batches",
@@ -62,42 +62,6 @@ STAT_NAMES = (
     "max_loaded",
     "max_lateness_ms",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    offset: int
-    batch: TimerBatch | None  # a timer batch, or
-    plan: Plan | None  # a plan record
-    producer: int = 0
-    sequence: int = 0
-
-    @property
-    def end(self) -> int:
-        return self.offset + (self.batch.record_count if self.batch is not None else 1)
-
-
-class _Source:
-    """The source partition's idempotent-producer table: per producer, the next sequence, and
-    when it last appended; a producer idle for FORGET_AFTER_MS is forgotten (as a partition
-    forgets one after a day without a batch), and then starts again at sequence 0."""
-
-    def __init__(self) -> None:
-        self.next: dict[tuple[int, int], int] = {}
-        self.last_ms: dict[tuple[int, int], int] = {}
-        self.forgotten = 0
-
-    def append(self, producer: tuple[int, int], sequence: int, count: int, now_ms: int) -> str:
-        if now_ms - self.last_ms.get(producer, now_ms) > FORGET_AFTER_MS:
-            self.forgotten += self.next.pop(producer, None) is not None
-        self.last_ms[producer] = now_ms
-        expected = self.next.get(producer, 0)
-        if sequence < expected:
-            return "duplicate"
-        if sequence > expected:
-            return "out-of-order"
-        self.next[producer] = sequence + count
-        return "appended"
 
 
 @dataclass
@@ -139,10 +103,10 @@ class TimerSimulation:
         self.step_count = 0
         self.checker = TimerChecker(config, LATE_BOUND_MS)
         self.stats = dict.fromkeys(STAT_NAMES, 0)
-        self.log: list[_Record] = []
+        self.log: list[LogRecord] = []
         self.offsets: list[int] = []
         self.commit = 0
-        self.source = _Source()
+        self.source = SourcePartition()
         self.accepted_ids: set[tuple[int, int]] = set()  # the timer log's idempotence table
         self.unacked: list[tuple[int, int, int, int]] = []  # (producer, sequence, due, count)
         self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
@@ -246,7 +210,7 @@ class TimerSimulation:
             return
         self.accepted_ids.add((producer, sequence))
         offset = self._next_offset()
-        self._append(_Record(offset, TimerBatch(due, offset, count), None, producer, sequence))
+        self._append(LogRecord(offset, TimerBatch(due, offset, count), None, producer, sequence))
         self.stats["batches"] += 1
         self.stats["records"] += count
 
@@ -257,7 +221,7 @@ class TimerSimulation:
     def _offset_after(self, position: int) -> int:
         return self.log[position - 1].end if position else 0
 
-    def _append(self, record: _Record) -> None:
+    def _append(self, record: LogRecord) -> None:
         self.log.append(record)
         self.offsets.append(record.offset)
 
@@ -400,7 +364,7 @@ class TimerSimulation:
                 if plan is not None:
                     self.stats["done_markers"] += not plan.batches
                     self.checker.plan_made(plan, self.now)
-                    self._append(_Record(self._next_offset(), None, plan))
+                    self._append(LogRecord(self._next_offset(), None, plan))
                     leader.inflight, leader.inflight_position = plan, len(self.log) - 1
                     self.stats["plans"] += 1
                     self._event("plan", plan.sequence, len(plan.batches))
