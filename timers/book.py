@@ -12,7 +12,9 @@ as time moves on, ahead of their due times.
     for b in buckets_to_load(now): book.load_bucket(b, index.bucket(b))
     then, in timer-log order as records commit:  book.accepted(batch) / book.planned(plan)
     leader: plan = book.next_plan(now_ms) -> append it (a plan record), then fire its batches;
+            once they all landed, if nothing else is due: book.done_marker() -> append it;
             book.last_plan: the plan whose outcome a new leader does not know (fire it again)
+    a bucket read that failed: book.load_failed(b) (buckets_to_load names it again)
 """
 
 from __future__ import annotations
@@ -134,6 +136,13 @@ class TimerBook:
         for batch in batches:
             if batch.offset not in fired:
                 self._hold(batch)
+
+    def load_failed(self, bucket: int) -> None:
+        """The read of `bucket` (named by `buckets_to_load`) failed: `buckets_to_load` names it
+        again. What was accepted into it meanwhile stays held (the next load merges by offset)."""
+        self._loading.discard(bucket)
+        if not self._loading:
+            self._planned_while_loading = set()
 
     # -- the timer log, in order -----------------------------------------------------------------
     def accepted(self, batch: TimerBatch) -> None:

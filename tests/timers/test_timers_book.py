@@ -306,3 +306,18 @@ def test_a_done_marker_follows_a_plan_fired_in_full() -> None:
     again.restore({}, marker)  # a new leader: nothing to fire again
     assert again.last_plan is not None and again.last_plan.batches == ()
     assert TimerBook(CONFIG, faults=TimerFaults(no_done_marker=True)).done_marker() is None
+
+
+def test_a_failed_read_is_asked_for_again_and_loses_nothing() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1000: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1000]
+    during = TimerBatch(T0 + 2, 1, 1)
+    b.accepted(during)  # held: the bucket is being read
+    b.load_failed(1000)
+    assert b.pending == 2
+    assert b.buckets_to_load(T0) == [1000]
+    on_disk = TimerBatch(T0 + 1, 0, 1)
+    b.load_bucket(1000, [on_disk, during])
+    assert b.pending == 2 and b.loaded_batches == 2
+    assert fire(b, T0 + 2) == [on_disk, during]

@@ -47,6 +47,8 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "producer_retries",
         "refused_at_acceptance",
         "bucket_loads",
+        "slow_reads",
+        "failed_reads",
     ):
         assert stats[name] > 0, name
     assert stats["landed"] > 100 * SEEDS

@@ -59,6 +59,7 @@ STAT_NAMES = (
     "refused_at_acceptance",
     "bucket_loads",
     "slow_reads",
+    "failed_reads",
     "max_loaded",
     "max_lateness_ms",
 )
@@ -339,7 +340,10 @@ class TimerSimulation:
                 started = overdue or self.rng.random() < 0.5
                 self.stats["slow_reads"] += not started
                 batches = index.bucket(bucket) if started else None
-            if batches is not None and (overdue or self.rng.random() < 0.6):
+            if batches is not None and not overdue and self.rng.random() < 0.05:
+                leader.book.load_failed(bucket)  # an I/O error: asked for again
+                self.stats["failed_reads"] += 1
+            elif batches is not None and (overdue or self.rng.random() < 0.6):
                 leader.book.load_bucket(bucket, batches)
                 self.stats["bucket_loads"] += 1
             else:
