@@ -220,15 +220,16 @@ class TimerIndex:
         with self._lock:
             return {b: (s.records, s.batches) for b, s in self._buckets.items() if s.batches}
 
-    def min_pending_offset(self) -> int | None:
-        """A lower bound of the lowest timer-log offset still needed: pending timers and the last
-        plan's batches (a new leader fires them again). None: nothing is needed. Exact for a
-        bucket once it has been read (`bucket`)."""
+    def min_pending_offset(self) -> int:
+        """The lowest timer-log offset this index still needs, for the log's retention (delete
+        only below it): the durable `applied_offset` (a restart replays from there), pending
+        timers (a lower bound per bucket, exact once the bucket has been read) and the last
+        plan's batches (a new leader fires them again)."""
         with self._lock:
             offsets = [s.min_offset for s in self._buckets.values() if s.batches]
             if self._last_plan is not None:
                 offsets.extend(b.offset for b in self._last_plan.batches)
-            return min(offsets) if offsets else None
+            return min([*offsets, self._applied_offset])
 
     def bucket(self, bucket: int) -> list[TimerBatch]:
         """The pending timer batches of `bucket`, in (due, offset) order (fired ones left out).

@@ -356,8 +356,8 @@ def test_a_done_marker_is_the_last_plan_and_pins_nothing(tmp_path: Path) -> None
     index.planned(Plan(0, (batch,)))
     assert index.min_pending_offset() == 0
     index.planned(Plan(1, ()))  # fired in full
-    assert index.min_pending_offset() is None
     index.flush(3)
+    assert index.min_pending_offset() == 3  # nothing pinned but what a restart replays
     reopened = TimerIndex.open(tmp_path, H)
     assert reopened.last_plan == Plan(1, ()) and reopened.pending == 0
     reopened.planned(Plan(1, ()))  # a repeat of the marker: harmless
@@ -397,3 +397,20 @@ def test_adds_from_one_thread_while_another_flushes(tmp_path: Path) -> None:
     offsets = [b.offset for bucket in summary for b in reopened.bucket(bucket)]
     assert sorted(offsets) == list(range(count))
     assert index.compactions > 0 and flushes > 2
+
+
+def test_retention_keeps_what_a_restart_replays(tmp_path: Path) -> None:
+    """The log below min_pending_offset may be deleted, so it must not pass the durable
+    applied_offset: a restart replays from there (else a plan record that fired timers is gone
+    and they fire again)."""
+    index = TimerIndex.open(tmp_path, H)
+    fired = batches(3)
+    for batch in fired:
+        index.add(batch)
+    index.flush(3)
+    index.planned(Plan(0, tuple(fired)))  # at offset 3, not flushed yet
+    index.planned(Plan(6, ()))  # done marker at offset 4
+    index.add(TimerBatch(T0 + H, 10, 1))  # bucket 1000 all fired; 1001 pending
+    assert index.min_pending_offset() == 3  # the replay starts at 3
+    index.flush(11)
+    assert index.min_pending_offset() == 10

@@ -406,6 +406,15 @@ class TimerSimulation:
         self.checker.counts("the leader's book", leader.book.pending)
         self.checker.counts("the leader's index", self.replicas[leader.replica].index.pending)
         self.checker.memory(leader.book.loaded_batches, self.now)
+        for number, replica in enumerate(self.replicas):
+            index = replica.index
+            if replica.applied == self.commit:
+                self.checker.retention(
+                    f"replica {number}'s index",
+                    index.min_pending_offset(),
+                    index.applied_offset,
+                    index.last_plan,
+                )
         self.stats["max_loaded"] = max(self.stats["max_loaded"], leader.book.loaded_batches)
         self.stats["max_lateness_ms"] = self.checker.max_lateness_ms
         self.stats["forgotten_producers"] = self.source.forgotten
