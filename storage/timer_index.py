@@ -87,6 +87,7 @@ class TimerIndex:
         self._last_plan: Plan | None = None
         self._next_sequence = 0
         self._buffer = bytearray()  # entries since the last flush
+        self._changed = False  # anything added or planned since the last flush
         self._journal_bytes = 0
         self._failed: StorageFailed | None = None
         self._closed = False
@@ -181,6 +182,7 @@ class TimerIndex:
                 state.min_offset = batch.offset
             self._pending += batch.record_count
             self._added_through = batch.offset
+            self._changed = True
 
     def planned(self, plan: Plan) -> None:
         """A plan record committed in the timer log: its batches are fired; it is the last plan
@@ -198,6 +200,7 @@ class TimerIndex:
                 state.batches -= 1
                 self._pending -= batch.record_count
             self._set_last_plan(plan)
+            self._changed = True
 
     # -- reads -----------------------------------------------------------------------------------
     @property
@@ -262,8 +265,8 @@ class TimerIndex:
     # -- durability ------------------------------------------------------------------------------
     def flush(self, applied_offset: int) -> None:
         """Makes everything added and planned so far durable, with `applied_offset` (every
-        timer-log record below it is reflected). A failed write or fsync raises `StorageFailed`,
-        and so does every later call (fail-stop)."""
+        timer-log record below it is reflected); nothing to do (no I/O) if nothing changed. A
+        failed write or fsync raises `StorageFailed`, and so does every later call (fail-stop)."""
         with self._io_lock:
             with self._lock:
                 self._check_usable()
@@ -272,6 +275,9 @@ class TimerIndex:
                         f"applied offset {applied_offset} is below the index's "
                         f"{self._applied_offset}: it only moves forward"
                     )
+                if not self._changed and applied_offset == self._applied_offset:
+                    return  # nothing new: an idle partition costs no fsync
+                self._changed = False
                 appended = bytes(self._buffer)
                 self._buffer.clear()
                 snapshot = IndexState(

@@ -414,3 +414,21 @@ def test_retention_keeps_what_a_restart_replays(tmp_path: Path) -> None:
     assert index.min_pending_offset() == 3  # the replay starts at 3
     index.flush(11)
     assert index.min_pending_offset() == 10
+
+
+def test_an_idle_index_flushes_without_io() -> None:
+    """A node flushes every index about every second: an idle timer partition costs nothing."""
+    disk = CrashingDisk(random.Random(3))
+    index = TimerIndex.open("/idle", H, disk=disk)
+    index.add(batches(1)[0])
+    index.flush(1)
+    before = disk.operations
+    index.flush(1)
+    index.planned(Plan(0, ()))  # a new last plan (a done marker) is a change
+    assert disk.operations == before
+    index.flush(1)
+    assert disk.operations > before
+    assert TimerIndex.open("/idle", H, disk=disk).last_plan == Plan(0, ())
+    before = disk.operations
+    index.flush(2)  # a new applied offset is a change too
+    assert disk.operations > before
