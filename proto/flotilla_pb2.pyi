@@ -69,18 +69,20 @@ SETTLE_REJECT: SettleAction
 SETTLE_EXTEND: SettleAction
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms")
+    __slots__ = ("name", "partitions", "replication_factor", "retention_bytes", "retention_ms", "max_delay_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     replication_factor: int
     retention_bytes: int
     retention_ms: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+    max_delay_ms: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("name",)
@@ -89,16 +91,18 @@ class DeleteTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class AlterTopicRequest(_message.Message):
-    __slots__ = ("name", "retention_bytes", "retention_ms", "partitions")
+    __slots__ = ("name", "retention_bytes", "retention_ms", "partitions", "max_delay_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     retention_bytes: int
     retention_ms: int
     partitions: int
-    def __init__(self, name: _Optional[str] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
+    max_delay_ms: int
+    def __init__(self, name: _Optional[str] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., partitions: _Optional[int] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
@@ -121,23 +125,25 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("index", "leader", "replicas", "high_watermark", "log_start", "learners")
+    __slots__ = ("index", "leader", "replicas", "high_watermark", "log_start", "learners", "pending_timers")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     index: int
     leader: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
     high_watermark: int
     log_start: int
     learners: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid", "note")
+    __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid", "note", "max_delay_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +151,7 @@ class TopicInfo(_message.Message):
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     replication_factor: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
@@ -152,7 +159,8 @@ class TopicInfo(_message.Message):
     retention_ms: int
     uid: str
     note: str
-    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., uid: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    max_delay_ms: int
+    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., uid: _Optional[str] = ..., note: _Optional[str] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "state", "weight", "rack")
@@ -191,28 +199,32 @@ class MetadataResponse(_message.Message):
     def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms")
+    __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms", "deliver_at_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     acks: Acks
     timeout_ms: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    deliver_at_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("base_offset", "record_count", "duplicate")
+    __slots__ = ("base_offset", "record_count", "duplicate", "deliver_at_ms")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     record_count: int
     duplicate: bool
-    def __init__(self, base_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    deliver_at_ms: int
+    def __init__(self, base_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes", "max_wait_ms", "min_high_watermark")

@@ -1,0 +1,34 @@
+"""Deliberate bugs, for proving the timer checkers can fail. TEST-ONLY (as consumers/faults.py):
+never reachable from configuration; tests, `python -m timers.sim --fault NAME` and the node's
+test-only FLOTILLA_TIMER_FAULTS hook build one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["FAULT_NAMES", "NO_FAULTS", "TimerFaults"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFaults:
+    fire_twice: bool = False  # a planned batch is planned again (fired twice)
+    fire_early: bool = False  # timers are planned before their due time
+    forget_last_plan: bool = False  # a new leader does not fire the last plan again (loses it)
+    skip_far_bucket: bool = False  # a bucket beyond the window is never loaded (timers lost)
+    # a plan fired in full is not marked so (`TimerBook.done_marker`): a later leader fires it
+    # again, and once the source forgot the fire producer (a day idle) the repeat lands again
+    no_done_marker: bool = False
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+    @classmethod
+    def named(cls, name: str) -> TimerFaults:
+        if name not in FAULT_NAMES:
+            raise ValueError(f"unknown timer fault {name!r}; valid: {', '.join(FAULT_NAMES)}")
+        return cls(**{name: True})
+
+
+FAULT_NAMES = tuple(f.name for f in fields(TimerFaults))
+NO_FAULTS = TimerFaults()

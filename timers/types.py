@@ -1,0 +1,88 @@
+"""The timer core's vocabulary (delayed delivery, issue 26): timer batches, fire plans, settings.
+
+A delayed batch is accepted into its partition's *timer log* (partition p of the internal topic
+`timer_topic(uid)`, uid the source topic's incarnation) exactly as the producer encoded it; every
+record of it carries the header DELIVER_AT_HEADER (the due time, epoch ms, ASCII decimal). The
+leader of the timer partition fires due batches into source partition p in (due, offset) order:
+first it appends a *plan* record (PLAN_HEADER; value = `encode_plan`) to the timer log, then it
+appends each planned batch, unchanged but for its producer id and sequence (`with_producer`), to
+the source partition as the idempotent producer `fire_producer_id(uid, p)` at the plan's
+sequences. A plan is written only once the previous plan's appends all succeeded, so after a
+failover only the last plan's outcome is unknown: the new leader appends it again and the source
+partition answers each repeat as a duplicate. Times are epoch ms passed in (`now_ms`).
+
+When every append of a plan succeeded and no plan follows at once, the leader appends a *done
+marker*: an empty plan at the next sequence (`TimerBook.done_marker()`). A plan fired long ago
+must not be fired again by a later leader: the source partition forgets an idle producer (a day
+without a batch), and a repeat it no longer knows is not a duplicate but a second copy. With the
+marker, the last plan is empty unless its outcome really is unknown (its leader died within
+seconds of it), and `last_plan` of an empty plan fires nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BUCKET_MS",
+    "DEFAULT_MAX_DELAY_MS",
+    "DELIVER_AT_HEADER",
+    "MAX_MAX_DELAY_MS",
+    "MIN_MAX_DELAY_MS",
+    "PAST_TOLERANCE_MS",
+    "PLAN_HEADER",
+    "TIMER_TOPIC_PREFIX",
+    "Plan",
+    "TimerBatch",
+    "TimerConfig",
+    "timer_topic",
+]
+
+DAY_MS = 86_400_000
+DEFAULT_MAX_DELAY_MS = 40 * DAY_MS
+MIN_MAX_DELAY_MS = 1_000
+MAX_MAX_DELAY_MS = 365 * DAY_MS
+PAST_TOLERANCE_MS = 1_000  # a due time in the past by less than this is due at once
+BUCKET_MS = 3_600_000  # the on-disk index's buckets: one hour of due times each
+DELIVER_AT_HEADER = "flotilla-deliver-at"
+PLAN_HEADER = "flotilla-timer-plan"
+TIMER_TOPIC_PREFIX = "__timers."
+
+
+def timer_topic(topic_uid: str) -> str:
+    """The internal topic holding the timer logs of the source topic incarnation `topic_uid`
+    (same partition count and replication factor as the source)."""
+    return TIMER_TOPIC_PREFIX + topic_uid
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TimerBatch:
+    """A delayed batch in the timer log: due at `due_ms`, at `offset` (its base offset in the
+    timer log), `record_count` records. Ordered by (due_ms, offset): the firing order."""
+
+    due_ms: int
+    offset: int
+    record_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Batches fired together, in order: batch i is appended to the source partition with
+    sequence `sequence` + the record counts of the batches before it. `sequence` continues the
+    previous plan's (0 for the first): the fire producer's sequences are contiguous."""
+
+    sequence: int
+    batches: tuple[TimerBatch, ...]
+
+    @property
+    def record_count(self) -> int:
+        return sum(b.record_count for b in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerConfig:
+    bucket_ms: int = BUCKET_MS
+    # buckets kept in memory ahead of now: the near window (the rest waits on disk)
+    window_buckets: int = 2
+    max_plan_records: int = 10_000  # a plan fires at most this many records
+    max_plan_batches: int = 256
