@@ -62,7 +62,8 @@ def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None
         parents=parents,
         help="write lines of a file or stdin as records",
         description="One record per line of FILE (default: stdin). Prints `partition offset` per "
-        "record, then a summary (records, bytes, rate) on stderr.",
+        "record (a delayed one: `partition due EPOCH_MS`), then a summary (records, bytes, rate) "
+        "on stderr.",
     )
     produce.add_argument("topic")
     produce.add_argument(
