@@ -89,7 +89,7 @@ _NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads i
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
-class RecordFuture(concurrent.futures.Future[RecordMetadata]):
+class RecordFuture(concurrent.futures.Future[RecordMetadata[Any]]):
     """The Future of one sent record. It behaves as a `concurrent.futures.Future` (`result`,
     `exception`, `add_done_callback`, `concurrent.futures.wait`, `as_completed`), except that it
     cannot be cancelled: the record may already be on its way. All futures of one batch share
@@ -99,21 +99,21 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
     # replaces them when set), the rest per record, with a shared condition instead of one
     # Condition (and its lock and deque) per record
     _state = _PENDING
-    _result: RecordMetadata | None = None
+    _result: RecordMetadata[Any] | None = None
     _exception: BaseException | None = None
 
     def __init__(self, condition: threading.Condition) -> None:
         self._condition = condition
         self._waiters = []
         self._done_callbacks: list[
-            Callable[[concurrent.futures.Future[RecordMetadata]], object]
+            Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]
         ] = []
 
     def cancel(self) -> bool:
         """Always False: the record may already be on its way."""
         return False
 
-    def result(self, timeout: float | None = None) -> RecordMetadata:
+    def result(self, timeout: float | None = None) -> RecordMetadata[Any]:
         """Where the record was written, once it is; raises what failed it, or TimeoutError
         (concurrent.futures') after `timeout` seconds."""
         # settled futures answer without taking the shared lock: `_settle` stores the result
@@ -266,7 +266,7 @@ class Producer:
         headers: Headers | None = None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
+    ) -> concurrent.futures.Future[RecordMetadata[Any]]:
         """Queues one record; the Future resolves to its `RecordMetadata` once committed. A
         delayed record (`delay_ms` or `deliver_at_ms`, as `Client.produce`) resolves once
         durably accepted, with `offset` None and its `deliver_at_ms`; delayed records go in
