@@ -12,6 +12,11 @@ Partitioning: a keyed record goes to `xxh64(key) % partitions`; unkeyed records 
 partition until its batch closes, then move to the next (round-robin across batches), so they
 form full batches instead of one small batch per partition.
 
+Delayed records (`delay_ms` / `deliver_at_ms`) travel in a lane of their own per partition: their
+batches hold one due time each (a record due at another time closes the open batch), carry the
+`flotilla-deliver-at` header on every record and take sequences from the partition's delayed
+space, so neither kind of batch waits for, or leaves a gap in, the other's.
+
 Memory is bounded: records waiting to be sent take at most `buffer_bytes`; `send` blocks while
 the buffer is full, and raises `Timeout` after the client's `timeout_s`.
 
