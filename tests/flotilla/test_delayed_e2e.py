@@ -235,3 +235,16 @@ def test_bad_delays_are_refused_naming_the_bound_and_change_nothing(cluster: Loc
         records = watch(client, "later-bounded", 0, first.deliver_at_ms or 0, 2)
         assert sorted(r.value for r in records) == [b"just-past", b"now"]  # each once
         assert len(client.read("later-bounded", 0, 0)) == 2
+
+
+def test_the_early_check_catches_a_record_readable_before_its_due_time(
+    cluster: LocalCluster,
+) -> None:
+    """The checker above, shown to fail on a broken input: an ordinary record that carries a
+    due time a minute ahead is readable at once, as an early delayed record would be."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("later-early", partitions=1, replication_factor=3)
+        due = now_ms() + 60_000
+        client.produce("later-early", b"early", headers=[(HEADER, str(due).encode())])
+        with pytest.raises(AssertionError, match="readable early"):
+            watch(client, "later-early", 0, due, 1)
