@@ -12,10 +12,11 @@ Slot (the leader, one per term):
 2. builds a `TimerBook` from the fold (`restore` + the near window's buckets), then appends the
    book's `last_plan` again (its outcome is unknown after a failover: each repeat is answered
    as a duplicate by the source partition) before anything new;
-3. loops: sleeps until the earliest due time (an asyncio timer at that instant, not tick
-   granularity) or until a batch due earlier is accepted; then `plan = book.next_plan(now)`,
-   appends the plan record (acks=all), `book.planned(plan)` once committed, then appends each
-   planned batch to source partition p, in order, unchanged but for its producer:
+3. loops: sleeps until `PLAN_AHEAD_MS` before the earliest due time (an asyncio timer, not
+   tick granularity) or until a batch due earlier is accepted; then `plan =
+   book.next_plan(now + PLAN_AHEAD_MS)`, appends the plan record (acks=all; it commits while
+   the due time comes), `book.planned(plan)` once committed, then appends each planned batch,
+   never before its due time (an asyncio timer at that instant), to source partition p, in order, unchanged but for its producer:
    `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
    a producer derived from the pair). The next plan only once every append succeeded; a failed
@@ -58,6 +59,8 @@ log = logging.getLogger("flotilla.timers")
 
 READ_BYTES = 4 * 1024 * 1024
 READ_RECORDS = 100_000
+# a plan is appended this long before its first batch is due (its record commits meanwhile)
+PLAN_AHEAD_MS = 100
 LOOK_S = 0.1  # how often the host looks for timer partitions gained or lost
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 10.0
@@ -225,9 +228,12 @@ class Slot:
         while self.leads():
             now = _now_ms()
             self._load_buckets(book)
-            plan = book.next_plan(now)
+            # planned ahead so that its record has committed by the due time: each append of
+            # the plan still waits for its batch's due time (`_fire`), never earlier
+            plan = book.next_plan(now + PLAN_AHEAD_MS)
             if plan is None:
                 due = book.next_due_ms()
+                due = None if due is None else due - PLAN_AHEAD_MS
                 # wake at the due time, or at the next bucket boundary to load the window
                 boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
                 wait_ms = min(due if due is not None else boundary, boundary) - now
@@ -258,6 +264,9 @@ class Slot:
         sequence = plan.sequence
         for batch in plan.batches:
             data = await asyncio.to_thread(_read_batch, self.replica, batch.offset)
+            early_s = (batch.due_ms - _now_ms()) / 1000
+            if early_s > 0:  # never early (a plan is made PLAN_AHEAD_MS ahead)
+                await asyncio.sleep(early_s)
             if data is None:
                 log.error("timer batch %s@%d is gone from the log: not fired",
                           self.replica.group, batch.offset)  # fmt: skip

@@ -13,8 +13,11 @@ One three-node cluster serves the module.
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pytest
 from harness import wait_until
 
 from cluster.local import LocalCluster
+from cluster.timers import FAULTS_ENV_VAR
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.records import decode_batch, encode_batch
@@ -119,9 +123,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 
 def create(setup: Setup, name: str, partitions: int = 2, **settings: int) -> pb.TopicInfo:
+    factor = min(3, len(setup.local.nodes))
     info = setup.call(
         "CreateTopic",
-        pb.CreateTopicRequest(name=name, partitions=partitions, replication_factor=3, **settings),
+        pb.CreateTopicRequest(
+            name=name, partitions=partitions, replication_factor=factor, **settings
+        ),
     )
     assert isinstance(info, pb.TopicInfo)
     for address in setup.running():  # every node knows it (the others poll the table)
@@ -258,3 +265,137 @@ def test_a_time_past_by_less_than_a_second_is_due_at_once(setup: Setup) -> None:
     setup.produce_delayed("past", 0, [b"p"], due)
     records = wait_records(setup, "past", 0, 1, 5)
     assert [v for _, v, _ in records] == [b"p"]
+
+
+def due_of(headers: tuple[tuple[str, bytes], ...]) -> int:
+    return int(dict(headers)[DELIVER_AT_HEADER])
+
+
+def watch(
+    setup: Setup, address: str, topic: str, count: int, timeout_s: float
+) -> list[tuple[int, bytes, int, int]]:
+    """(offset, value, due ms, first seen at epoch ms) of the first `count` records, reading
+    with long polls from one node (the partition's leader, where records show first)."""
+    seen: list[tuple[int, bytes, int, int]] = []
+    deadline = time.monotonic() + timeout_s
+    stub = setup.stub(address)
+    while len(seen) < count and time.monotonic() < deadline:
+        offset = seen[-1][0] + 1 if seen else 0
+        response = stub.Fetch(
+            pb.FetchRequest(topic=topic, partition=0, offset=offset, max_wait_ms=500), timeout=5
+        )
+        now = int(time.time() * 1000)
+        for stored in response.batches:
+            for record in decode_batch(stored.data, stored.base_offset):
+                seen.append((record.offset, record.value, due_of(record.headers), now))
+    return seen
+
+
+def leader_address(setup: Setup, topic: str, partition: int = 0) -> str:
+    def leader() -> str:
+        response = setup.call("Metadata", pb.MetadataRequest(topics=[topic]))
+        assert isinstance(response, pb.MetadataResponse)
+        return response.topics[0].partitions[partition].leader
+
+    wait_until(lambda: leader() != "", 10, f"{topic}/{partition} has a leader")
+    return setup.local.nodes[leader()].address
+
+
+def produce_many(setup: Setup, topic: str, dues: list[int], per_batch: int = 1) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda due: setup.produce_delayed(
+                    topic, 0, [f"{due}-{i}".encode() for i in range(per_batch)], due
+                ),
+                dues,
+            )
+        )
+
+
+def test_timers_fire_in_due_order_with_lateness_p99_under_100_ms(setup: Setup) -> None:
+    create(setup, "precise", partitions=1)
+    start = int(time.time() * 1000) + 6000
+    dues = [start + 15 * i for i in range(200)]
+    random.Random(26).shuffle(dues)
+    produce_many(setup, "precise", dues)
+    assert int(time.time() * 1000) < start, "producing took too long to measure"
+    seen = watch(setup, leader_address(setup, "precise"), "precise", 200, 30)
+    assert len(seen) == 200
+    assert all(now >= due for _, _, due, now in seen), "a timer fired early"
+    delivered = [due for _, _, due, _ in seen]
+    assert delivered == sorted(delivered), "not in due order"
+    lateness = sorted(now - due for _, _, due, now in seen)
+    p50, p99 = lateness[len(lateness) // 2], lateness[int(len(lateness) * 0.99) - 1]
+    print(f"lateness ms: p50={p50} p99={p99} max={lateness[-1]}")
+    assert p99 <= 100 and lateness[-1] <= 1000
+
+
+def violations(values: list[bytes], expected: set[bytes]) -> list[str]:
+    """What breaks "each timer fires exactly once": records lost, fired twice, or unknown."""
+    counts = Counter(values)
+    problems = [f"{v!r} fired {n} times" for v, n in sorted(counts.items()) if n > 1]
+    problems += [f"{v!r} never fired" for v in sorted(expected - counts.keys())]
+    problems += [f"{v!r} was never produced" for v in sorted(counts.keys() - expected)]
+    return problems
+
+
+def fire_and_count(setup: Setup, topic: str, batches: int, per_batch: int, due: int) -> list[str]:
+    dues = [due + i * 5 for i in range(batches)]
+    produce_many(setup, topic, dues, per_batch)
+    expected = {f"{d}-{i}".encode() for d in dues for i in range(per_batch)}
+    records = wait_records(setup, topic, 0, len(expected), 30)
+    # a duplicate shows up after the last of the expected ones: a little longer
+    time.sleep(0.5)
+    records = setup.read_all(topic, 0)
+    return violations([v for _, v, _ in records], expected)
+
+
+def test_the_exactly_once_checker_catches_a_leader_that_fires_twice(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The mutation check: a node with FLOTILLA_TIMER_FAULTS=fire_twice (TEST-ONLY)."""
+    root: Path = tmp_path_factory.mktemp("timers-fire-twice")
+    env = {FAULTS_ENV_VAR: "fire_twice"}
+    with LocalCluster(root, 1, controllers=1, config_text=CONFIG, env=env) as local:
+        local.start()
+        faulty = Setup(local)
+        try:
+            create(faulty, "twice", partitions=1)
+            problems = fire_and_count(faulty, "twice", 5, 2, int(time.time() * 1000) + 1500)
+        finally:
+            faulty.close()
+    assert any(" times" in p for p in problems), problems
+
+
+def test_each_timer_fires_exactly_once_across_a_leader_kill_at_the_due_time(setup: Setup) -> None:
+    info = create(setup, "failover", partitions=1)
+    timers = timer_topic(info.uid)
+    due = int(time.time() * 1000) + 5000
+    dues = [due + i * 5 for i in range(100)]
+    produce_many(setup, "failover", dues, per_batch=10)  # 1,000 timers
+    expected = {f"{d}-{i}".encode() for d in dues for i in range(10)}
+    wait_until(lambda: sum(pending(setup, "failover")) == 1000, 5, "1000 pending")
+    leader = leader_address(setup, timers)
+    victim = next(n for n, s in setup.local.nodes.items() if s.address == leader)
+    while int(time.time() * 1000) < due:
+        time.sleep(0.001)
+    setup.local.kill(victim)  # kill -9 at the due time
+    try:
+        records = wait_records(setup, "failover", 0, len(expected), 30)
+        last_seen = int(time.time() * 1000)
+        time.sleep(0.5)
+        records = setup.read_all("failover", 0)
+        problems = violations([v for _, v, _ in records], expected)
+        assert not problems, problems[:10]
+        print(f"1000 timers across a leader kill: all fired once by {last_seen - due} ms late")
+        assert last_seen - dues[-1] <= 5000
+        assert [due_of_value(v) for _, v, _ in records] == sorted(
+            due_of_value(v) for _, v, _ in records
+        )
+    finally:
+        setup.local.start(victim)
+
+
+def due_of_value(value: bytes) -> int:
+    return int(value.split(b"-")[0])
