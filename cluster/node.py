@@ -61,6 +61,7 @@ from cluster.partitions import PartitionManager
 from cluster.peer_service import PeerService
 from cluster.placement import Candidate
 from cluster.replica import Replica
+from cluster.retention import apply_timer_retention
 from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
@@ -231,6 +232,8 @@ class Node:
             tick_s=config.tick_ms / 1000,
             write_timeout_s=config.produce_timeout_ms / 1000,
             faults=timer_faults_from_env(),
+            maintain=partial(apply_timer_retention, self.multiraft),
+            retention_check_s=config.retention_check_s,
         )
         self.metadata_view.pending_timers = self._pending_timers
         self.partitions = PartitionManager(

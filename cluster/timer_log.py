@@ -158,3 +158,14 @@ class LogFold:
 
     def min_pending_offset(self) -> int | None:
         return min(self._pending) if self._pending else None
+
+    def keep_offset(self) -> int:
+        """The lowest offset of the log still needed: the lowest pending timer's, or the last
+        plan's lowest batch (its record follows it: a new leader fires it again); the folded
+        end when neither exists (retention may drop everything folded)."""
+        needed = [self.applied_offset]
+        if self._pending:
+            needed.append(min(self._pending))
+        if self.last_plan is not None and self.last_plan.batches:
+            needed.append(min(b.offset for b in self.last_plan.batches))
+        return min(needed)

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import xxhash
 
@@ -123,6 +123,9 @@ class Follower:
             self.fold.applied_offset = replica.segmented.first_offset
             while True:
                 changed = replica.hw_changed
+                # a replica reset to the leader's log start: what went was not needed there
+                start = replica.segmented.first_offset
+                self.fold.applied_offset = max(self.fold.applied_offset, start)
                 if self.fold.applied_offset < replica.high_watermark:
                     items = await asyncio.to_thread(_read_items, replica, self.fold.applied_offset)
                     for item, end in items:
@@ -305,6 +308,8 @@ class TimerHost:
         write_timeout_s: float,
         config: TimerConfig | None = None,
         faults: TimerFaults = NO_FAULTS,
+        maintain: Callable[[Mapping[str, int]], Awaitable[int]] | None = None,
+        retention_check_s: float = 5.0,
     ) -> None:
         self._topics = topics
         self._replicas = replicas
@@ -314,6 +319,8 @@ class TimerHost:
         self.write_timeout_s = write_timeout_s
         self.config = config or TimerConfig()
         self.faults = faults
+        self.maintain = maintain  # `cluster.retention.apply_timer_retention`
+        self.retention_check_s = retention_check_s
         self.followers: dict[str, Follower] = {}
         self.slots: dict[str, Slot] = {}
         self._task: asyncio.Task[None] | None = None
@@ -346,12 +353,24 @@ class TimerHost:
         return {group: follower.fold for group, follower in self.followers.items()}
 
     async def _watch(self) -> None:
+        retained_at = time.monotonic()
         while True:
             try:
                 self._look()
+                if time.monotonic() - retained_at > self.retention_check_s:
+                    retained_at = time.monotonic()
+                    await self._retain()
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("the timer host's look failed")
             await asyncio.sleep(LOOK_S)
+
+    async def _retain(self) -> None:
+        """Drops the segments of each timer log below what its pending timers still need."""
+        keep = {group: f.fold.keep_offset() for group, f in self.followers.items()}
+        if self.maintain is not None:
+            await self.maintain(keep)
 
     def _look(self) -> None:
         replicas = self._replicas()

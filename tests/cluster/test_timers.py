@@ -34,7 +34,11 @@ from timers.types import DEFAULT_MAX_DELAY_MS, DELIVER_AT_HEADER, timer_topic
 
 pytestmark = pytest.mark.integration
 
-CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+# short segments and frequent retention checks: the timer log's retention is seen in seconds
+CONFIG = (
+    "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
+    "segment_bytes = 4096\nretention_check_s = 1\n"
+)
 
 
 @dataclass
@@ -349,6 +353,35 @@ def fire_and_count(setup: Setup, topic: str, batches: int, per_batch: int, due: 
     time.sleep(0.5)
     records = setup.read_all(topic, 0)
     return violations([v for _, v, _ in records], expected)
+
+
+def log_start(setup: Setup, topic: str) -> int:
+    response = setup.call("Metadata", pb.MetadataRequest(topics=[topic]))
+    assert isinstance(response, pb.MetadataResponse)
+    return response.topics[0].partitions[0].log_start
+
+
+def test_the_timer_log_keeps_pending_timers_and_drops_fired_ones(setup: Setup) -> None:
+    info = create(setup, "retained", partitions=1)
+    timers = timer_topic(info.uid)
+    now = int(time.time() * 1000)
+    far = now + 3_600_000
+    produce_many(setup, "retained", [far])  # pending for an hour: pins its segment
+    soon = [now + 2000 + i for i in range(60)]
+    produce_many(setup, "retained", soon, per_batch=5)  # ~ several 4 KiB segments
+    wait_records(setup, "retained", 0, 300, 20)
+    time.sleep(2.5)  # two retention checks (1 s each) may pass: nothing pending may go
+    assert log_start(setup, timers) == 0, "the segment of a pending timer was deleted"
+    assert pending(setup, "retained") == [1]
+    # once the far timer is the only one left ahead, a later one alone pins nothing below it
+    info2 = create(setup, "retained2", partitions=1)
+    timers2 = timer_topic(info2.uid)
+    now = int(time.time() * 1000)
+    produce_many(setup, "retained2", [now + 1500 + i for i in range(60)], per_batch=5)
+    produce_many(setup, "retained2", [now + 3_600_000])
+    wait_records(setup, "retained2", 0, 300, 20)
+    wait_until(lambda: log_start(setup, timers2) > 0, 10, "fired timers' segments deleted")
+    assert pending(setup, "retained2") == [1]
 
 
 def test_the_exactly_once_checker_catches_a_leader_that_fires_twice(
