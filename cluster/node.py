@@ -136,6 +136,7 @@ class Node:
             controller_leader=self._controller_leader,
             is_live=self._is_live,
             groups=lambda: self.groups.gauges,
+            pending_timers=lambda: self.timers.gauges(),
         )
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")

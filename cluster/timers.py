@@ -349,8 +349,13 @@ class TimerHost:
         follower = self.followers.get(f"{TIMER_TOPIC_PREFIX}{source.uid}/{partition}")
         return None if follower is None else follower.fold.pending
 
-    def folds(self) -> dict[str, LogFold]:
-        return {group: follower.fold for group, follower in self.followers.items()}
+    def gauges(self) -> dict[tuple[str, int], int]:
+        """(source topic, partition) -> pending timers, of the timer logs this node leads (read
+        on the metrics thread: copies only)."""
+        return {
+            (slot.source.name, slot.replica.partition): slot.follower.fold.pending
+            for slot in list(self.slots.values())
+        }
 
     async def _watch(self) -> None:
         retained_at = time.monotonic()

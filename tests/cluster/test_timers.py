@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +25,9 @@ from pathlib import Path
 import grpc
 import pytest
 from harness import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.local import LocalCluster
+from cluster.local import LocalCluster, free_port
 from cluster.timers import FAULTS_ENV_VAR
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -118,6 +120,8 @@ def delayed_batch(values: list[bytes], deliver_at_ms: int, *, header: bool = Tru
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     root: Path = tmp_path_factory.mktemp("timers")
     with LocalCluster(root, 3, controllers=2, config_text=CONFIG) as local:
+        for spec in local.nodes.values():
+            spec.extra_args = ["--metrics", f"{spec.host}:{free_port(spec.host)}"]
         local.start()
         setup = Setup(local)
         try:
@@ -233,6 +237,22 @@ def test_the_timer_topic_is_hidden_and_unreadable(setup: Setup) -> None:
     )
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert setup.read_all("hidden", 0) == []
+    # the gauge, from the timer log's leader
+    wait_until(lambda: gauge(setup, "hidden") == 1, 5, "flotilla_pending_timers = 1")
+
+
+def gauge(setup: Setup, topic: str) -> float:
+    total = 0.0
+    for spec in setup.local.nodes.values():
+        if not setup.local.is_running(spec.node_id):
+            continue
+        address = spec.extra_args[1]
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name == "flotilla_pending_timers":
+                total += sum(s.value for s in family.samples if s.labels["topic"] == topic)
+    return total
 
 
 def wait_records(setup: Setup, topic: str, partition: int, count: int, timeout_s: float) -> list:
