@@ -136,7 +136,7 @@ class Node:
             controller_leader=self._controller_leader,
             is_live=self._is_live,
             groups=lambda: self.groups.gauges,
-            pending_timers=lambda: self.timers.gauges(),
+            pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
