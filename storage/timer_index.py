@@ -1,0 +1,426 @@
+"""One replica's on-disk index of one timer partition's pending timers (delayed delivery,
+issue 26), derived from its committed timer log. Formats: `storage.timer_files`.
+
+    <directory>/state            the commit point, replaced atomically: applied_offset, the
+                                 highest offset added, the last plan, the journal's length,
+                                 per pending bucket (records, batches, file bytes, lowest
+                                 pending offset)
+    <directory>/journal          entries of every bucket since the last compaction
+    <directory>/<bucket>.bucket  entries of one bucket: due times [b * bucket_ms, (b+1) * bucket_ms)
+
+Entries (ADDED a batch, FIRED an offset) are 32 bytes, checksummed. `flush` appends what came
+since the last flush to the journal and fsyncs it (one fsync, however many buckets the entries
+touch), then replaces the state. When the journal outgrows `journal_max_bytes`, the flush moves
+its entries into their bucket files (one fsync per bucket, amortised over the journal), then
+writes a state naming the new lengths and an empty journal, then empties the journal.
+
+`summary()` answers from the per-bucket counts (no entry is read); `bucket(b)` reads one bucket
+file and the journal. Memory: the per-bucket counts, plus the entries since the last flush (32
+bytes each; the node flushes about every second). No file is held open.
+
+Crash safety: reopening cuts the journal and every bucket file back to the lengths the state
+names (a torn or unflushed tail: written after the last flush, replayed by the node from
+`applied_offset`), deletes bucket files the state does not name (made since, or fully fired),
+and refuses a file shorter than the state names (`CorruptTimerIndex`). A bad entry inside the
+flushed part of a file is damage, never dropped: reading it raises `CorruptTimerIndex`. So after
+a crash at any byte the index is exactly as of its last completed flush, and `applied_offset`
+(every timer-log record below it is reflected) is at or before every record it does not hold.
+
+Replays are harmless: adds arrive in timer-log order, so an add whose offset is not above the
+highest added is a repeat, ignored; a plan whose sequence is below the next one expected (the
+last plan's sequence + its record count), likewise. A bucket whose batches all fired leaves the
+next state and its file is deleted.
+
+Threads: `add`, `planned` and the reads of counts take a short lock and never wait for I/O;
+`flush` and `bucket` (blocking I/O: run them off the event loop) are serialised with each other.
+A failed write or fsync is fail-stop (`StorageFailed`, then and on every later call).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from storage.atomic import fsync_directory, write_atomic
+from storage.disk import OS_DISK, Disk, OsDisk
+from storage.errors import InvalidArgument, LogClosed, StorageFailed
+from storage.timer_files import (
+    ADDED,
+    ENTRY_SIZE,
+    FIRED,
+    BucketState,
+    CorruptTimerIndex,
+    IndexState,
+    check_entries,
+    decode_state,
+    encode_entry,
+    encode_state,
+    entries,
+    group_by_bucket,
+)
+from timers.types import Plan, TimerBatch
+
+__all__ = ["ENTRY_SIZE", "JOURNAL_MAX_BYTES", "CorruptTimerIndex", "TimerIndex"]
+
+JOURNAL_MAX_BYTES = 4 << 20  # 131,072 entries: then they move to their bucket files
+STATE_NAME, JOURNAL_NAME, SUFFIX = "state", "journal", ".bucket"
+_SYNC_THREADS = 16
+
+
+class TimerIndex:
+    def __init__(self, directory: str, bucket_ms: int, disk: Disk, journal_max_bytes: int):
+        self.directory = directory
+        self.bucket_ms = bucket_ms
+        self.journal_max_bytes = journal_max_bytes
+        self._disk = disk
+        self._lock = threading.Lock()  # the counts and the buffer: never held during I/O
+        self._io_lock = threading.Lock()  # flushes and reads, one at a time
+        self._buckets: dict[int, BucketState] = {}
+        self._pending = 0
+        self._applied_offset = 0
+        self._added_through = -1
+        self._last_plan: Plan | None = None
+        self._next_sequence = 0
+        self._buffer = bytearray()  # entries since the last flush
+        self._journal_bytes = 0
+        self._failed: StorageFailed | None = None
+        self._closed = False
+        self._unsynced_dirs: list[str] = []
+        self.truncated_bytes = 0  # cut from file tails at open (unflushed or torn)
+        self.removed_files = 0  # bucket files deleted at open (not in the state)
+        self.compactions = 0
+
+    # -- open ------------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        bucket_ms: int,
+        *,
+        disk: Disk = OS_DISK,
+        journal_max_bytes: int = JOURNAL_MAX_BYTES,
+    ) -> TimerIndex:
+        """The index in `directory` (created if missing), exactly as of its last flush."""
+        if bucket_ms < 1:
+            raise InvalidArgument(f"bucket_ms {bucket_ms}: must be >= 1")
+        if journal_max_bytes < ENTRY_SIZE:
+            raise InvalidArgument(f"journal_max_bytes {journal_max_bytes}: must be >= {ENTRY_SIZE}")
+        path = os.path.abspath(os.fspath(directory))
+        index = cls(path, bucket_ms, disk, journal_max_bytes)
+        created = disk.makedirs(path)
+        index._unsynced_dirs = [os.path.dirname(d) for d in created]  # durable at first flush
+        index._recover()
+        return index
+
+    def _recover(self) -> None:
+        disk, state_path = self._disk, self._file(STATE_NAME)
+        data = disk.read_file(state_path)
+        if data is not None:
+            state = decode_state(data, state_path)
+            if state.bucket_ms != self.bucket_ms:
+                raise InvalidArgument(
+                    f"{state_path}: the index was built with bucket_ms {state.bucket_ms}, "
+                    f"not {self.bucket_ms}"
+                )
+            self._applied_offset, self._added_through = state.applied_offset, state.added_through
+            self._set_last_plan(state.last_plan)
+            self._journal_bytes = state.journal_bytes
+            self._buckets = state.buckets
+            self._pending = sum(s.records for s in state.buckets.values())
+        # check every length before changing anything
+        sizes = {name: self._size(name) for name in [JOURNAL_NAME, *map(_name, self._buckets)]}
+        wanted = {JOURNAL_NAME: self._journal_bytes}
+        wanted.update((_name(b), s.file_bytes) for b, s in self._buckets.items())
+        for name, size in sizes.items():
+            if (size or 0) < wanted[name]:
+                raise CorruptTimerIndex(
+                    f"{self._file(name)} holds {size or 0} bytes, fewer than the "
+                    f"{wanted[name]} its last flush made durable"
+                )
+        for name, size in sizes.items():
+            if size is not None and size > wanted[name]:
+                self._truncate(name, wanted[name])
+                self.truncated_bytes += size - wanted[name]
+        removed = False
+        for name in disk.listdir(self.directory):
+            if (name.endswith(SUFFIX) and name not in sizes) or name.endswith(".tmp"):
+                disk.unlink(self._file(name))
+                self.removed_files += name.endswith(SUFFIX)
+                removed = True
+        if removed:
+            fsync_directory(self.directory, disk)
+
+    # -- the timer log, in order -----------------------------------------------------------------
+    def add(self, batch: TimerBatch) -> None:
+        """A timer batch committed in the timer log (in log order; a repeat is ignored)."""
+        if batch.record_count < 1 or batch.offset < 0:
+            raise InvalidArgument(
+                f"timer batch at offset {batch.offset} with {batch.record_count} records: "
+                "an offset >= 0 and at least one record are needed"
+            )
+        with self._lock:
+            self._check_usable()
+            if batch.offset <= self._added_through:
+                return
+            bucket = batch.due_ms // self.bucket_ms
+            state = self._buckets.get(bucket)
+            if state is None:
+                state = self._buckets[bucket] = BucketState()
+            self._buffer += encode_entry(ADDED, batch)
+            state.records += batch.record_count
+            state.batches += 1
+            if state.min_offset < 0 or batch.offset < state.min_offset:
+                state.min_offset = batch.offset
+            self._pending += batch.record_count
+            self._added_through = batch.offset
+
+    def planned(self, plan: Plan) -> None:
+        """A plan record committed in the timer log: its batches are fired; it is the last plan
+        (a repeat of an applied plan is ignored)."""
+        with self._lock:
+            self._check_usable()
+            if plan.sequence < self._next_sequence:
+                return
+            for batch in plan.batches:
+                state = self._buckets.get(batch.due_ms // self.bucket_ms)
+                if state is None or state.batches == 0:
+                    continue  # nothing pending there to mark
+                self._buffer += encode_entry(FIRED, batch)
+                state.records -= batch.record_count
+                state.batches -= 1
+                self._pending -= batch.record_count
+            self._set_last_plan(plan)
+
+    # -- reads -----------------------------------------------------------------------------------
+    @property
+    def applied_offset(self) -> int:
+        """Every timer-log record below this offset is reflected (as of the last flush, after a
+        reopen): the node replays the log from here."""
+        return self._applied_offset
+
+    @property
+    def last_plan(self) -> Plan | None:
+        return self._last_plan
+
+    @property
+    def pending(self) -> int:
+        """Pending records, in every bucket."""
+        return self._pending
+
+    def summary(self) -> dict[int, tuple[int, int]]:
+        """bucket -> (pending records, pending batches), from the counts (no entry is read)."""
+        with self._lock:
+            return {b: (s.records, s.batches) for b, s in self._buckets.items() if s.batches}
+
+    def min_pending_offset(self) -> int | None:
+        """A lower bound of the lowest timer-log offset still needed: pending timers and the last
+        plan's batches (a new leader fires them again). None: nothing is needed. Exact for a
+        bucket once it has been read (`bucket`)."""
+        with self._lock:
+            offsets = [s.min_offset for s in self._buckets.values() if s.batches]
+            if self._last_plan is not None:
+                offsets.extend(b.offset for b in self._last_plan.batches)
+            return min(offsets) if offsets else None
+
+    def bucket(self, bucket: int) -> list[TimerBatch]:
+        """The pending timer batches of `bucket`, in (due, offset) order (fired ones left out).
+        Raises `CorruptTimerIndex` on a bad entry of the bucket."""
+        with self._io_lock:
+            with self._lock:
+                self._check_usable()
+                state = self._buckets.get(bucket)
+                if state is None or not state.batches:
+                    return []
+                file_bytes, journal_bytes = state.file_bytes, self._journal_bytes
+                buffered = bytes(self._buffer)
+            added: dict[int, TimerBatch] = {}
+            fired: set[int] = set()
+            sources = ((_name(bucket), file_bytes), (JOURNAL_NAME, journal_bytes))
+            for where, data in [(self._file(n), self._read(n, size)) for n, size in sources] + [
+                ("entries not flushed", buffered)
+            ]:
+                for kind, batch in entries(data, where, bucket, self.bucket_ms):
+                    if kind == ADDED:
+                        added[batch.offset] = batch
+                    else:
+                        fired.add(batch.offset)
+            pending = sorted(b for offset, b in added.items() if offset not in fired)
+            with self._lock:
+                if self._buckets.get(bucket) is state and pending:
+                    state.min_offset = min(b.offset for b in pending)
+            return pending
+
+    # -- durability ------------------------------------------------------------------------------
+    def flush(self, applied_offset: int) -> None:
+        """Makes everything added and planned so far durable, with `applied_offset` (every
+        timer-log record below it is reflected). A failed write or fsync raises `StorageFailed`,
+        and so does every later call (fail-stop)."""
+        with self._io_lock:
+            with self._lock:
+                self._check_usable()
+                if applied_offset < self._applied_offset:
+                    raise InvalidArgument(
+                        f"applied offset {applied_offset} is below the index's "
+                        f"{self._applied_offset}: it only moves forward"
+                    )
+                appended = bytes(self._buffer)
+                self._buffer.clear()
+                snapshot = IndexState(
+                    self.bucket_ms,
+                    applied_offset,
+                    self._added_through,
+                    self._last_plan,
+                    self._journal_bytes + len(appended),
+                    {b: replace(s) for b, s in self._buckets.items() if s.batches},
+                )
+                emptied = [b for b, s in self._buckets.items() if not s.batches]
+            try:
+                self._write(appended, snapshot, emptied)
+                if snapshot.journal_bytes > self.journal_max_bytes:
+                    self._compact(snapshot)
+            except OSError as error:
+                with self._lock:
+                    self._failed = StorageFailed(
+                        f"timer index {self.directory}: flush failed ({error}); it takes no "
+                        "more writes, and what it did not flush before is not durable",
+                        error.errno,
+                    )
+                raise self._failed from error
+
+    def _write(self, appended: bytes, snapshot: IndexState, emptied: list[int]) -> None:
+        disk = self._disk
+        if appended:
+            fd = disk.open(self._file(JOURNAL_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                disk.write_all(fd, appended)
+                disk.fsync(fd)
+            finally:
+                disk.close(fd)
+            if snapshot.journal_bytes == len(appended):  # a new journal: its name first
+                self._unsynced_dirs.append(self.directory)
+        self._sync_dirs()
+        write_atomic(self._file(STATE_NAME), encode_state(snapshot), disk)
+        with self._lock:
+            self._journal_bytes = snapshot.journal_bytes
+            self._applied_offset = snapshot.applied_offset
+            gone = []
+            for bucket in emptied:
+                left = self._buckets.get(bucket)
+                if left is not None and not left.batches:
+                    del self._buckets[bucket]
+                    if left.file_bytes:
+                        gone.append(bucket)
+        for bucket in gone:
+            disk.unlink(self._file(_name(bucket)))
+        if gone:
+            fsync_directory(self.directory, disk)
+
+    def _compact(self, snapshot: IndexState) -> None:
+        """Moves the journal's entries into their bucket files (pending buckets only: the
+        entries of a bucket all fired net to nothing), then empties the journal."""
+        journal = self._read(JOURNAL_NAME, snapshot.journal_bytes)
+        check_entries(journal, self._file(JOURNAL_NAME))  # none dropped unseen
+        moved = {
+            bucket: positions
+            for bucket, positions in group_by_bucket(journal, self.bucket_ms).items()
+            if bucket in snapshot.buckets
+        }
+        disk, buckets = self._disk, dict(snapshot.buckets)
+
+        def append(bucket: int) -> None:
+            data = b"".join([journal[at : at + ENTRY_SIZE] for at in moved[bucket]])
+            fd = disk.open(self._file(_name(bucket)), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                disk.write_all(fd, data)
+                disk.fsync(fd)
+            finally:
+                disk.close(fd)
+
+        if isinstance(disk, OsDisk) and len(moved) > 1:
+            # the real file system commits concurrent fsyncs together: far fewer waits
+            with ThreadPoolExecutor(min(_SYNC_THREADS, len(moved))) as pool:
+                list(pool.map(append, moved))
+        else:  # a simulated disk is driven from one thread
+            for bucket in moved:
+                append(bucket)
+        created = any(buckets[bucket].file_bytes == 0 for bucket in moved)
+        for bucket, positions in moved.items():
+            grown = buckets[bucket].file_bytes + ENTRY_SIZE * len(positions)
+            buckets[bucket] = replace(buckets[bucket], file_bytes=grown)
+        if created:
+            fsync_directory(self.directory, disk)
+        write_atomic(
+            self._file(STATE_NAME),
+            encode_state(replace(snapshot, journal_bytes=0, buckets=buckets)),
+            disk,
+        )
+        with self._lock:
+            for bucket in moved:
+                self._buckets[bucket].file_bytes = buckets[bucket].file_bytes
+            self._journal_bytes = 0
+        self._truncate(JOURNAL_NAME, 0)
+        self.compactions += 1
+
+    def close(self) -> None:
+        """Closes the index (no descriptor is held; what was not flushed is not durable)."""
+        with self._lock:
+            self._closed = True
+
+    @property
+    def failed(self) -> StorageFailed | None:
+        return self._failed
+
+    # -- internals -------------------------------------------------------------------------------
+    def _set_last_plan(self, plan: Plan | None) -> None:
+        self._last_plan = plan
+        self._next_sequence = 0 if plan is None else plan.sequence + plan.record_count
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise LogClosed(f"timer index {self.directory} is closed")
+
+    def _sync_dirs(self) -> None:
+        for directory in self._unsynced_dirs:
+            fsync_directory(directory, self._disk)
+        self._unsynced_dirs = []
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def _size(self, name: str) -> int | None:
+        try:
+            fd = self._disk.open(self._file(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            return self._disk.size(fd)
+        finally:
+            self._disk.close(fd)
+
+    def _read(self, name: str, size: int) -> bytes:
+        if not size:
+            return b""
+        fd = self._disk.open(self._file(name), os.O_RDONLY)
+        try:
+            data = self._disk.pread(fd, size, 0)
+        finally:
+            self._disk.close(fd)
+        if len(data) < size:
+            raise CorruptTimerIndex(f"{self._file(name)}: {len(data)} bytes, {size} expected")
+        return data
+
+    def _truncate(self, name: str, size: int) -> None:
+        fd = self._disk.open(self._file(name), os.O_RDWR)
+        try:
+            self._disk.ftruncate(fd, size)
+            self._disk.fsync(fd)
+        finally:
+            self._disk.close(fd)
+
+
+def _name(bucket: int) -> str:
+    return f"{bucket}{SUFFIX}"
