@@ -240,7 +240,7 @@ class Slot:
                 log.error("timer batch %s@%d is gone from the log: not fired",
                           self.replica.group, batch.offset)  # fmt: skip
             batches.append((batch, data))
-        if await self._fire_local(plan, batches):
+        if await self._fire_local(plan, batches) or await self._fire_remote(plan, batches):
             return
         sequence = plan.sequence
         for batch, data in batches:
@@ -248,6 +248,36 @@ class Slot:
             if data is not None:
                 await self._append(with_producer(data, self._producer_id, sequence))
             sequence += batch.record_count
+
+    async def _fire_remote(
+        self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]
+    ) -> bool:
+        """The pipelined path to another node: each batch's Produce sent at its due time, in
+        order, without waiting for the one before. False when any failed (out of order
+        included: never rebased here), once all are answered: the caller sends them all
+        again one by one, and those that landed are answered as duplicates."""
+        if any(data is None for _, data in batches) or len(batches) < 2:
+            return False
+        calls = []
+        sequence = plan.sequence
+        for batch, data in batches:
+            await _until(batch.due_ms)
+            assert data is not None
+            call = self.host.copies.produce(
+                self.source.name,
+                self.replica.partition,
+                with_producer(data, self._producer_id, sequence),
+            )
+            calls.append(asyncio.get_running_loop().create_task(call))
+            await asyncio.sleep(0)  # the call goes out before the next one
+            sequence += batch.record_count
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        if failed:
+            log.info("firing %s into %s/%d in a pipeline failed (%s): one by one instead",
+                     self.replica.group, self.source.name, self.replica.partition,
+                     failed[0])  # fmt: skip
+        return not failed
 
     async def _fire_local(self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]) -> bool:
         """The pipelined path: proposes each batch to this node's leading replica of the source
