@@ -219,6 +219,7 @@ class Node:
             node_id=config.node_id,
             topics=lambda: self.topic_admin.topics,
             create_topic=partial(self.create_topic, internal=True),
+            grow_topic=partial(self.alter_topic, internal=True),
             refresh_topics=self.refresh_topics,
             replica=self.replica,
             member_version=self._member_version,
@@ -502,8 +503,10 @@ class Node:
     async def delete_topic(self, name: str) -> None:
         await self.topic_admin.delete_topic(name)
 
-    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
-        return await self.topic_admin.alter_topic(request)
+    async def alter_topic(
+        self, request: pb.AlterTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        return await self.topic_admin.alter_topic(request, internal=internal)
 
     # -- views (for `NodeApi`: `cluster.metadata_view`) ----------------------------------------
     async def metadata(

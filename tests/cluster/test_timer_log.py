@@ -92,7 +92,7 @@ def test_a_delayed_produce_waits_for_the_rolling_upgrade(tmp_path: Path) -> None
     replica = open_replica(tmp_path, "t/0")
     versions = {"a": "0.4.0", "b": "0.4.0", "c": "0.3.0"}
     delayed_produce = DelayedProduce(
-        node_id="b", topics=dict, create_topic=_never, refresh_topics=_never,
+        node_id="b", topics=dict, create_topic=_never, grow_topic=_never, refresh_topics=_never,
         replica=lambda group: replica if group == "t/0" else None,
         member_version=versions.get, stub=lambda member: None, leader_of=_never,
     )  # fmt: skip

@@ -91,7 +91,7 @@ class Setup:
 
     def read_all(self, topic: str, partition: int) -> list[tuple[int, bytes, int]]:
         """(offset, value, first seen at epoch ms) of every committed record."""
-        records = []
+        records: list[tuple[int, bytes, int]] = []
         offset = 0
         while True:
             response = self.call(
@@ -255,7 +255,9 @@ def gauge(setup: Setup, topic: str) -> float:
     return total
 
 
-def wait_records(setup: Setup, topic: str, partition: int, count: int, timeout_s: float) -> list:
+def wait_records(
+    setup: Setup, topic: str, partition: int, count: int, timeout_s: float
+) -> list[tuple[int, bytes, int]]:
     deadline = time.monotonic() + timeout_s
     while True:
         records = setup.read_all(topic, partition)
@@ -281,6 +283,17 @@ def test_a_delayed_record_appears_at_its_time_never_earlier(setup: Setup) -> Non
     assert now >= due, f"delivered {due - now} ms early"
     assert [(o, v) for o, v, _ in seen] == [(0, b"a"), (1, b"b")]
     assert now - due < 1000, f"{now - due} ms late"
+
+
+def test_a_partition_added_to_the_source_gets_its_timer_log(setup: Setup) -> None:
+    create(setup, "grows", partitions=1)
+    now = int(time.time() * 1000)
+    setup.produce_delayed("grows", 0, [b"p0"], now + 500)
+    setup.call("AlterTopic", pb.AlterTopicRequest(name="grows", partitions=2))
+    wait_until(lambda: len(pending(setup, "grows")) == 2, 10, "two partitions described")
+    setup.produce_delayed("grows", 1, [b"p1"], int(time.time() * 1000) + 500)
+    assert [v for _, v, _ in wait_records(setup, "grows", 1, 1, 10)] == [b"p1"]
+    assert [v for _, v, _ in wait_records(setup, "grows", 0, 1, 10)] == [b"p0"]
 
 
 def test_a_time_past_by_less_than_a_second_is_due_at_once(setup: Setup) -> None:
@@ -319,7 +332,7 @@ def leader_address(setup: Setup, topic: str, partition: int = 0) -> str:
     def leader() -> str:
         response = setup.call("Metadata", pb.MetadataRequest(topics=[topic]))
         assert isinstance(response, pb.MetadataResponse)
-        return response.topics[0].partitions[partition].leader
+        return str(response.topics[0].partitions[partition].leader)
 
     wait_until(lambda: leader() != "", 10, f"{topic}/{partition} has a leader")
     return setup.local.nodes[leader()].address
@@ -378,7 +391,7 @@ def fire_and_count(setup: Setup, topic: str, batches: int, per_batch: int, due: 
 def log_start(setup: Setup, topic: str) -> int:
     response = setup.call("Metadata", pb.MetadataRequest(topics=[topic]))
     assert isinstance(response, pb.MetadataResponse)
-    return response.topics[0].partitions[0].log_start
+    return int(response.topics[0].partitions[0].log_start)
 
 
 def test_the_timer_log_keeps_pending_timers_and_drops_fired_ones(setup: Setup) -> None:
