@@ -285,6 +285,27 @@ def test_a_delayed_record_appears_at_its_time_never_earlier(setup: Setup) -> Non
     assert now - due < 1000, f"{now - due} ms late"
 
 
+def test_an_idempotent_retry_of_a_delayed_batch_is_a_duplicate(setup: Setup) -> None:
+    create(setup, "retried", partitions=1)
+    due = int(time.time() * 1000) + 1000
+    now = int(time.time() * 1000)
+    batch = encode_batch(
+        [(None, b"once", [(DELIVER_AT_HEADER, str(due).encode())], now)],
+        producer_id=4242,
+        base_sequence=0,
+    )
+    request = pb.ProduceRequest(
+        topic="retried", partition=0, batch=batch, acks=pb.ACKS_ALL, deliver_at_ms=due
+    )
+    first = setup.call("Produce", request)
+    again = setup.call("Produce", request)
+    assert isinstance(first, pb.ProduceResponse) and isinstance(again, pb.ProduceResponse)
+    assert not first.duplicate and again.duplicate and again.deliver_at_ms == due
+    assert [v for _, v, _ in wait_records(setup, "retried", 0, 1, 10)] == [b"once"]
+    time.sleep(0.3)
+    assert [v for _, v, _ in setup.read_all("retried", 0)] == [b"once"]
+
+
 def test_a_partition_added_to_the_source_gets_its_timer_log(setup: Setup) -> None:
     create(setup, "grows", partitions=1)
     now = int(time.time() * 1000)
@@ -469,7 +490,7 @@ def due_of_value(value: bytes) -> int:
 
 def test_a_restart_of_every_node_recovers_pending_timers_and_fires_them(setup: Setup) -> None:
     create(setup, "restart", partitions=1)
-    due = int(time.time() * 1000) + 12_000
+    due = int(time.time() * 1000) + 10_000
     dues = [due + i for i in range(200)]
     produce_many(setup, "restart", dues, per_batch=10)  # 2,000 timers
     expected = {f"{d}-{i}".encode() for d in dues for i in range(10)}
