@@ -13,6 +13,7 @@ One three-node cluster serves the module.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 import urllib.request
@@ -140,9 +141,7 @@ def create(setup: Setup, name: str, partitions: int = 2, **settings: int) -> pb.
     )
     assert isinstance(info, pb.TopicInfo)
     for address in setup.running():  # every node knows it (the others poll the table)
-        wait_until(
-            lambda address=address: known(setup, address, name), 10, f"{address} knows {name}"
-        )
+        wait_until(functools.partial(known, setup, address, name), 10, f"{address} knows {name}")
     return info
 
 
