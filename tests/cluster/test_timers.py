@@ -238,6 +238,10 @@ def test_the_timer_topic_is_hidden_and_unreadable(setup: Setup) -> None:
     assert setup.read_all("hidden", 0) == []
     # the gauge, from the timer log's leader
     wait_until(lambda: gauge(setup, "hidden") == 1, 5, "flotilla_pending_timers = 1")
+    # deleted with its source topic
+    assert known(setup, setup.running()[0], timers)
+    setup.call("DeleteTopic", pb.DeleteTopicRequest(name="hidden"))
+    wait_until(lambda: not known(setup, setup.running()[0], timers), 10, f"{timers} deleted")
 
 
 def gauge(setup: Setup, topic: str) -> float:
