@@ -169,6 +169,7 @@ class DelayedProduce:
         """This node's replica of the timer partition if it leads it, else the leader's id;
         waits up to `ROUTE_WAIT_S` for a leader (a timer topic just created elects its first)."""
         group = f"{timers.name}/{partition}"
+        self.check_versions(group)  # every replica of the timer partition keeps timers
         deadline = time.monotonic() + ROUTE_WAIT_S
         while True:
             replica = self._replica(group)
