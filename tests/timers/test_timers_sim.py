@@ -47,6 +47,8 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "producer_retries",
         "refused_at_acceptance",
         "bucket_loads",
+        "slow_reads",
+        "failed_reads",
     ):
         assert stats[name] > 0, name
     assert stats["landed"] > 100 * SEEDS
@@ -215,6 +217,17 @@ def test_the_checker_catches_wrong_counts_and_a_book_beyond_its_window() -> None
     c.memory(3, T)
     with pytest.raises(Violation, match="memory: the book holds 4 batches"):
         c.memory(4, T)
+
+
+def test_the_checker_catches_an_index_that_lets_needed_log_go() -> None:
+    c = checker()
+    c.retention("index", 0, applied_offset=2, last_plan=None)
+    c.committed_plan(PLAN)  # every timer fired: only the replay from applied offset 2 remains
+    c.retention("index", 2, applied_offset=2, last_plan=None)
+    with pytest.raises(Violation, match="retention: index lets the timer log go below offset 3"):
+        c.retention("index", 3, applied_offset=2, last_plan=None)
+    with pytest.raises(Violation, match="offset 1 is still needed"):
+        c.retention("index", 2, applied_offset=5, last_plan=Plan(0, (PLAN.batches[1],)))
 
 
 def test_a_book_holding_everything_fails_the_memory_check() -> None:

@@ -11,7 +11,9 @@
   its acceptance (a retried batch may be accepted after its due time) and the moment the firing
   leader became ready (a failover's election is the allowance) — "late";
 - counts: the leader's book and its index count exactly the pending records — "pending";
-- memory: the book holds no batch beyond the near window — "memory".
+- memory: the book holds no batch beyond the near window — "memory";
+- retention: no index lets the timer log go (`min_pending_offset`) past what it still needs: a
+  pending timer, the last plan's batches, or its durable applied offset — "retention".
 
 A failed check raises `Violation` (kind: the quoted name).
 """
@@ -32,6 +34,7 @@ KINDS = (
     "late",
     "pending",
     "memory",
+    "retention",
 )
 
 
@@ -143,6 +146,22 @@ class TimerChecker:
                 "memory",
                 f"the book holds {loaded_batches} batches; only {near} pending are due before "
                 f"the end of bucket {end} (the near window)",
+            )
+
+    def retention(
+        self, what: str, min_pending_offset: int, applied_offset: int, last_plan: Plan | None
+    ) -> None:
+        """`what` (an index folded up to the commit point, flushed up to `applied_offset`)
+        lets the log go below `min_pending_offset`."""
+        needed = [*self.pending, applied_offset]
+        if last_plan is not None:
+            needed.extend(b.offset for b in last_plan.batches)
+        if min_pending_offset > min(needed):
+            raise Violation(
+                "retention",
+                f"{what} lets the timer log go below offset {min_pending_offset}, yet offset "
+                f"{min(needed)} is still needed (pending timers, the last plan, or the replay "
+                f"from applied offset {applied_offset})",
             )
 
     def finish(self) -> None:

@@ -21,7 +21,7 @@ class IndexLike(Protocol):
     def flush(self, applied_offset: int) -> None: ...
     def summary(self) -> dict[int, tuple[int, int]]: ...
     def bucket(self, bucket: int) -> list[TimerBatch]: ...
-    def min_pending_offset(self) -> int | None: ...
+    def min_pending_offset(self) -> int: ...
 
     @property
     def applied_offset(self) -> int: ...
@@ -91,11 +91,11 @@ class MemoryIndex:
             b for b in self._image.pending.values() if b.due_ms // self._bucket_ms == bucket
         )
 
-    def min_pending_offset(self) -> int | None:
+    def min_pending_offset(self) -> int:
         offsets = list(self._image.pending)
         if self._image.last_plan is not None:
             offsets.extend(b.offset for b in self._image.last_plan.batches)
-        return min(offsets) if offsets else None
+        return min([*offsets, self._store.durable.applied_offset])
 
     @property
     def applied_offset(self) -> int:

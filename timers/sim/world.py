@@ -19,12 +19,13 @@ import bisect
 import hashlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from timers.book import TimerBook, bucket_of
 from timers.faults import NO_FAULTS, TimerFaults
 from timers.sim.checker import TimerChecker
 from timers.sim.index_model import IndexLike, IndexStore, MemoryIndexStore
+from timers.sim.parts import LogRecord, SourcePartition
 from timers.types import Plan, TimerBatch, TimerConfig
 
 __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
@@ -33,10 +34,9 @@ __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
 SIM_CONFIG = TimerConfig(bucket_ms=5_000, window_buckets=2, max_plan_records=40, max_plan_batches=6)
 STEP_MS = (50, 600)  # time per step: the leader's timer resolution in the simulation
 FAR_MS = 150_000
-LATE_BOUND_MS = 2_500  # a batch lands within this of max(its due time, its leader's readiness)
+LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
 FIRE_PRODUCER = 7_000_001
-FORGET_AFTER_MS = 20_000  # scaled: "a day" without a batch, and the source forgets a producer
 PRODUCERS = 3
 STAT_NAMES = (
     "batches",
@@ -58,45 +58,11 @@ STAT_NAMES = (
     "producer_retries",
     "refused_at_acceptance",
     "bucket_loads",
+    "slow_reads",
+    "failed_reads",
     "max_loaded",
     "max_lateness_ms",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    offset: int
-    batch: TimerBatch | None  # a timer batch, or
-    plan: Plan | None  # a plan record
-    producer: int = 0
-    sequence: int = 0
-
-    @property
-    def end(self) -> int:
-        return self.offset + (self.batch.record_count if self.batch is not None else 1)
-
-
-class _Source:
-    """The source partition's idempotent-producer table: per producer, the next sequence, and
-    when it last appended; a producer idle for FORGET_AFTER_MS is forgotten (as a partition
-    forgets one after a day without a batch), and then starts again at sequence 0."""
-
-    def __init__(self) -> None:
-        self.next: dict[tuple[int, int], int] = {}
-        self.last_ms: dict[tuple[int, int], int] = {}
-        self.forgotten = 0
-
-    def append(self, producer: tuple[int, int], sequence: int, count: int, now_ms: int) -> str:
-        if now_ms - self.last_ms.get(producer, now_ms) > FORGET_AFTER_MS:
-            self.forgotten += self.next.pop(producer, None) is not None
-        self.last_ms[producer] = now_ms
-        expected = self.next.get(producer, 0)
-        if sequence < expected:
-            return "duplicate"
-        if sequence > expected:
-            return "out-of-order"
-        self.next[producer] = sequence + count
-        return "appended"
 
 
 @dataclass
@@ -115,6 +81,9 @@ class _Leader:
     inflight_position: int = -1  # its place in the log
     firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
     next_batch: int = 0
+    # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
+    # the step it was asked for in)
+    reads: list[tuple[int, list[TimerBatch] | None, int]] = field(default_factory=list)
 
 
 class TimerSimulation:
@@ -135,10 +104,10 @@ class TimerSimulation:
         self.step_count = 0
         self.checker = TimerChecker(config, LATE_BOUND_MS)
         self.stats = dict.fromkeys(STAT_NAMES, 0)
-        self.log: list[_Record] = []
+        self.log: list[LogRecord] = []
         self.offsets: list[int] = []
         self.commit = 0
-        self.source = _Source()
+        self.source = SourcePartition()
         self.accepted_ids: set[tuple[int, int]] = set()  # the timer log's idempotence table
         self.unacked: list[tuple[int, int, int, int]] = []  # (producer, sequence, due, count)
         self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
@@ -242,7 +211,7 @@ class TimerSimulation:
             return
         self.accepted_ids.add((producer, sequence))
         offset = self._next_offset()
-        self._append(_Record(offset, TimerBatch(due, offset, count), None, producer, sequence))
+        self._append(LogRecord(offset, TimerBatch(due, offset, count), None, producer, sequence))
         self.stats["batches"] += 1
         self.stats["records"] += count
 
@@ -253,7 +222,7 @@ class TimerSimulation:
     def _offset_after(self, position: int) -> int:
         return self.log[position - 1].end if position else 0
 
-    def _append(self, record: _Record) -> None:
+    def _append(self, record: LogRecord) -> None:
         self.log.append(record)
         self.offsets.append(record.offset)
 
@@ -359,10 +328,29 @@ class TimerSimulation:
         self._event("elected", number)
 
     def _load(self, leader: _Leader) -> None:
+        """Reads the buckets the book asks for as a node does, off its event loop: what the
+        index holds now reaches the book later (this cycle or a later one), after more records
+        may have committed and plans fired."""
         index = self.replicas[leader.replica].index
+        still: list[tuple[int, list[TimerBatch] | None, int]] = []
+        for bucket, read, issued in leader.reads:
+            overdue = issued < self.step_count  # a read takes at most the rest of a step
+            batches = read
+            if batches is None:  # the read has not started yet
+                started = overdue or self.rng.random() < 0.5
+                self.stats["slow_reads"] += not started
+                batches = index.bucket(bucket) if started else None
+            if batches is not None and not overdue and self.rng.random() < 0.05:
+                leader.book.load_failed(bucket)  # an I/O error: asked for again
+                self.stats["failed_reads"] += 1
+            elif batches is not None and (overdue or self.rng.random() < 0.6):
+                leader.book.load_bucket(bucket, batches)
+                self.stats["bucket_loads"] += 1
+            else:
+                still.append((bucket, batches, issued))
+        leader.reads = still
         for bucket in leader.book.buckets_to_load(self.now):
-            leader.book.load_bucket(bucket, index.bucket(bucket))
-            self.stats["bucket_loads"] += 1
+            leader.reads.append((bucket, None, self.step_count))
 
     def _lead(self, leader: _Leader) -> None:
         replica = self.replicas[leader.replica]
@@ -380,7 +368,7 @@ class TimerSimulation:
                 if plan is not None:
                     self.stats["done_markers"] += not plan.batches
                     self.checker.plan_made(plan, self.now)
-                    self._append(_Record(self._next_offset(), None, plan))
+                    self._append(LogRecord(self._next_offset(), None, plan))
                     leader.inflight, leader.inflight_position = plan, len(self.log) - 1
                     self.stats["plans"] += 1
                     self._event("plan", plan.sequence, len(plan.batches))
@@ -418,6 +406,15 @@ class TimerSimulation:
         self.checker.counts("the leader's book", leader.book.pending)
         self.checker.counts("the leader's index", self.replicas[leader.replica].index.pending)
         self.checker.memory(leader.book.loaded_batches, self.now)
+        for number, replica in enumerate(self.replicas):
+            index = replica.index
+            if replica.applied == self.commit:
+                self.checker.retention(
+                    f"replica {number}'s index",
+                    index.min_pending_offset(),
+                    index.applied_offset,
+                    index.last_plan,
+                )
         self.stats["max_loaded"] = max(self.stats["max_loaded"], leader.book.loaded_batches)
         self.stats["max_lateness_ms"] = self.checker.max_lateness_ms
         self.stats["forgotten_producers"] = self.source.forgotten
