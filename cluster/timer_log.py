@@ -183,11 +183,7 @@ class Follower:
         timer's or the last plan's lowest batch, and never above what the index has flushed
         (a restart replays the log from there)."""
         index = self.index
-        if index is None:
-            return None
-        needed = index.min_pending_offset()
-        flushed = index.applied_offset
-        return flushed if needed is None else min(needed, flushed)
+        return None if index is None else index.min_pending_offset()
 
     async def caught_up(self, offset: int) -> None:
         while self.applied_offset < offset:

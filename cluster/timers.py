@@ -176,8 +176,18 @@ class Slot:
         """Reads the buckets the near window reaches into the book (off the event loop)."""
         index = self.follower.index
         for bucket in book.buckets_to_load(_now_ms()):
-            if index is not None:
-                book.load_bucket(bucket, await asyncio.to_thread(index.bucket, bucket))
+            try:
+                if index is None:
+                    raise LogClosed("the timer index is not open")
+                batches = await asyncio.to_thread(index.bucket, bucket)
+            except (asyncio.CancelledError, NodeFailStopped):
+                raise
+            except Exception as error:  # asked for again at the next turn
+                book.load_failed(bucket)
+                log.warning("reading bucket %d of %s's timer index failed: %s", bucket,
+                            self.replica.group, error)  # fmt: skip
+                continue
+            book.load_bucket(bucket, batches)
 
     async def _serve(self, book: TimerBook) -> None:
         while self.leads():

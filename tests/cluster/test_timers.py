@@ -497,7 +497,7 @@ def test_a_restart_of_every_node_recovers_pending_timers_and_fires_them(setup: S
     dues = [due + i for i in range(200)]
     produce_many(setup, "restart", dues, per_batch=10)  # 2,000 timers
     expected = {f"{d}-{i}".encode() for d in dues for i in range(10)}
-    wait_until(lambda: sum(pending(setup, "restart")) == 2000, 5, "2000 pending")
+    wait_until(lambda: sum(pending(setup, "restart")) == 2000, 15, "2000 pending")
     nodes = list(setup.local.nodes)
     for node_id in nodes:
         setup.local.kill(node_id)  # kill -9: the index is as of its last flush, the log replays
