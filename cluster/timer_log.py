@@ -49,6 +49,7 @@ log = logging.getLogger("flotilla.timers")
 
 READ_BYTES = 4 * 1024 * 1024
 READ_RECORDS = 100_000
+RETRY_S = 1.0  # a follower that failed is built again after this long
 FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
 INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log
 Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
@@ -163,6 +164,11 @@ class Follower:
     def close(self) -> None:
         self._task.cancel()
 
+    @property
+    def done(self) -> bool:
+        """Stopped (a failure, logged): the host builds it again."""
+        return self._task.done()
+
     async def shut(self) -> None:
         """Stops following; flushes the index (the node stops gracefully)."""
         self._task.cancel()
@@ -222,7 +228,11 @@ class Follower:
         except (asyncio.CancelledError, LogClosed, NodeFailStopped):
             return
         except Exception:
-            log.exception("indexing the timer log %s failed", replica.group)
+            log.exception("indexing the timer log %s failed; retrying in %.0f s", replica.group,
+                          RETRY_S)  # fmt: skip
+            if self.index is not None:
+                self.index.close()
+            await asyncio.sleep(RETRY_S)  # then the host builds it again
 
     async def _flush(self, index: TimerIndex) -> None:
         """At most every FLUSH_S, off the event loop."""

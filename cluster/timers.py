@@ -21,7 +21,7 @@ Slot (the leader, one per term):
    `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
    a producer derived from the pair). The next plan only once every append succeeded; a failed
-   append is retried (0.2 s doubling to 10 s) while the slot leads. A plan fired in full with
+   append is retried (0.1 s doubling to 1 s) while the slot leads. A plan fired in full with
    no plan right behind it is followed by the book's done marker (an empty plan), so that no
    later leader fires it again once the source may have forgotten the fire producer.
 
@@ -67,8 +67,9 @@ PLAN_AHEAD_MS = 100
 LOOK_S = 0.1
 FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
 INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log  # how often the host looks for timer partitions gained or lost
-RETRY_FIRST_S = 0.2
-RETRY_MAX_S = 10.0
+RETRY_S = 1.0  # a slot that failed is built again after this long
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 1.0  # a failover of the source partition costs at most ~1 s more
 
 
 class Deposed(ClusterError):
@@ -117,6 +118,10 @@ class Slot:
             and replica.node.term == self.term
         )
 
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
     def close(self) -> None:
         self.follower.on_item = None
         self._task.cancel()
@@ -147,7 +152,8 @@ class Slot:
         except (asyncio.CancelledError, LogClosed, NodeFailStopped, Deposed):
             return
         except Exception:
-            log.exception("firing the timers of %s failed", group)
+            log.exception("firing the timers of %s failed; again in %.0f s", group, RETRY_S)
+            await asyncio.sleep(RETRY_S)  # then the host builds it again
 
     async def _load(self) -> TimerBook | None:
         replica = self.replica
@@ -439,10 +445,14 @@ class TimerHost:
     def _look(self) -> None:
         replicas = self._replicas()
         sources = {spec.uid: spec for spec in self._topics().values() if spec.uid}
-        for group in [g for g, f in self.followers.items() if replicas.get(g) is not f.replica]:
+        for group in [
+            g for g, f in self.followers.items() if replicas.get(g) is not f.replica or f.done
+        ]:
             self.followers.pop(group).close()
         for group, slot in list(self.slots.items()):
-            if not slot.leads() or self.followers.get(group) is not slot.follower:
+            # a slot that stopped (a plan that did not commit, a failure) is built again
+            # while this node leads: it fires the last plan again first
+            if slot.done or not slot.leads() or self.followers.get(group) is not slot.follower:
                 slot.close()
                 del self.slots[group]
         for group, replica in replicas.items():

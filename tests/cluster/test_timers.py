@@ -271,10 +271,10 @@ def wait_records(
 
 def test_a_delayed_record_appears_at_its_time_never_earlier(setup: Setup) -> None:
     create(setup, "later", partitions=1)
-    due = int(time.time() * 1000) + 1500
+    due = int(time.time() * 1000) + 3000
     response = setup.produce_delayed("later", 0, [b"a", b"b"], due)
     assert response.deliver_at_ms == due and response.record_count == 2
-    wait_until(lambda: pending(setup, "later") == [2], 1, "2 pending timers described")
+    wait_until(lambda: pending(setup, "later") == [2], 2.5, "2 pending timers described")
     seen: list[tuple[int, bytes, int]] = []
     deadline = time.monotonic() + 10
     while not seen and time.monotonic() < deadline:
@@ -472,19 +472,39 @@ def test_each_timer_fires_exactly_once_across_a_leader_kill_at_the_due_time(setu
         time.sleep(0.001)
     setup.local.kill(victim)  # kill -9 at the due time
     try:
+        # the election: both the timer log and the source partition (which the victim may have
+        # led too: an idle, quiesced partition's followers notice its death through SWIM)
+        wait_until(
+            lambda: (
+                {leader_id(setup, timers), leader_id(setup, "failover")} & {victim, ""} == set()
+            ),
+            30,
+            "new leaders elected",
+        )
+        elected = int(time.time() * 1000)
         records = wait_records(setup, "failover", 0, len(expected), 30)
         last_seen = int(time.time() * 1000)
         time.sleep(0.5)
         records = setup.read_all("failover", 0)
         problems = violations([v for _, v, _ in records], expected)
         assert not problems, problems[:10]
-        print(f"1000 timers across a leader kill: all fired once by {last_seen - due} ms late")
-        assert last_seen - dues[-1] <= 5000
+        late = last_seen - max(elected, dues[-1])
+        print(
+            f"1000 timers across a leader kill: all fired once; elected {elected - due} ms "
+            f"after the kill, all seen {late} ms after that (or the last due time)"
+        )
+        assert late <= 1500  # election + 1 s (+ reading 1,000 records back)
         assert [due_of_value(v) for _, v, _ in records] == sorted(
             due_of_value(v) for _, v, _ in records
         )
     finally:
         setup.local.start(victim)
+
+
+def leader_id(setup: Setup, topic: str) -> str:
+    response = setup.call("Metadata", pb.MetadataRequest(topics=[topic]))
+    assert isinstance(response, pb.MetadataResponse)
+    return str(response.topics[0].partitions[0].leader)
 
 
 def due_of_value(value: bytes) -> int:
