@@ -17,11 +17,11 @@ Slot (the leader, one per term):
    tick granularity) or until a batch due earlier is accepted; then `plan =
    book.next_plan(now + PLAN_AHEAD_MS)`, appends the plan record (acks=all; it commits while
    the due time comes), `book.planned(plan)` once committed, then appends each planned batch,
-   never before its due time (an asyncio timer at that instant), to source partition p, in order, unchanged but for its producer:
-   `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
+   never before its due time (an asyncio timer at that instant), to source partition p, in
+   order, unchanged but for its producer: `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
    a producer derived from the pair). The next plan only once every append succeeded; a failed
-   append is retried (0.1 s doubling to 1 s) while the slot leads. A plan fired in full with
+   append is retried (0.1 s doubling to 1 s) while the slot leads (`cluster.timer_fire`). A plan fired in full with
    no plan right behind it is followed by the book's done marker (an empty plan), so that no
    later leader fires it again once the source may have forgotten the fire producer.
 
@@ -44,13 +44,11 @@ import xxhash
 from cluster.config import ConfigError
 from cluster.controller import TopicSpec
 from cluster.copy_produce import CopyProducer
-from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
-from cluster.idempotence import Fresh
 from cluster.multiraft import Proposal
-from cluster.replica import ProduceResult, Replica, Waiter
+from cluster.replica import Replica, Waiter
+from cluster.timer_fire import Deposed, Firing
 from cluster.timer_log import Follower, plan_batch
-from proto.records import with_producer
 from raft.types import Role
 from storage import LogClosed
 from timers.book import TimerBook
@@ -61,19 +59,10 @@ __all__ = ["FAULTS_ENV_VAR", "TimerHost", "fire_producer_id", "timer_faults_from
 
 log = logging.getLogger("flotilla.timers")
 
-READ_BYTES = 4 * 1024 * 1024
 # a plan is appended this long before its first batch is due (its record commits meanwhile)
 PLAN_AHEAD_MS = 100
-LOOK_S = 0.1
-FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
-INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log  # how often the host looks for timer partitions gained or lost
+LOOK_S = 0.1  # how often the host looks for timer partitions gained or lost
 RETRY_S = 1.0  # a slot that failed is built again after this long
-RETRY_FIRST_S = 0.1
-RETRY_MAX_S = 1.0  # a failover of the source partition costs at most ~1 s more
-
-
-class Deposed(ClusterError):
-    """The slot's leadership ended: its successor fires what is left."""
 
 
 def fire_producer_id(uid: str, partition: int) -> int:
@@ -83,16 +72,10 @@ def fire_producer_id(uid: str, partition: int) -> int:
     return (digest & ((1 << 63) - 1)) or 1
 
 
-def _read_batch(replica: Replica, offset: int) -> bytes | None:
-    """Reader thread: the stored bytes of the timer batch at `offset` (None: gone)."""
-    for stored in replica.read_committed(offset, 1, READ_BYTES):
-        if stored.base_offset == offset:
-            return bytes(stored.data)
-    return None
-
-
-class Slot:
+class Slot(Firing):
     """Fires the timers of one timer partition this node leads, in one term."""
+
+    host: TimerHost
 
     def __init__(
         self,
@@ -245,115 +228,6 @@ class Slot:
                      self.replica.group, error or type(error).__name__)  # fmt: skip
             return False
 
-    async def _fire(self, plan: Plan) -> None:
-        """Appends the plan's batches, each at its due time, in order: pipelined when this node
-        leads the source partition, else (or when that fails) one by one through the produce
-        path, where a batch that landed already is answered as a duplicate."""
-        batches: list[tuple[TimerBatch, bytes | None]] = []
-        for batch in plan.batches:
-            data = await asyncio.to_thread(_read_batch, self.replica, batch.offset)
-            if data is None:
-                log.error("timer batch %s@%d is gone from the log: not fired",
-                          self.replica.group, batch.offset)  # fmt: skip
-            batches.append((batch, data))
-        if await self._fire_local(plan, batches) or await self._fire_remote(plan, batches):
-            return
-        sequence = plan.sequence
-        for batch, data in batches:
-            await _until(batch.due_ms)
-            if data is not None:
-                await self._append(with_producer(data, self._producer_id, sequence))
-            sequence += batch.record_count
-
-    async def _fire_remote(
-        self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]
-    ) -> bool:
-        """The pipelined path to another node: each batch's Produce sent at its due time, in
-        order, without waiting for the one before. False when any failed (out of order
-        included: never rebased here), once all are answered: the caller sends them all
-        again one by one, and those that landed are answered as duplicates."""
-        if any(data is None for _, data in batches) or len(batches) < 2:
-            return False
-        calls = []
-        sequence = plan.sequence
-        for batch, data in batches:
-            await _until(batch.due_ms)
-            assert data is not None
-            call = self.host.copies.produce(
-                self.source.name,
-                self.replica.partition,
-                with_producer(data, self._producer_id, sequence),
-            )
-            calls.append(asyncio.get_running_loop().create_task(call))
-            await asyncio.sleep(0)  # the call goes out before the next one
-            sequence += batch.record_count
-        answers = await asyncio.gather(*calls, return_exceptions=True)
-        failed = [a for a in answers if isinstance(a, BaseException)]
-        if failed:
-            log.info("firing %s into %s/%d in a pipeline failed (%s): one by one instead",
-                     self.replica.group, self.source.name, self.replica.partition,
-                     failed[0])  # fmt: skip
-        return not failed
-
-    async def _fire_local(self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]) -> bool:
-        """The pipelined path: proposes each batch to this node's leading replica of the source
-        partition at its due time, then waits for them all. False (nothing known about what
-        landed: the caller sends them all again) when it does not lead it, the first batch is
-        not the fire producer's next one (a repeat after a failover; a forgotten producer), or
-        any proposal fails."""
-        source = self.host.replica(f"{self.source.name}/{self.replica.partition}")
-        if source is None or source.node.role is not Role.LEADER:
-            return False
-        if any(data is None for _, data in batches):
-            return False
-        verdict = source.idempotence.admit(
-            self._producer_id, plan.sequence, plan.batches[0].record_count, source.node.term
-        )
-        if not isinstance(verdict, Fresh):
-            return False
-        loop = asyncio.get_running_loop()
-        futures = []
-        sequence = plan.sequence
-        for batch, data in batches:
-            await _until(batch.due_ms)
-            assert data is not None
-            waiter = Waiter(loop.create_future())
-            waiter.future.add_done_callback(_retrieve)
-            self.host.propose(
-                Proposal(
-                    source, with_producer(data, self._producer_id, sequence), batch.record_count,
-                    _now_ms(), waiter, self._producer_id, sequence,
-                )
-            )  # fmt: skip
-            futures.append(waiter.future)
-            sequence += batch.record_count
-        try:
-            await asyncio.wait_for(asyncio.gather(*futures), self.host.write_timeout_s)
-            return True
-        except (asyncio.CancelledError, NodeFailStopped):
-            raise
-        except Exception as error:  # NotLeader, OutOfOrderSequence, NotCommitted, TimeoutError
-            log.info("firing %s into %s/%d in a pipeline failed (%s): one by one instead",
-                     self.replica.group, self.source.name, self.replica.partition,
-                     error or type(error).__name__)  # fmt: skip
-            return False
-
-    async def _append(self, batch: bytes) -> None:
-        delay_s = RETRY_FIRST_S
-        while True:
-            try:
-                await self.host.copies.copy(self.source.name, self.replica.partition, batch)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                if not self.leads():
-                    raise Deposed(f"{self.replica.group}: leadership ended") from error
-                log.warning("firing into %s/%d: %s; retrying in %.1f s", self.source.name,
-                            self.replica.partition, error, delay_s)  # fmt: skip
-                await asyncio.sleep(delay_s)
-                delay_s = min(RETRY_MAX_S, delay_s * 2)
-
 
 class TimerHost:
     """Followers for every timer partition this node holds, slots for those it leads."""
@@ -374,7 +248,7 @@ class TimerHost:
     ) -> None:
         self._topics = topics
         self._replicas = replicas
-        self.propose = propose
+        self._propose = propose
         self.copies = copies
         self.tick_s = tick_s
         self.write_timeout_s = write_timeout_s
@@ -388,6 +262,9 @@ class TimerHost:
 
     def replica(self, group: str) -> Replica | None:
         return self._replicas().get(group)
+
+    def propose(self, proposal: Proposal) -> None:
+        self._propose(proposal)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch())
@@ -487,18 +364,6 @@ def timer_faults_from_env(environ: Mapping[str, str] | None = None) -> TimerFaul
         "it for real data", FAULTS_ENV_VAR, ",".join(names),
     )  # fmt: skip
     return TimerFaults(**dict.fromkeys(names, True))
-
-
-async def _until(due_ms: int) -> None:
-    """Never early: a plan is made PLAN_AHEAD_MS ahead of its batches' due times."""
-    early_s = (due_ms - _now_ms()) / 1000
-    if early_s > 0:
-        await asyncio.sleep(early_s)
-
-
-def _retrieve(future: asyncio.Future[ProduceResult]) -> None:
-    if not future.cancelled():
-        future.exception()  # a pipeline that gave up is no error
 
 
 def _now_ms() -> int:
