@@ -432,8 +432,12 @@ class SegmentedLog:
             first_offset, next_offset = self._first_offset, self._next_offset
             if not first_offset <= offset < next_offset:
                 raise OffsetOutOfRange(offset, first_offset, next_offset)
-            position = bisect_right(self._segments, offset, key=_first_offset) - 1
-            segment = self._segments[position]
+            # a segment being rolled in is visible (empty) before its first entry is written:
+            # it holds no offset, and `offset < next_offset` lies in an earlier one
+            segments = self._segments
+            end = len(segments) - 1 if segments[-1].entry_count == 0 else len(segments)
+            position = bisect_right(segments, offset, 0, end, key=_first_offset) - 1
+            segment = segments[position]
             return segment.base_index + segment.row_for_offset(offset)
 
     # -- internals ----------------------------------------------------------------------------
