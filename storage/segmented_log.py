@@ -368,6 +368,19 @@ class SegmentedLog:
                 total -= segment.size
             return cut
 
+    def cut_keeping(self, index: int) -> int:
+        """The first index a compaction may cut to while keeping entry `index` and every
+        later one: whole sealed segments wholly below it go; the active segment always stays.
+        Removes nothing."""
+        with self._lock:
+            self._check_open()
+            cut = self._start_index
+            for segment in self._segments[:-1]:
+                if segment.last_index >= index:
+                    break
+                cut = segment.last_index + 1
+            return cut
+
     def close(self) -> None:
         """Flushes (unless the policy is `never`) and closes. A log stopped by a storage error
         closes its files without fsync: the error was raised already."""
@@ -419,8 +432,12 @@ class SegmentedLog:
             first_offset, next_offset = self._first_offset, self._next_offset
             if not first_offset <= offset < next_offset:
                 raise OffsetOutOfRange(offset, first_offset, next_offset)
-            position = bisect_right(self._segments, offset, key=_first_offset) - 1
-            segment = self._segments[position]
+            # a segment being rolled in is visible (empty) before its first entry is written:
+            # it holds no offset, and `offset < next_offset` lies in an earlier one
+            segments = self._segments
+            end = len(segments) - 1 if segments[-1].entry_count == 0 else len(segments)
+            position = bisect_right(segments, offset, 0, end, key=_first_offset) - 1
+            segment = segments[position]
             return segment.base_index + segment.row_for_offset(offset)
 
     # -- internals ----------------------------------------------------------------------------

@@ -63,3 +63,18 @@ def test_a_slow_fsync_does_not_block_readers(
         writer.join(10)
     assert log.durable_index == 21
     log.close()
+
+
+def test_a_reader_during_a_segment_roll_finds_offsets(tmp_path: Path) -> None:
+    """A segment roll makes the new, empty segment visible before its first entry is written
+    (`_segment_for_append`, then the write): a `find_offset` in that window (a Fetch's reader
+    thread) must not look into the empty segment (it raised IndexError: a client's Fetch got
+    UNKNOWN)."""
+    log = SegmentedLog(tmp_path / "log", LogConfig(segment_bytes=4096), handles=FileHandles(16))
+    try:
+        for n in range(3):
+            log.append(b"r" * 1000, 1, 1, n, sync=False)
+        log._segment_for_append(4096)  # the roll, as an append starts it, before the write
+        assert [log.find_offset(offset) for offset in range(3)] == [1, 2, 3]
+    finally:
+        log.close()
