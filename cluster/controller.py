@@ -43,6 +43,7 @@ from cluster.controller_journal import (
 )
 from cluster.errors import ClusterError
 from cluster.ownership import AddressInUse
+from timers.types import DEFAULT_MAX_DELAY_MS
 
 __all__ = [
     "ControlPlaneError",
@@ -88,6 +89,9 @@ class TopicSpec:
     retention_ms: int = 0  # 0: unlimited
     assignment: tuple[tuple[str, ...], ...] = ()  # initial voters per partition, best first
     uid: str = ""  # distinguishes a re-created topic from the deleted one of the same name
+    # the longest delay a delayed produce may ask (`timers.types`); a spec written before
+    # delayed delivery has none: the default
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS
 
     def same_shape(self, other: TopicSpec) -> bool:
         return (
@@ -95,11 +99,13 @@ class TopicSpec:
             self.replication_factor,
             self.retention_bytes,
             self.retention_ms,
+            self.max_delay_ms,
         ) == (
             other.partitions,
             other.replication_factor,
             other.retention_bytes,
             other.retention_ms,
+            other.max_delay_ms,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -111,6 +117,7 @@ class TopicSpec:
             "retention_ms": self.retention_ms,
             "assignment": [list(voters) for voters in self.assignment],
             "uid": self.uid,
+            "max_delay_ms": self.max_delay_ms,
         }
 
     @classmethod
@@ -125,6 +132,7 @@ class TopicSpec:
                 tuple(str(n) for n in voters) for voters in data.get("assignment", [])
             ),
             uid=str(data.get("uid", "")),
+            max_delay_ms=int(data.get("max_delay_ms", DEFAULT_MAX_DELAY_MS)),
         )
 
 
@@ -187,7 +195,7 @@ class _Replicated(SyncObj):  # type: ignore[misc]
     @replicated  # type: ignore[untyped-decorator]
     def update_topic(self, change: dict[str, Any]) -> str:
         """Changes a topic (`change`: name, and each optional: retention_bytes, retention_ms,
-        partitions with the assignment of every partition up to it, of which only those of the
+        max_delay_ms, partitions with the assignment of every partition up to it, of which only those of the
         partitions added are taken)."""
         existing = self.topics.get(change["name"])
         if existing is None:
@@ -195,7 +203,7 @@ class _Replicated(SyncObj):  # type: ignore[misc]
         partitions = change.get("partitions")
         if partitions is not None and partitions < existing["partitions"]:
             return UpdateOutcome.FEWER.value
-        for field in ("retention_bytes", "retention_ms"):
+        for field in ("retention_bytes", "retention_ms", "max_delay_ms"):
             if change.get(field) is not None:
                 existing[field] = int(change[field])
         if partitions is not None and partitions > existing["partitions"]:
@@ -289,6 +297,7 @@ class MetadataStore:
         *,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
+        max_delay_ms: int | None = None,
         partitions: int | None = None,
         assignment: tuple[tuple[str, ...], ...] = (),
     ) -> concurrent.futures.Future[UpdateOutcome]:
@@ -300,6 +309,7 @@ class MetadataStore:
             "name": name,
             "retention_bytes": retention_bytes,
             "retention_ms": retention_ms,
+            "max_delay_ms": max_delay_ms,
             "partitions": partitions,
             "assignment": [list(voters) for voters in assignment],
         }

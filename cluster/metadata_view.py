@@ -131,6 +131,7 @@ class MetadataView:
             topic = pb.TopicInfo(
                 name=name, replication_factor=spec.replication_factor,
                 retention_bytes=spec.retention_bytes, retention_ms=spec.retention_ms, uid=spec.uid,
+                max_delay_ms=spec.max_delay_ms,
             )  # fmt: skip
             for index in range(spec.partitions):
                 info = infos.get((name, index))

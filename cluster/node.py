@@ -44,6 +44,7 @@ from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import MetadataStore, TopicSpec
+from cluster.delayed import DelayedProduce
 from cluster.dialmap import DialMap
 from cluster.failstop import FailStop
 from cluster.gossip import GossipHost
@@ -209,6 +210,16 @@ class Node:
             write_timeout_s=config.produce_timeout_ms / 1000,
             pause_guard_s=2 * config.election_timeout_ms / 1000,
             stub=self._client_stub,
+        )
+        self.delayed = DelayedProduce(
+            node_id=config.node_id,
+            topics=lambda: self.topic_admin.topics,
+            create_topic=partial(self.create_topic, internal=True),
+            refresh_topics=self.refresh_topics,
+            replica=self.replica,
+            member_version=self._member_version,
+            stub=self._client_stub,
+            leader_of=self._leader_of,
         )
         self.partitions = PartitionManager(
             config,
@@ -414,6 +425,14 @@ class Node:
         else:
             address = self.transport.address_of(member_id)
         return flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address)) if address else None
+
+    async def _leader_of(self, topic: str, partition: int) -> str | None:
+        """The leader of a partition this node holds no replica of, as the members say."""
+        response = await self.metadata_view.metadata([topic])
+        for info in response.topics[0].partitions:
+            if info.index == partition:
+                return info.leader or None
+        return None
 
     def _member_version(self, member_id: str) -> str | None:
         member = self.gossip.swim.member(member_id)

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
+from cluster.delayed import DelayedProduce
 from cluster.groups import GroupHost
 from cluster.metrics import Metrics
 from cluster.multiraft import Proposal
@@ -73,6 +74,12 @@ class NodeApi(Protocol):
 
     def preferred_hint(self, topic: str, partition: int) -> str:
         """The hint of the first reachable member a partition is assigned to ("" if none)."""
+        ...
+
+    # -- delayed delivery ------------------------------------------------------------------------
+    @property
+    def delayed(self) -> DelayedProduce:
+        """Where a delayed batch goes (`cluster.delayed`)."""
         ...
 
     # -- consumer groups -------------------------------------------------------------------------

@@ -21,7 +21,14 @@ from typing import NoReturn
 
 import grpc
 
+from cluster.delayed import (
+    TIMER_FORWARD_KEY,
+    DelayRefused,
+    is_timer_topic,
+    refusal_code,
+)
 from cluster.errors import (
+    ClusterError,
     Invalid,
 )
 from cluster.idempotence import Duplicate
@@ -60,10 +67,17 @@ from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.groups import INTERNAL_PREFIX, is_internal
 from proto.reasons import UNKNOWN_PRODUCER_ID
-from proto.records import CHECK_CHUNK_RECORDS, InvalidBatch, check_body, read_header
+from proto.records import (
+    CHECK_CHUNK_RECORDS,
+    BatchHeader,
+    InvalidBatch,
+    check_body,
+    read_header,
+)
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
 from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
+from timers.types import timer_topic
 
 __all__ = ["ClientService"]
 
@@ -188,14 +202,25 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                 f"{node.config.max_produce_timeout_ms}: use 1..{node.config.max_produce_timeout_ms}"
                 " (0: the node's default)",
             )
-        if is_internal(request.topic):
+        # a delayed batch a node forwarded to the leader of its timer partition (`cluster.delayed`)
+        forwarded = (
+            bool(request.deliver_at_ms)
+            and is_timer_topic(request.topic)
+            and any(key == TIMER_FORWARD_KEY for key, _ in context.invocation_metadata() or ())
+        )
+        if is_internal(request.topic) and not forwarded:
             await abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"topic {request.topic!r} is the cluster's own (names starting with "
                 f"{INTERNAL_PREFIX!r} are reserved): clients may read it, not produce to it",
             )
-        replica = await self._leader_replica(request.topic, request.partition, context)
+        delayed = bool(request.deliver_at_ms) and not forwarded
+        replica: Replica | None = None
+        if delayed:
+            await self._partition(request.topic, request.partition, context)
+        else:
+            replica = await self._leader_replica(request.topic, request.partition, context)
         batch = request.batch  # each access to a bytes field copies it: read it once
         size = len(batch)
         if size > node.config.max_batch_bytes:
@@ -215,6 +240,48 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                 await asyncio.to_thread(check_body, batch)
         except InvalidBatch as error:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
+        if delayed:
+            replica = await self._timer_replica(request, batch, context)
+            if replica is None:  # forwarded to the timer partition's leader: its answer
+                try:
+                    return await node.delayed.forward(
+                        request, node.topics[timer_topic(node.topics[request.topic].uid)]
+                    )
+                except (DelayRefused, KeyError) as error:
+                    await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+                except grpc.aio.AioRpcError as error:
+                    await abort(context, refusal_code(error), error.details() or "")
+        assert replica is not None
+        response = await self._append(replica, request, batch, header, context)
+        response.deliver_at_ms = request.deliver_at_ms
+        return response
+
+    async def _timer_replica(
+        self, request: pb.ProduceRequest, batch: bytes, context: grpc.aio.ServicerContext
+    ) -> Replica | None:
+        """A client's delayed batch, checked: this node's replica of its timer partition if it
+        leads it (the batch goes there), else None (the batch is forwarded)."""
+        delayed = self.node.delayed
+        spec = self.node.topics[request.topic]
+        try:
+            delayed.check(request, spec, batch)
+            timers = await delayed.timer_spec(spec)
+            return delayed.local_leader(f"{timers.name}/{request.partition}")
+        except Invalid as error:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except (DelayRefused, ClusterError) as error:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
+    async def _append(
+        self,
+        replica: Replica,
+        request: pb.ProduceRequest,
+        batch: bytes,
+        header: BatchHeader,
+        context: grpc.aio.ServicerContext,
+    ) -> pb.ProduceResponse:
+        node = self.node
+        size = len(batch)
         timeout_s = (request.timeout_ms or node.config.produce_timeout_ms) / 1000
         # only a Duplicate is final on receipt; the driver settles the rest when it proposes
         verdict = replica.idempotence.admit(
@@ -309,6 +376,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         started = time.perf_counter()
         code = "UNKNOWN"
         try:
+            await self._refuse_timer_log(request.topic, context)
             replica = await self._local_replica(request.topic, request.partition, context)
             response = await self._fetch(replica, request, context)
             code = "OK"
@@ -335,6 +403,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def _subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
+        await self._refuse_timer_log(request.topic, context)
         replica = await self._local_replica(request.topic, request.partition, context)
         poll = pb.FetchRequest()
         poll.CopyFrom(request)
@@ -419,6 +488,16 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         await refuse(context, replica_closed(replica, uid, self.node.config.node_id))
 
     # -- lookups ----------------------------------------------------------------------------------
+    async def _refuse_timer_log(self, topic: str, context: grpc.aio.ServicerContext) -> None:
+        """A timer log holds records not due yet: no client reads one (`cluster.delayed`)."""
+        if is_timer_topic(topic):
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"topic {topic!r} is internal: it holds delayed records not due yet, which "
+                "become readable in their own topic when due; clients may not read it",
+            )
+
     async def _topic(self, name: str, context: grpc.aio.ServicerContext) -> None:
         try:
             check_topic_name(name)

@@ -49,12 +49,20 @@ from cluster.validation import (
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.groups import GROUPS_TOPIC, INTERNAL_PREFIX, is_internal
+from timers.types import (
+    DEFAULT_MAX_DELAY_MS,
+    MAX_MAX_DELAY_MS,
+    MIN_MAX_DELAY_MS,
+    TIMER_TOPIC_PREFIX,
+    timer_topic,
+)
 
 __all__ = [
     "FORWARDED_FOR_KEY",
     "INTERNAL_TOPIC_KEY",
     "TOPICS_POLL_S",
     "TopicAdmin",
+    "check_max_delay_ms",
     "default_replication_factor",
     "requested_by",
 ]
@@ -66,8 +74,27 @@ FORWARDED_FOR_KEY = "flotilla-forwarded-for"
 # A CreateTopic a node forwards for one of the cluster's own topics carries this metadata key.
 # (Not a credential: the client API has none; it keeps a client from creating one by accident.)
 INTERNAL_TOPIC_KEY = "flotilla-internal-topic"
-# The internal topics a node may create.
+# The internal topics a node may create (and those starting with TIMER_TOPIC_PREFIX: the timer
+# logs of delayed delivery, `cluster.delayed`).
 INTERNAL_TOPICS = frozenset({GROUPS_TOPIC})
+
+
+def may_create_internal(name: str) -> bool:
+    return name in INTERNAL_TOPICS or name.startswith(TIMER_TOPIC_PREFIX)
+
+
+def check_max_delay_ms(max_delay_ms: int) -> int:
+    """The topic setting as asked (0: the default) -> the value kept, or `Invalid`."""
+    if max_delay_ms == 0:
+        return DEFAULT_MAX_DELAY_MS
+    if not MIN_MAX_DELAY_MS <= max_delay_ms <= MAX_MAX_DELAY_MS:
+        raise Invalid(
+            f"max_delay_ms={max_delay_ms} is invalid: use {MIN_MAX_DELAY_MS}.."
+            f"{MAX_MAX_DELAY_MS} (1 s to 365 days), or 0 for the default "
+            f"{DEFAULT_MAX_DELAY_MS} (40 days)"
+        )
+    return max_delay_ms
+
 
 T = TypeVar("T")
 
@@ -134,9 +161,10 @@ class TopicAdmin:
     ) -> pb.TopicInfo:
         """`internal`: this node creates one of the cluster's own topics (`INTERNAL_TOPICS`)."""
         check_topic_name(request.name)
-        if not (internal and request.name in INTERNAL_TOPICS):
+        if not (internal and may_create_internal(request.name)):
             check_not_internal(request.name, "create")
         check_partition_count(request.partitions)
+        max_delay_ms = check_max_delay_ms(request.max_delay_ms)
         live = self.live_candidates()
         factor, note = default_replication_factor(
             request.replication_factor,
@@ -156,7 +184,7 @@ class TopicAdmin:
         assignment = self._assign(request.name, range(request.partitions), factor)
         spec = TopicSpec(
             request.name, request.partitions, factor, request.retention_bytes, request.retention_ms,
-            assignment, uuid.uuid4().hex,
+            assignment, uuid.uuid4().hex, max_delay_ms,
         )  # fmt: skip
         outcome = await _decided("create", request.name, self.controller.create_topic(spec))
         if outcome is CreateOutcome.CONFLICT:
@@ -197,9 +225,14 @@ class TopicAdmin:
                 )
             )
             return
+        source = self.controller.topics().get(name)
         deleted = await _decided("delete", name, self.controller.delete_topic(name))
         if not deleted:
             raise TopicNotFound(f"topic {name!r} does not exist")
+        # its pending timers go with it: the timer log of that incarnation (if it has one)
+        timers = timer_topic(source.uid) if source is not None and source.uid else ""
+        if timers and timers in self.controller.topics():
+            await _decided("delete", timers, self.controller.delete_topic(timers))
 
     async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
         """Changes a topic's retention (every node applies it at its next retention check) or
@@ -209,6 +242,9 @@ class TopicAdmin:
         partitions = request.partitions if request.HasField("partitions") else None
         if partitions is not None:
             check_partition_count(partitions)
+        max_delay_ms = (
+            check_max_delay_ms(request.max_delay_ms) if request.HasField("max_delay_ms") else None
+        )
         if self.controller is None:
             return await self._forward(
                 lambda stub, metadata: stub.AlterTopic(request, timeout=15, metadata=metadata)
@@ -218,6 +254,7 @@ class TopicAdmin:
                 request.retention_bytes if request.HasField("retention_bytes") else None
             ),
             "retention_ms": request.retention_ms if request.HasField("retention_ms") else None,
+            "max_delay_ms": max_delay_ms,
             "partitions": partitions,
         }
         spec = self.controller.topics().get(request.name)
@@ -322,6 +359,7 @@ class TopicAdmin:
                     t.retention_ms,
                     tuple(tuple(p.replicas) for p in t.partitions),
                     t.uid,
+                    t.max_delay_ms or DEFAULT_MAX_DELAY_MS,
                 )
                 for t in response.topics
             }

@@ -13,17 +13,21 @@ from __future__ import annotations
 __all__ = [
     "GROUP_ENTRIES_SINCE",
     "QUEUE_ENTRIES_SINCE",
+    "TIMERS_SINCE",
     "VERSION",
     "parse_version",
     "reads_group_entries",
     "reads_queue_entries",
+    "reads_timers",
 ]
 
-VERSION = "0.3.0"
+VERSION = "0.4.0"
 # consumer-group entries in `__groups` partitions (`consumers.entries`), from this version on
 GROUP_ENTRIES_SINCE = (0, 2)
 # queue entries (leases, acks, dead letters: groups of kind "queue") in `__groups` partitions
 QUEUE_ENTRIES_SINCE = (0, 3)
+# delayed delivery: timer logs (`__timers.<uid>` partitions) and their plan records
+TIMERS_SINCE = (0, 4)
 
 
 def parse_version(version: str) -> tuple[int, ...] | None:
@@ -42,6 +46,11 @@ def reads_group_entries(version: str | None) -> bool | None:
 def reads_queue_entries(version: str | None) -> bool | None:
     """Does a node of `version` read queue entries? None when unknown."""
     return _reads(version, QUEUE_ENTRIES_SINCE)
+
+
+def reads_timers(version: str | None) -> bool | None:
+    """Does a node of `version` keep timer logs (delayed delivery)? None when unknown."""
+    return _reads(version, TIMERS_SINCE)
 
 
 def _reads(version: str | None, since: tuple[int, ...]) -> bool | None:

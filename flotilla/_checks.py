@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from flotilla._delays import check_max_delay
 from flotilla.errors import InvalidArgument
 from proto import flotilla_pb2 as pb
 
@@ -24,27 +25,46 @@ def check_value(value: object, what: str = "value") -> bytes:
 
 
 def create_request(
-    name: str, partitions: int, replication_factor: int, retention_bytes: int, retention_ms: int
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    retention_bytes: int,
+    retention_ms: int,
+    max_delay_ms: int | None = None,
 ) -> pb.CreateTopicRequest:
-    """A topic creation, its numbers checked."""
+    """A topic creation, its numbers checked; `max_delay_ms` None (or 0): the default."""
     return pb.CreateTopicRequest(
         name=name,
         partitions=_unsigned("partitions", partitions, 32),
         replication_factor=_unsigned("replication_factor", replication_factor, 32),
         retention_bytes=_unsigned("retention_bytes", retention_bytes, 64),
         retention_ms=_unsigned("retention_ms", retention_ms, 64),
+        max_delay_ms=0 if max_delay_ms is None else check_max_delay(max_delay_ms),
     )
 
 
 def alter_request(
-    name: str, partitions: int | None, retention_bytes: int | None, retention_ms: int | None
+    name: str,
+    partitions: int | None,
+    retention_bytes: int | None,
+    retention_ms: int | None,
+    max_delay_ms: int | None = None,
 ) -> pb.AlterTopicRequest:
-    """A topic change: None leaves a setting as it is; retention 0 makes it unlimited."""
-    if partitions is None and retention_bytes is None and retention_ms is None:
+    """A topic change: None leaves a setting as it is; retention 0 makes it unlimited,
+    `max_delay_ms` 0 the default (40 days)."""
+    if (
+        partitions is None
+        and retention_bytes is None
+        and retention_ms is None
+        and max_delay_ms is None
+    ):
         raise InvalidArgument(
-            f"altering topic {name!r} needs partitions, retention_bytes or retention_ms"
+            f"altering topic {name!r} needs partitions, retention_bytes, retention_ms or "
+            "max_delay_ms"
         )
     request = pb.AlterTopicRequest(name=name)
+    if max_delay_ms is not None:
+        request.max_delay_ms = check_max_delay(max_delay_ms)
     if partitions is not None:
         request.partitions = _unsigned("partitions", partitions, 32)
     if retention_bytes is not None:

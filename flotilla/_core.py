@@ -32,6 +32,7 @@ from flotilla._checks import (
     check_value,
     create_request,
 )
+from flotilla._delays import deliver_at_header, due_ms, written_at_once
 from flotilla._plans import (
     METADATA_GRACE_S,
     POLL_STEP_S,
@@ -175,9 +176,10 @@ class ClientCore:
         replication_factor: int,
         retention_bytes: int,
         retention_ms: int,
+        max_delay_ms: int | None = None,
     ) -> Plan[TopicInfo]:
         request = create_request(
-            name, partitions, replication_factor, retention_bytes, retention_ms
+            name, partitions, replication_factor, retention_bytes, retention_ms, max_delay_ms
         )
         info = topic_info((yield from self.any_node("CreateTopic", request, 20)))
         yield from self.not_found_grace(lambda: self.refresh([name]))
@@ -189,8 +191,9 @@ class ClientCore:
         partitions: int | None,
         retention_bytes: int | None,
         retention_ms: int | None,
+        max_delay_ms: int | None = None,
     ) -> Plan[TopicInfo]:
-        request = alter_request(name, partitions, retention_bytes, retention_ms)
+        request = alter_request(name, partitions, retention_bytes, retention_ms, max_delay_ms)
         response = yield from self.any_node("AlterTopic", request, 20)
         self.router.absorb(pb.MetadataResponse(topics=[response]))  # its partitions from now
         return topic_info(response)
@@ -227,11 +230,22 @@ class ClientCore:
         key: bytes | None,
         partition: int | None,
         headers: Headers | None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> Plan[RecordMetadata]:
         value, key, headers = check_record(value, key, headers)
+        timestamp = now_ms()
+        due = due_ms(delay_ms, deliver_at_ms, timestamp)
+        if due is not None:
+            headers = deliver_at_header(due, headers)
         yield from self.topic(topic)
         chosen = self.router.partition_for(topic, key, partition)
-        batch = self.router.encode(topic, chosen, [(key, value, headers, now_ms())])
+        batch = self.router.encode(
+            topic, chosen, [(key, value, headers, timestamp)], delayed=due is not None
+        )
+        if due is not None:
+            yield from self.send_batch(topic, chosen, batch, deliver_at_ms=due)
+            return RecordMetadata(topic, chosen, None, due)  # an offset only once it is due
         base = yield from self.send_batch(topic, chosen, batch)
         return RecordMetadata(topic, chosen, base)
 
@@ -257,19 +271,23 @@ class ClientCore:
         on_issued: Callable[[], None] | None = None,
         abandoned: Callable[[], bool] | None = None,
         on_moved: Callable[[int, int], None] | None = None,
+        deliver_at_ms: int = 0,
     ) -> Plan[int]:
         """See `flotilla.client.Client.send_batch`."""
         issued = Once(on_issued)
         sequences = self.router.sequences
-        route = ProduceRoute(self.router, topic, partition, self.timeout_s, abandoned)
+        delayed = deliver_at_ms != 0
+        route = ProduceRoute(
+            self.router, topic, partition, self.timeout_s, abandoned, delayed=delayed
+        )
         route.batch = peek_producer(batch)
         try:
             while True:
                 try:
-                    base = yield from self._send_batch(route, batch, issued)
+                    base = yield from self._send_batch(route, batch, issued, deliver_at_ms)
                     break
                 except ProducerGap as gap:  # resend under a new id (see `Sequences.move`)
-                    moved = sequences.move(topic, partition, *route.batch)
+                    moved = sequences.move(topic, partition, *route.batch, delayed=delayed)
                     if moved is None:
                         raise Unavailable(
                             f"{gap.cause} (an earlier batch of this producer failed for good; "
@@ -278,16 +296,19 @@ class ClientCore:
                     batch, route.batch = with_producer(batch, *moved), moved
                     if on_moved is not None:
                         on_moved(*moved)
-            self.router.note_written(topic, partition, base, batch)
+            if not delayed:  # a delayed batch's base is its place in the timer log
+                self.router.note_written(topic, partition, base, batch)
             return base
         except FlotillaError:
-            sequences.reset(topic, partition, route.batch[0])
+            sequences.reset(topic, partition, route.batch[0], delayed=delayed)
             raise
         finally:
-            sequences.settled(topic, partition, *route.batch)
+            sequences.settled(topic, partition, *route.batch, delayed=delayed)
             issued()  # a batch that never went out releases the next one too
 
-    def _send_batch(self, route: ProduceRoute, batch: bytes, issued: Once) -> Plan[int]:
+    def _send_batch(
+        self, route: ProduceRoute, batch: bytes, issued: Once, deliver_at_ms: int
+    ) -> Plan[int]:
         topic, partition = route.topic, route.partition
         while True:
             attempt_s = route.attempt_s()
@@ -298,10 +319,12 @@ class ClientCore:
             if address is not None:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
-                    timeout_ms=max(1, int(attempt_s * 1000)),
+                    timeout_ms=max(1, int(attempt_s * 1000)), deliver_at_ms=deliver_at_ms,
                 )  # fmt: skip
                 outcome = yield Rpc(address, "Produce", request, attempt_s, issued)
                 if not isinstance(outcome, Failed):
+                    if deliver_at_ms and not outcome.deliver_at_ms:
+                        raise written_at_once(topic, partition, int(outcome.base_offset))
                     return int(outcome.base_offset)
                 if route.failed(address, outcome.error):
                     continue

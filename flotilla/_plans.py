@@ -145,8 +145,11 @@ class ProduceRoute:
         partition: int,
         timeout_s: float,
         abandoned: Callable[[], bool] | None = None,
+        *,
+        delayed: bool = False,
     ) -> None:
         self.router = router
+        self.delayed = delayed  # a delayed batch: its sequences are the partition's delayed space
         self.batch = (0, 0)  # (producer id, first sequence) of the batch: `ProducerGap` needs it
         # says when an earlier batch of the same producer id failed for good: then a refusal as
         # out of order is final (the gap will never be filled), not a reason to wait
@@ -189,7 +192,7 @@ class ProduceRoute:
         if isinstance(error, UnknownProducer | OutOfOrder):
             producer_id, sequence = self.batch
             earliest = self.router.sequences.earliest(
-                self.topic, self.partition, producer_id, sequence
+                self.topic, self.partition, producer_id, sequence, delayed=self.delayed
             )
         if isinstance(error, UnknownProducer):
             # while an earlier batch of the id is on its way (it may be the one that makes the

@@ -48,7 +48,14 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
     return TopicInfo(
         message.name,
         tuple(
-            PartitionInfo(p.index, p.leader, tuple(p.replicas), p.high_watermark, p.log_start)
+            PartitionInfo(
+                p.index,
+                p.leader,
+                tuple(p.replicas),
+                p.high_watermark,
+                p.log_start,
+                p.pending_timers,
+            )
             for p in message.partitions
         ),
         message.replication_factor,
@@ -56,6 +63,7 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
         message.retention_ms,
         message.uid,
         message.note,
+        message.max_delay_ms,
     )
 
 
@@ -269,13 +277,16 @@ class Router:
         topic: str,
         partition: int,
         records: Sequence[tuple[bytes | None, bytes, Headers | None, int]],
+        *,
+        delayed: bool = False,
     ) -> bytes:
-        """The records as one batch under the partition's producer id and next sequence, or
-        InvalidArgument if it is larger than a node accepts (`check_fits`). Its size is checked
-        before a sequence is taken: a batch never sent must leave no gap in the sequences."""
+        """The records as one batch under the partition's producer id and next sequence (of its
+        delayed space if `delayed`: see `Sequences`), or InvalidArgument if it is larger than a
+        node accepts (`check_fits`). Its size is checked before a sequence is taken: a batch
+        never sent must leave no gap in the sequences."""
         batch = encode_batch(records)
         self.check_fits(len(batch), len(records))
-        producer_id, sequence = self.sequences.take(topic, partition, len(records))
+        producer_id, sequence = self.sequences.take(topic, partition, len(records), delayed=delayed)
         return with_producer(batch, producer_id, sequence)
 
     def check_fits(self, size: int, count: int, what: str = "batch") -> None:

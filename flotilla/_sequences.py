@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 
 from flotilla.errors import FlotillaError
 
-__all__ = ["ProducerGap", "Sequences"]
+__all__ = ["ProducerGap", "Sequences", "Space"]
+
+Space = tuple[str, int, bool]
+"""A sequence space: (topic, partition, delayed) — a partition's ordinary batches, or its
+delayed ones (see `Sequences`)."""
 
 _MOVES_KEPT = 64  # producer ids moved away from whose batches may still be in flight
 
@@ -34,46 +38,59 @@ class Sequences:
     `outstanding` holds, per partition, the batches taken and not yet settled, as
     (producer id, first sequence) -> their place in the order they were taken (kept when a
     batch moves to a new id): a batch is the partition's earliest outstanding one when every
-    batch taken before it, under whichever id, has settled (acknowledged, or failed)."""
+    batch taken before it, under whichever id, has settled (acknowledged, or failed).
 
-    next: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    A partition has two sequence spaces, told apart by `delayed`: its ordinary batches and its
+    delayed ones (issue 26), which the node accepts into the partition's timer log, whose
+    idempotence table is its own. Each space has its own producer id and sequences, so a
+    delayed batch never leaves a gap among the ordinary ones, nor the other way round. Every
+    key below is a `Space`: (topic, partition, delayed)."""
+
+    next: dict[Space, tuple[int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    outstanding: dict[tuple[str, int], dict[tuple[int, int], int]] = field(default_factory=dict)
+    outstanding: dict[Space, dict[tuple[int, int], int]] = field(default_factory=dict)
     taken: int = 0  # batches taken so far: the order of `outstanding`
-    # (topic, partition, old id) -> (new id, the old sequence the new id's 0 stands for)
-    moved: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
+    # (topic, partition, delayed, old id) -> (new id, the old sequence the new id's 0 stands for)
+    moved: dict[tuple[str, int, bool, int], tuple[int, int]] = field(default_factory=dict)
 
-    def take(self, topic: str, partition: int, count: int) -> tuple[int, int]:
+    def take(
+        self, topic: str, partition: int, count: int, *, delayed: bool = False
+    ) -> tuple[int, int]:
         """(producer id, first sequence) for a batch of `count` records."""
         with self.lock:
-            key = (topic, partition)
+            key = (topic, partition, delayed)
             producer_id, first = self.next.get(key) or (secrets.randbits(63) or 1, 0)
             self.next[key] = (producer_id, first + count)
             self.taken += 1
             self.outstanding.setdefault(key, {})[(producer_id, first)] = self.taken
             return producer_id, first
 
-    def settled(self, topic: str, partition: int, producer_id: int, sequence: int) -> None:
+    def settled(
+        self, topic: str, partition: int, producer_id: int, sequence: int, *, delayed: bool = False
+    ) -> None:
         """The batch (producer_id, sequence) is no longer on its way (idempotent)."""
         with self.lock:
-            pending = self.outstanding.get((topic, partition))
+            key = (topic, partition, delayed)
+            pending = self.outstanding.get(key)
             if pending is not None:
                 pending.pop((producer_id, sequence), None)
                 if not pending:
-                    del self.outstanding[(topic, partition)]
+                    del self.outstanding[key]
 
-    def earliest(self, topic: str, partition: int, producer_id: int, sequence: int) -> bool:
+    def earliest(
+        self, topic: str, partition: int, producer_id: int, sequence: int, *, delayed: bool = False
+    ) -> bool:
         """Is (producer_id, sequence) a batch taken here whose every earlier batch settled? (A
         batch encoded elsewhere is never: nothing is known of its predecessors.)"""
         with self.lock:
-            pending = self.outstanding.get((topic, partition))
+            pending = self.outstanding.get((topic, partition, delayed))
             if not pending:
                 return False
             place = pending.get((producer_id, sequence))
             return place is not None and place == min(pending.values())
 
     def move(
-        self, topic: str, partition: int, producer_id: int, sequence: int
+        self, topic: str, partition: int, producer_id: int, sequence: int, *, delayed: bool = False
     ) -> tuple[int, int] | None:
         """Where the batch (producer_id, sequence) goes now that the leader will never write it
         under `producer_id`: (new id, new sequence), or None when `producer_id` is no longer the
@@ -90,8 +107,8 @@ class Sequences:
         being the first moved sequence, and batches taken afterwards follow them under the new
         id; the leader writes the new id's batches in that order, from 0, each once."""
         with self.lock:
-            key = (topic, partition)
-            target = self.moved.get((topic, partition, producer_id))
+            key = (topic, partition, delayed)
+            target = self.moved.get((topic, partition, delayed, producer_id))
             if target is None:
                 current = self.next.get(key)
                 if current is None or current[0] != producer_id or current[1] < sequence:
@@ -99,7 +116,7 @@ class Sequences:
                 target = (secrets.randbits(63) or 1, sequence)
                 if len(self.moved) >= _MOVES_KEPT:
                     self.moved.clear()  # bounded: ids moved long ago have nothing in flight
-                self.moved[(topic, partition, producer_id)] = target
+                self.moved[(topic, partition, delayed, producer_id)] = target
                 self.next[key] = (target[0], current[1] - sequence)
             new_id, base = target
             if sequence < base:
@@ -110,11 +127,12 @@ class Sequences:
             pending[moved] = place if place is not None else self.taken + 1
             return moved
 
-    def reset(self, topic: str, partition: int, producer_id: int) -> None:
+    def reset(self, topic: str, partition: int, producer_id: int, *, delayed: bool = False) -> None:
         """A batch of `producer_id` failed for good: its sequences left a gap the leader would
         wait for forever, so the partition's later batches go out under a new producer id,
         from sequence 0 (a batch whose outcome was unknown keeps whatever outcome it had)."""
         with self.lock:
-            current = self.next.get((topic, partition))
+            key = (topic, partition, delayed)
+            current = self.next.get(key)
             if current is not None and current[0] == producer_id:
-                del self.next[(topic, partition)]
+                del self.next[key]

@@ -102,12 +102,13 @@ class Client(AsyncGroupAdmin):
         *,
         retention_bytes: int = 0,
         retention_ms: int = 0,
+        max_delay_ms: int | None = None,
     ) -> TopicInfo:
         """Creates a topic, as `flotilla.Client.create_topic`; idempotent when a topic of the
         same spec exists; `replication_factor` 0 takes the cluster's default."""
         return await self._run(
             self._core.create_topic(
-                name, partitions, replication_factor, retention_bytes, retention_ms
+                name, partitions, replication_factor, retention_bytes, retention_ms, max_delay_ms
             )
         )
 
@@ -118,10 +119,11 @@ class Client(AsyncGroupAdmin):
         partitions: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
+        max_delay_ms: int | None = None,
     ) -> TopicInfo:
         """Changes a topic, as `flotilla.Client.alter_topic`; None leaves a setting as it is."""
         return await self._run(
-            self._core.alter_topic(name, partitions, retention_bytes, retention_ms)
+            self._core.alter_topic(name, partitions, retention_bytes, retention_ms, max_delay_ms)
         )
 
     async def delete_topic(self, name: str) -> None:
@@ -152,9 +154,13 @@ class Client(AsyncGroupAdmin):
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> RecordMetadata:
         """Writes one record and waits until it is acknowledged, as `flotilla.Client.produce`."""
-        return await self._run(self._core.produce(topic, value, key, partition, headers))
+        return await self._run(
+            self._core.produce(topic, value, key, partition, headers, delay_ms, deliver_at_ms)
+        )
 
     async def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
@@ -170,11 +176,14 @@ class Client(AsyncGroupAdmin):
         on_issued: Callable[[], None] | None = None,
         abandoned: Callable[[], bool] | None = None,
         on_moved: Callable[[int, int], None] | None = None,
+        deliver_at_ms: int = 0,
     ) -> int:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
         As `flotilla.Client.send_batch` (the same bytes on every retry; the callbacks alike)."""
         return await self._run(
-            self._core.send_batch(topic, partition, batch, on_issued, abandoned, on_moved)
+            self._core.send_batch(
+                topic, partition, batch, on_issued, abandoned, on_moved, deliver_at_ms
+            )
         )
 
     def producer(
@@ -321,9 +330,14 @@ class AsyncProducer:
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
-        """Queues one record; the Future resolves to its `RecordMetadata` once committed."""
-        future = await asyncio.to_thread(self._producer.send, topic, value, key, partition, headers)
+        """Queues one record; the Future resolves to its `RecordMetadata` once committed (a
+        delayed record's once accepted: see `flotilla.producer.Producer.send`)."""
+        future = await asyncio.to_thread(
+            self._producer.send, topic, value, key, partition, headers, delay_ms, deliver_at_ms
+        )
         return asyncio.wrap_future(future)
 
     async def flush(self, timeout_s: float | None = None) -> None:

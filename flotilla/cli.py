@@ -6,10 +6,12 @@
                   [--config FILE] [--dial-map FILE] [--metrics HOST:PORT]
     flotilla dev [--nodes 3] [--data-dir DIR]      a local cluster on loopback (Ctrl-C stops it)
     flotilla demo [--count N]                      the main job (see flotilla.demo)
-    flotilla topic create NAME [--partitions P] [--replication-factor R]
+    flotilla topic create NAME [--partitions P] [--replication-factor R] [--max-delay 40d]
     flotilla topic list | flotilla topic describe NAME
+    flotilla topic alter NAME [--partitions P] [--retention-ms MS] [--max-delay 7d] ...
     flotilla produce TOPIC [FILE] [--key K | --key-separator SEP] [-H NAME=VALUE ...]
                      [--partition N] [--acks all|leader]      one record per line
+                     [--delay 10s | --at 2026-12-01T09:00:00Z]  delayed delivery
     flotilla consume TOPIC [--partition N]
                      [--from-beginning | --offset N | --last N | --since TIME]
                      [-f FORMAT | -f json] [--max N] [--idle-timeout S] [-e] [--replica ID]
@@ -34,7 +36,7 @@ import os
 import sys
 from typing import Any
 
-from flotilla.cli_format import InputError, non_negative, positive
+from flotilla.cli_format import InputError, max_delay, non_negative, positive
 from flotilla.cli_groups import add_group_parsers, run_group, run_group_consume
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
 from flotilla.cli_queue import add_queue_parsers, run_queue
@@ -96,6 +98,13 @@ def _client_parsers(sub: Any) -> None:
         default=0,
         help="drop segments older than this (default: %(default)s, unlimited)",
     )
+    create.add_argument(
+        "--max-delay",
+        type=max_delay,
+        default=None,
+        metavar="DURATION",
+        help="the longest delay a delayed produce may ask: 1s to 365d (default: 40d)",
+    )
     topic.add_parser(
         "list", parents=[bootstrap], help="topics with their partitions and replication factor"
     )
@@ -125,6 +134,14 @@ def _client_parsers(sub: Any) -> None:
     )
     alter.add_argument(
         "--retention-ms", type=non_negative, default=None, help="0: unlimited (default: unchanged)"
+    )
+    alter.add_argument(
+        "--max-delay",
+        type=max_delay,
+        default=None,
+        metavar="DURATION",
+        help="the longest delay a delayed produce may ask: 1s to 365d, 0: the default, 40d "
+        "(default: unchanged)",
     )
     delete = topic.add_parser("delete", parents=[bootstrap], help="delete a topic")
     delete.add_argument("name")
@@ -157,6 +174,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
                         args.replication_factor,
                         retention_bytes=args.retention_bytes,
                         retention_ms=args.retention_ms,
+                        max_delay_ms=args.max_delay,
                     )
                     if created.note:  # e.g. the default replication factor lowered
                         print(f"flotilla: {created.note}", file=sys.stderr)
@@ -171,6 +189,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
                         partitions=args.partitions,
                         retention_bytes=args.retention_bytes,
                         retention_ms=args.retention_ms,
+                        max_delay_ms=args.max_delay,
                     )
                     tools.describe_topic(client, args.name, console)
                 else:

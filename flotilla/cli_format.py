@@ -1,6 +1,7 @@
 """The record commands' input and output shapes: argument types (each bad value a usage error
-naming it and what is valid), `--since`'s TIME and consume's output formats (kcat-style templates
-or JSON lines)."""
+naming it and what is valid), durations (`--delay 10s`, `--max-delay 40d`, `--invisible 30s`),
+`--since`'s and `--at`'s TIME and consume's output formats (kcat-style templates or JSON
+lines)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ __all__ = [
     "FIELDS",
     "Formatter",
     "InputError",
+    "at_time",
     "compile_format",
+    "delay",
+    "duration_ms",
+    "duration_text",
     "header",
+    "max_delay",
     "non_negative",
     "parse_since",
     "positive",
@@ -85,6 +91,57 @@ def header(text: str) -> tuple[str, bytes]:
             f"header {text!r} is invalid: use NAME=VALUE (a name, '=', a value that may be empty)"
         )
     return name, value.encode()
+
+
+def duration_ms(text: str) -> int:
+    """A DURATION in milliseconds: 500ms, 30s, 2m, 1.5h, 40d, or plain milliseconds (argparse:
+    anything else is a usage error naming it)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: use e.g. 500ms, 30s, 2m, 1h, 40d (or milliseconds)"
+        )
+    return int(float(match.group(1)) * _UNITS_MS[match.group(2) or "ms"])
+
+
+def duration_text(ms: int) -> str:
+    """A duration as the largest whole unit that states it exactly: 40d, 90m, 1500ms."""
+    for unit in ("d", "h", "m", "s"):
+        if ms and ms % _UNITS_MS[unit] == 0:
+            return f"{ms // _UNITS_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
+def delay(text: str) -> int:
+    """`produce --delay`'s DURATION (0 or more; the topic's max_delay_ms bounds it)."""
+    return duration_ms(text)
+
+
+def max_delay(text: str) -> int:
+    """`topic create/alter --max-delay`'s DURATION: 1s to 365d, or 0 for the default (40d)."""
+    value = duration_ms(text)
+    if value != 0 and not 1_000 <= value <= 365 * _UNITS_MS["d"]:
+        raise argparse.ArgumentTypeError(
+            f"--max-delay {text!r} is out of range: use 1s to 365d (e.g. 7d), or 0 for the "
+            "default, 40d"
+        )
+    return value
+
+
+def at_time(text: str) -> int:
+    """`produce --at`'s TIME in epoch milliseconds: ISO-8601 with a zone, `Z` or an offset
+    (2026-12-01T09:00:00Z, 2026-12-01T10:00:00+01:00). A time without a zone is refused: a
+    delivery time is not to depend on the machine the command runs on."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"--at {text!r} is not a time with a zone: use ISO-8601 ending in Z or an offset, "
+            "e.g. 2026-12-01T09:00:00Z or 2026-12-01T10:00:00+01:00"
+        )
+    return int(moment.timestamp() * 1000)
 
 
 def parse_since(text: str, now_ms: int | None = None) -> int:

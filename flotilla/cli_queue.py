@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from typing import IO, Any
 
-from flotilla.cli_format import compile_format, positive, seconds
+from flotilla.cli_format import compile_format, duration_ms, positive, seconds
 from flotilla.client import Client
 from flotilla.errors import LeaseLost
 from flotilla.types import Delivery
@@ -29,18 +28,6 @@ from flotilla.types import Delivery
 __all__ = ["add_queue_parsers", "duration_ms", "run_queue"]
 
 RECEIVE_RECORDS = 100
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-
-
-def duration_ms(text: str) -> int:
-    """`--invisible`'s DURATION in milliseconds: 30s, 500ms, 2m, 1h, or plain milliseconds
-    (argparse: anything else is a usage error naming it)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration: use e.g. 30s, 500ms, 2m, 1h (or milliseconds)"
-        )
-    return int(float(match.group(1)) * _UNITS_MS[match.group(2) or "ms"])
 
 
 def invisible(text: str) -> int:

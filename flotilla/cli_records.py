@@ -9,7 +9,9 @@ partition stamped at or after TIME). It then follows the tail, like kafka-consol
 (exit 130, no traceback). A count of what it printed goes to stderr.
 
 produce: one record per line of FILE or stdin; `partition offset` per record on stdout and a
-summary (records, bytes, rate) on stderr.
+summary (records, bytes, rate) on stderr. With `--delay 10s` or `--at 2026-12-01T09:00:00Z` the
+records are delayed: accepted now, appended (and readable) at their time; each one's line is
+`partition due EPOCH_MS` instead, as it has no offset yet.
 
 Usage errors exit 2 with a message naming the bad value and what is valid; errors from the
 cluster exit 1.
@@ -30,7 +32,9 @@ from typing import IO, Any
 from flotilla.cli_format import (
     FIELDS,
     InputError,
+    at_time,
     compile_format,
+    delay,
     header,
     non_negative,
     positive,
@@ -58,7 +62,8 @@ def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None
         parents=parents,
         help="write lines of a file or stdin as records",
         description="One record per line of FILE (default: stdin). Prints `partition offset` per "
-        "record, then a summary (records, bytes, rate) on stderr.",
+        "record (a delayed one: `partition due EPOCH_MS`), then a summary (records, bytes, rate) "
+        "on stderr.",
     )
     produce.add_argument("topic")
     produce.add_argument(
@@ -88,6 +93,21 @@ def add_record_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None
         "--partition",
         type=non_negative,
         help="write every record to this partition (default: by key; unkeyed, one partition per batch, in turn)",
+    )
+    when = produce.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        type=delay,
+        metavar="DURATION",
+        help="deliver each record this long after it is read (10s, 5m, 2h, 7d; at most the "
+        "topic's max delay, default 40d): readers see it only then (default: at once)",
+    )
+    when.add_argument(
+        "--at",
+        type=at_time,
+        metavar="TIME",
+        help="deliver every record at TIME, ISO-8601 with Z or an offset "
+        "(2026-12-01T09:00:00Z) (default: at once)",
     )
     produce.add_argument(
         "--acks",
@@ -226,6 +246,8 @@ def run_produce(client: Client, args: argparse.Namespace, out: IO[str], err: IO[
                             key=record_key,
                             partition=args.partition,
                             headers=headers,
+                            delay_ms=args.delay,
+                            deliver_at_ms=args.at,
                         )
                     )
                     size += len(value) + len(record_key or b"")
@@ -252,7 +274,10 @@ def _print_results(futures: list[Any], out: IO[str]) -> int:
     try:
         for future in futures:
             meta = future.result()
-            out.write(f"{meta.partition} {meta.offset}\n")
+            if meta.deliver_at_ms is None:
+                out.write(f"{meta.partition} {meta.offset}\n")
+            else:  # delayed: no offset until it is due
+                out.write(f"{meta.partition} due {meta.deliver_at_ms}\n")
             written += 1
     finally:
         out.flush()

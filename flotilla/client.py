@@ -136,13 +136,15 @@ class Client(GroupAdmin):
         *,
         retention_bytes: int = 0,
         retention_ms: int = 0,
+        max_delay_ms: int | None = None,
     ) -> TopicInfo:
         """Creates a topic; idempotent when a topic of the same spec exists. A
         `replication_factor` of 0 takes the cluster's default (3, or the live members if fewer;
-        `TopicInfo.note` then says so)."""
+        `TopicInfo.note` then says so). `max_delay_ms`: the longest delay a delayed produce
+        may ask (None: the default, 40 days; else 1000 to 365 days in ms)."""
         return self._run(
             self._core.create_topic(
-                name, partitions, replication_factor, retention_bytes, retention_ms
+                name, partitions, replication_factor, retention_bytes, retention_ms, max_delay_ms
             )
         )
 
@@ -153,12 +155,16 @@ class Client(GroupAdmin):
         partitions: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
+        max_delay_ms: int | None = None,
     ) -> TopicInfo:
         """Changes a topic; None leaves a setting as it is. `partitions`: more than it has,
         never fewer (Kafka's `--alter --partitions`: keyed records written from now on may go
         to another partition than earlier ones of the same key). Retention (0: unlimited) is
-        applied by every node at its next retention check (`retention_check_s`)."""
-        return self._run(self._core.alter_topic(name, partitions, retention_bytes, retention_ms))
+        applied by every node at its next retention check (`retention_check_s`).
+        `max_delay_ms` (0: the default, 40 days) bounds delayed produces from now on."""
+        return self._run(
+            self._core.alter_topic(name, partitions, retention_bytes, retention_ms, max_delay_ms)
+        )
 
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and its records on every replica; TopicNotFound if there is none."""
@@ -193,10 +199,21 @@ class Client(GroupAdmin):
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> RecordMetadata:
         """Writes one record and waits until it is acknowledged (committed on a quorum with
-        acks="all"; appended by the leader with acks="leader")."""
-        return self._run(self._core.produce(topic, value, key, partition, headers))
+        acks="all"; appended by the leader with acks="leader").
+
+        Delayed delivery: with `delay_ms` (from now) or `deliver_at_ms` (epoch ms), at most one,
+        the record is durably accepted now and appended to the partition, with an offset, at
+        its time — no reader sees it earlier. It carries the header `flotilla-deliver-at` (the
+        due time, ASCII decimal); the answer has `offset` None and `deliver_at_ms`. The topic's
+        `max_delay_ms` bounds the delay; a time more than 1 s in the past is refused
+        (InvalidArgument naming the bound), one in the past by less is due at once."""
+        return self._run(
+            self._core.produce(topic, value, key, partition, headers, delay_ms, deliver_at_ms)
+        )
 
     def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
@@ -212,6 +229,7 @@ class Client(GroupAdmin):
         on_issued: Callable[[], None] | None = None,
         abandoned: Callable[[], bool] | None = None,
         on_moved: Callable[[int, int], None] | None = None,
+        deliver_at_ms: int = 0,
     ) -> int:
         """Sends an encoded batch to the partition's leader until it commits; its base offset.
         A retry resends the very same bytes, so the server never writes the batch twice.
@@ -219,9 +237,14 @@ class Client(GroupAdmin):
         partition's next batch only then, so they reach the leader in order); `abandoned`
         says when an earlier batch of this one's producer id failed for good. A batch the
         leader will never write under its producer id (`ProducerGap`) is resent under a new one;
-        `on_moved` then hears its new (producer id, first sequence)."""
+        `on_moved` then hears its new (producer id, first sequence). `deliver_at_ms` (not 0):
+        a delayed batch, due then, encoded under the partition's delayed sequence space (every
+        record with the `flotilla-deliver-at` header); its answer is its place in the timer
+        log, not an offset."""
         return self._run(
-            self._core.send_batch(topic, partition, batch, on_issued, abandoned, on_moved)
+            self._core.send_batch(
+                topic, partition, batch, on_issued, abandoned, on_moved, deliver_at_ms
+            )
         )
 
     def producer(

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import xxhash
 
 from flotilla._checks import check_record
+from flotilla._delays import deliver_at_header, due_ms
 from flotilla._plans import Once, now_ms
 from flotilla._router import DEFAULT_MAX_BATCH_BYTES, Router
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
@@ -68,6 +69,7 @@ class Sender(Protocol):
         on_issued: Callable[[], None] | None = None,
         abandoned: Callable[[], bool] | None = None,
         on_moved: Callable[[int, int], None] | None = None,
+        deliver_at_ms: int = 0,
     ) -> int:
         """Sends an encoded batch until it commits; its base offset (`Client.send_batch`)."""
         ...
@@ -127,13 +129,21 @@ def _settle(
     topic: str,
     partition: int,
     base: int,
+    deliver_at_ms: int = 0,
 ) -> None:
     """Settles a batch's futures with their metadata in one pass under their shared lock (what
-    `set_result` does per future, without taking the lock and notifying once per record)."""
+    `set_result` does per future, without taking the lock and notifying once per record). A
+    delayed batch's records (`deliver_at_ms` not 0) have no offset yet: None, and their due
+    time."""
     new = tuple.__new__  # RecordMetadata(...) without the named tuple's own __new__ call
     with condition:
         for position, future in enumerate(futures):
-            future._result = new(RecordMetadata, (topic, partition, base + position))
+            future._result = new(
+                RecordMetadata,
+                (topic, partition, None, deliver_at_ms)
+                if deliver_at_ms
+                else (topic, partition, base + position, None),
+            )
             future._state = _FINISHED
             for waiter in future._waiters:  # concurrent.futures.wait / as_completed
                 waiter.add_result(future)
@@ -147,6 +157,7 @@ class _Batch:
     __slots__ = (
         "bytes",
         "condition",
+        "deliver_at_ms",
         "first_timestamp",
         "futures",
         "opened_at",
@@ -158,9 +169,10 @@ class _Batch:
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, deliver_at_ms: int = 0) -> None:
         self.topic = topic
         self.partition = partition
+        self.deliver_at_ms = deliver_at_ms  # 0: ordinary; else every record's due time
         # [key, value, [[name, data], ...], timestamp_ms - first_timestamp]: the stored shape
         self.records: list[list[Any]] = []
         self.first_timestamp = 0
@@ -230,7 +242,7 @@ class Producer:
         self.linger_s = linger_ms / 1000
         self.batch_bytes = batch_bytes
         self.buffer_bytes = buffer_bytes
-        self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._partitions: dict[tuple[str, int, bool], _Partition] = {}  # by (t, p, delayed)
         self._sticky: dict[str, int] = {}  # topic -> partition of its unkeyed records
         self._lock = threading.RLock()  # `send` takes it itself: Condition.__enter__ is Python
         self._condition = threading.Condition(self._lock)
@@ -252,12 +264,23 @@ class Producer:
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queues one record; the Future resolves to its `RecordMetadata` once committed."""
+        """Queues one record; the Future resolves to its `RecordMetadata` once committed. A
+        delayed record (`delay_ms` or `deliver_at_ms`, as `Client.produce`) resolves once
+        durably accepted, with `offset` None and its `deliver_at_ms`; delayed records go in
+        batches of their own, one due time and partition each, in a sequence space of their
+        own (records of one partition due at one time keep their order)."""
         if self._closed:
             raise InvalidArgument("the producer is closed")
         if type(value) is not bytes or (key is not None and type(key) is not bytes) or headers:
             value, key, headers = check_record(value, key, headers)
+        timestamp = now_ms()
+        due = 0
+        if delay_ms is not None or deliver_at_ms is not None:
+            due = due_ms(delay_ms, deliver_at_ms, timestamp) or 0
+            headers = deliver_at_header(due, headers)
         info = self.client.router.topic(topic) or self.client._topic(topic)
         count = len(info.partitions)
         if partition is not None:
@@ -277,7 +300,6 @@ class Producer:
                 "nothing was sent: make it smaller"
             )
         cap = min(self.batch_bytes, limit - _BATCH_OVERHEAD)
-        timestamp = now_ms()
         with self._lock:
             if self._buffered + size > self.buffer_bytes:
                 self._wait_for_room(size)
@@ -291,15 +313,19 @@ class Producer:
                             topic, None, None
                         )
                     chosen = sticky
-                state = self._partitions.get((topic, chosen))
+                lane = (topic, chosen, due != 0)  # delayed batches are a lane of their own
+                state = self._partitions.get(lane)
                 if state is None:
-                    state = self._partitions[(topic, chosen)] = _Partition()
+                    state = self._partitions[lane] = _Partition()
                 batch = state.open
-                if batch is None or not batch.records or batch.bytes + size <= cap:
+                if batch is None or not batch.records:
                     break
-                # the record would overfill the open batch: close it, so that a batch stays
-                # within batch_bytes unless one record is bigger (closing moves the sticky
-                # partition on, and an unkeyed record with it)
+                if batch.bytes + size <= cap and batch.deliver_at_ms == due:
+                    break
+                # the record would overfill the open batch, or is due at another time: close
+                # it, so that a batch stays within batch_bytes unless one record is bigger,
+                # and holds one due time (closing moves the sticky partition on, and an
+                # unkeyed record with it)
                 self._close_batch(state, batch, count)
                 self._condition.notify_all()
                 if partition is not None:
@@ -311,6 +337,7 @@ class Producer:
             future = RecordFuture(batch.condition)
             if not batch.records:
                 batch.first_timestamp = timestamp
+                batch.deliver_at_ms = due
             rows = [list(h) for h in headers] if headers else _NO_HEADERS
             batch.records.append([key, value, rows, timestamp - batch.first_timestamp])
             batch.futures.append(future)
@@ -408,7 +435,10 @@ class Producer:
             ):
                 batch = state.closed.popleft()
                 batch.producer_id, batch.sequence = self.client.router.sequences.take(
-                    batch.topic, batch.partition, len(batch.records)
+                    batch.topic,
+                    batch.partition,
+                    len(batch.records),
+                    delayed=batch.deliver_at_ms != 0,
                 )
                 batch.ticket = state.tickets
                 state.tickets += 1
@@ -438,10 +468,11 @@ class Producer:
                 on_issued=issued,
                 abandoned=partial(self._abandoned, state, batch),
                 on_moved=partial(self._moved, batch),
+                deliver_at_ms=batch.deliver_at_ms,
             )
             acknowledged = True
             # every future of the batch settles before a waiter wakes
-            _settle(batch.condition, batch.futures, topic, partition, base)
+            _settle(batch.condition, batch.futures, topic, partition, base, batch.deliver_at_ms)
         except Exception as error:  # never leave a future unsettled
             failure = (
                 error
@@ -459,7 +490,11 @@ class Producer:
         finally:
             # settled whatever happened (`send_batch` does it too, unless it never ran)
             self.client.router.sequences.settled(
-                topic, partition, batch.producer_id, batch.sequence
+                topic,
+                partition,
+                batch.producer_id,
+                batch.sequence,
+                delayed=batch.deliver_at_ms != 0,
             )
             if not issued.done:  # failed before its turn came: wait for it, then pass it on
                 with state.turn:
@@ -469,7 +504,7 @@ class Producer:
             with self._condition:
                 state.in_flight -= 1
                 state.proven = acknowledged and batch.producer_id == self._current_producer(
-                    topic, partition
+                    topic, partition, batch.deliver_at_ms != 0
                 )
                 self._in_flight -= 1
                 self._buffered -= batch.bytes
@@ -490,6 +525,6 @@ class Producer:
             state.issued += 1
             state.turn.notify_all()
 
-    def _current_producer(self, topic: str, partition: int) -> int | None:
-        current = self.client.router.sequences.next.get((topic, partition))
+    def _current_producer(self, topic: str, partition: int, delayed: bool) -> int | None:
+        current = self.client.router.sequences.next.get((topic, partition, delayed))
         return current[0] if current is not None else None

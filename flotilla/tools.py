@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flotilla._status import ClusterStatus, gather
+from flotilla.cli_format import duration_text
 from flotilla.client import Client
 from proto import flotilla_pb2 as pb
 from proto.groups import is_internal
@@ -64,6 +65,7 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
         for what, value in (
             ("retention bytes", info.retention_bytes),
             ("retention ms", info.retention_ms),
+            ("max delay", duration_text(info.max_delay_ms) if info.max_delay_ms else 0),
         )
         if value
     )
@@ -71,7 +73,8 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
         title=f"topic {info.name} (replication factor {info.replication_factor}"
         f"{', ' + retention if retention else ''})"
     )
-    for column in ("partition", "leader", "replicas", "learners", "high watermark", "log start"):
+    columns = ("partition", "leader", "replicas", "learners", "high watermark", "log start")
+    for column in (*columns, "pending timers"):
         table.add_column(column)
     table.add_column("status", min_width=len("UNDER-REPLICATED"), no_wrap=True)
     statuses = []
@@ -87,6 +90,7 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
             ",".join(p.learners) or "-",
             str(p.high_watermark),
             str(p.log_start),
+            str(p.pending_timers),
             shown,
         )
     console.print(table)

@@ -50,34 +50,40 @@ class Record(WireRecord):
 
 
 class RecordMetadata(NamedTuple):
-    """Where a record was written: its `topic`, `partition` and `offset`. A named tuple (as
-    kafka-python's): immutable, and made in a fraction of a frozen dataclass's time — the
-    producer makes one per record."""
+    """Where a record was written: its `topic`, `partition` and `offset`. A delayed record
+    (`delay_ms` / `deliver_at_ms`) is accepted, durably, but has no offset yet (`offset` None:
+    it gets one when due) and `deliver_at_ms` says when it is due (epoch ms; None for an
+    ordinary record). A named tuple (as kafka-python's): immutable, and made in a fraction of a
+    frozen dataclass's time — the producer makes one per record."""
 
     topic: str
     partition: int
-    offset: int
+    offset: int | None
+    deliver_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """One partition of a topic as a node reported it: `index`, `leader` (member id; "" while
     none is known), `replicas` (the voters, preferred leader first), `high_watermark` (the offset
-    after the last committed record) and `log_start` (the first offset retained). Frozen."""
+    after the last committed record), `log_start` (the first offset retained) and
+    `pending_timers` (delayed records accepted and not yet due). Frozen."""
 
     index: int
     leader: str
     replicas: tuple[str, ...]
     high_watermark: int
     log_start: int
+    pending_timers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic: `name`, its `partitions` (PartitionInfo, by index), `replication_factor`,
     `retention_bytes` and `retention_ms` (0: unlimited), `uid` (this incarnation: a topic deleted
-    and created again gets another) and `note` (create_topic's answer only: e.g. a default
-    replication factor the cluster lowered). Frozen."""
+    and created again gets another), `note` (create_topic's answer only: e.g. a default
+    replication factor the cluster lowered) and `max_delay_ms` (the longest delay a delayed
+    produce may ask; 0 from a node that does not report it). Frozen."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
@@ -86,6 +92,7 @@ class TopicInfo:
     retention_ms: int = 0  # 0: unlimited
     uid: str = ""  # this incarnation: a topic deleted and created again gets another
     note: str = ""  # create_topic's answer only: e.g. a default replication factor lowered
+    max_delay_ms: int = 0  # the longest delay a delayed produce may ask (default 40 days)
 
 
 @dataclass(frozen=True, slots=True)

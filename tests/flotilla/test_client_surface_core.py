@@ -78,7 +78,7 @@ def test_a_produce_follows_the_leader_hint_with_the_same_bytes() -> None:
         return pb.ProduceResponse(base_offset=7)
 
     value, steps = drive(core.produce("t", b"v", None, 0, None), answer)
-    assert tuple(value) == ("t", 0, 7)  # type: ignore[arg-type]
+    assert tuple(value) == ("t", 0, 7, None)  # type: ignore[arg-type]
     produces = [s for s in steps if isinstance(s, Rpc)]
     assert [s.address for s in produces] == [ADDRESS["n2"], ADDRESS["n3"]]
     first, second = (s.request for s in produces)

@@ -1,0 +1,188 @@
+"""The delayed produce path (DESIGN-26 "The node"): a Produce with `deliver_at_ms` != 0.
+
+The batch is checked at the edge like any other, then against the delay rules: the source
+topic's `max_delay_ms` and now - `PAST_TOLERANCE_MS` bound `deliver_at_ms`, and the batch's first
+record must carry `flotilla-deliver-at` equal to it (INVALID_ARGUMENT naming the bound or the
+header otherwise; nothing accepted). It is then appended, unchanged, to partition p of the
+source topic incarnation's timer log topic (`timer_topic(uid)`, created here on the first
+delayed produce with the source's partition count and replication factor; "already exists" is
+fine): on this node when it leads that partition, else forwarded once to its leader as a
+Produce to the timer topic carrying `TIMER_FORWARD_KEY` (the only way anything is produced to a
+`__timers.*` topic: a client may neither produce to nor read one). The answer is the timer
+log's (the idempotent producer's dedupe applies there) with `deliver_at_ms` set.
+
+While a replica of the source or the timer partition runs a version older than
+`cluster.versions.TIMERS_SINCE`, a delayed produce is UNAVAILABLE naming the versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+import grpc
+
+from cluster.controller import TopicSpec
+from cluster.errors import ClusterError, Invalid, TopicExists
+from cluster.replica import Replica
+from cluster.timer_log import TimerLogError, deliver_at_of
+from cluster.versions import TIMERS_SINCE, reads_timers
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+from raft.types import Role
+from timers.types import DELIVER_AT_HEADER, PAST_TOLERANCE_MS, TIMER_TOPIC_PREFIX, timer_topic
+
+__all__ = [
+    "TIMER_FORWARD_KEY",
+    "DelayRefused",
+    "DelayedProduce",
+    "check_deliver_at",
+    "check_deliver_at_header",
+    "is_timer_topic",
+]
+
+# A delayed batch a node forwards to the leader of its timer partition carries this metadata
+# key (not a credential: the client API has none; it keeps a client from writing a timer log
+# by accident).
+TIMER_FORWARD_KEY = "flotilla-timer-forward"
+FORWARD_TIMEOUT_S = 15.0
+
+
+class DelayRefused(ClusterError):
+    """A delayed produce that cannot be taken now (UNAVAILABLE): a rolling upgrade not finished,
+    the timer partition with no leader known, its topic not created yet."""
+
+
+def is_timer_topic(name: str) -> bool:
+    return name.startswith(TIMER_TOPIC_PREFIX)
+
+
+def check_deliver_at(deliver_at_ms: int, now_ms: int, spec: TopicSpec) -> None:
+    """`Invalid` naming the bound unless now - 1 s <= deliver_at_ms <= now + max_delay_ms."""
+    earliest = now_ms - PAST_TOLERANCE_MS
+    latest = now_ms + spec.max_delay_ms
+    if deliver_at_ms < earliest:
+        raise Invalid(
+            f"deliver_at_ms={deliver_at_ms} is {now_ms - deliver_at_ms} ms in the past: a time "
+            f"at most {PAST_TOLERANCE_MS} ms in the past is due at once; valid: {earliest}.."
+            f"{latest} (now - {PAST_TOLERANCE_MS} .. now + max_delay_ms={spec.max_delay_ms} "
+            f"of topic {spec.name!r})"
+        )
+    if deliver_at_ms > latest:
+        raise Invalid(
+            f"deliver_at_ms={deliver_at_ms} is {deliver_at_ms - now_ms} ms ahead, beyond topic "
+            f"{spec.name!r}'s max_delay_ms={spec.max_delay_ms}; valid: {earliest}..{latest} "
+            "(alter the topic's max_delay_ms for longer delays)"
+        )
+
+
+def check_deliver_at_header(batch: bytes, deliver_at_ms: int) -> None:
+    """`Invalid` unless the batch's first record carries DELIVER_AT_HEADER = deliver_at_ms."""
+    try:
+        carried = deliver_at_of(batch)
+    except TimerLogError as error:
+        raise Invalid(f"invalid batch: {error}") from None
+    if carried != deliver_at_ms:
+        said = "none" if carried is None else str(carried)
+        raise Invalid(
+            f"the batch's first record carries {DELIVER_AT_HEADER}={said}, not deliver_at_ms="
+            f"{deliver_at_ms}: every record of a delayed batch carries the header {DELIVER_AT_HEADER}"
+            " = deliver_at_ms (ASCII decimal epoch ms; the SDK adds it)"
+        )
+
+
+class DelayedProduce:
+    """Where a checked delayed batch goes: the timer partition's replica on this node (the
+    caller appends to it) or its leader elsewhere (forwarded here)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        topics: Callable[[], Mapping[str, TopicSpec]],
+        create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
+        refresh_topics: Callable[[], Awaitable[None]],
+        replica: Callable[[str], Replica | None],
+        member_version: Callable[[str], str | None],
+        stub: Callable[[str], flotilla_pb2_grpc.FlotillaStub | None],
+        leader_of: Callable[[str, int], Awaitable[str | None]],
+    ) -> None:
+        self.node_id = node_id
+        self._topics = topics
+        self._create_topic = create_topic
+        self._refresh_topics = refresh_topics
+        self._replica = replica
+        self._member_version = member_version
+        self._stub = stub
+        self._leader_of = leader_of
+
+    def check(self, request: pb.ProduceRequest, spec: TopicSpec, batch: bytes) -> None:
+        check_deliver_at(request.deliver_at_ms, int(time.time() * 1000), spec)
+        check_deliver_at_header(batch, request.deliver_at_ms)
+        self.check_versions(f"{request.topic}/{request.partition}")
+
+    def check_versions(self, group: str) -> None:
+        replica = self._replica(group)
+        if replica is None:
+            return
+        old = [
+            f"{member} runs {version}"
+            for member in sorted(replica.node.configuration.members)
+            if reads_timers(version := self._member_version(member)) is False
+        ]
+        if old:
+            since = ".".join(map(str, TIMERS_SINCE))
+            raise DelayRefused(
+                f"the replicas of {group} do not all keep timers yet ({', '.join(old)}; delayed "
+                f"delivery needs {since} or later): finish the rolling upgrade"
+            )
+
+    async def timer_spec(self, source: TopicSpec) -> TopicSpec:
+        """The source incarnation's timer topic, created if missing."""
+        name = timer_topic(source.uid)
+        spec = self._topics().get(name)
+        if spec is not None:
+            return spec
+        request = pb.CreateTopicRequest(
+            name=name, partitions=source.partitions, replication_factor=source.replication_factor
+        )
+        with contextlib.suppress(TopicExists):
+            await self._create_topic(request)
+        await self._refresh_topics()
+        spec = self._topics().get(name)
+        if spec is None:
+            raise DelayRefused(f"the timer topic {name!r} is not in this node's table yet; retry")
+        return spec
+
+    def local_leader(self, group: str) -> Replica | None:
+        replica = self._replica(group)
+        return replica if replica is not None and replica.node.role is Role.LEADER else None
+
+    async def forward(self, request: pb.ProduceRequest, timers: TopicSpec) -> pb.ProduceResponse:
+        """Sends the batch to the timer partition's leader, once (its answer is the client's;
+        a leader that moved meanwhile is the client's retry to find)."""
+        forwarded = pb.ProduceRequest()
+        forwarded.CopyFrom(request)
+        forwarded.topic = timers.name
+        group = f"{timers.name}/{request.partition}"
+        replica = self._replica(group)
+        leader = replica.node.leader_id if replica is not None else None
+        if not leader or leader == self.node_id:
+            leader = await self._leader_of(timers.name, request.partition)
+        stub = self._stub(leader) if leader and leader != self.node_id else None
+        if stub is None:
+            raise DelayRefused(f"no leader of the timer partition {group} is known; retry shortly")
+        self.check_versions(group)
+        timeout_s = (request.timeout_ms / 1000 or FORWARD_TIMEOUT_S) + 2
+        response: pb.ProduceResponse = await stub.Produce(
+            forwarded, timeout=timeout_s, metadata=((TIMER_FORWARD_KEY, "1"),)
+        )
+        return response
+
+
+def refusal_code(error: grpc.aio.AioRpcError) -> grpc.StatusCode:
+    """The status a forwarded produce's failure is answered with: its own, but a leader that
+    moved is UNAVAILABLE to the client (its partition's leader is not the one that moved)."""
+    code = error.code()
+    return grpc.StatusCode.UNAVAILABLE if code is grpc.StatusCode.FAILED_PRECONDITION else code
