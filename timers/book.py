@@ -17,14 +17,17 @@ as time moves on, ahead of their due times.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 
+from timers.errors import InvalidTimer
 from timers.faults import NO_FAULTS, TimerFaults
 from timers.types import Plan, TimerBatch, TimerConfig
 
-__all__ = ["DEFAULT_CONFIG", "BucketSummary", "TimerBook", "bucket_of"]
+__all__ = ["DEFAULT_CONFIG", "FAULT_EARLY_MS", "BucketSummary", "TimerBook", "bucket_of"]
 
 DEFAULT_CONFIG = TimerConfig()
+FAULT_EARLY_MS = 1_000  # TEST ONLY: how far ahead of its time `fire_early` plans a timer
 
 # bucket -> (pending records, pending batches) of a bucket not loaded
 BucketSummary = tuple[int, int]
@@ -35,50 +38,215 @@ def bucket_of(due_ms: int, bucket_ms: int) -> int:
 
 
 class TimerBook:
+    """Invariants (checked by tests/timers and the simulator):
+
+        pending = sum(held record counts) + sum(records counted per unloaded bucket)
+        a bucket is loaded (its pending batches all in the heap) or counted, never both
+        every held batch's bucket <= the window's end when it was loaded, or it is due already
+
+    The heap deletes lazily: `_held` (offset -> batch) is the truth, a heap entry whose offset is
+    not held (any more) is skipped and dropped when it reaches the top."""
+
     def __init__(self, config: TimerConfig = DEFAULT_CONFIG, *, faults: TimerFaults = NO_FAULTS):
+        _validate(config)
         self.config = config
         self._faults = faults
-        raise NotImplementedError
+        self._heap: list[TimerBatch] = []
+        self._held: dict[int, TimerBatch] = {}  # offset -> batch: loaded pending batches
+        self._held_records = 0
+        self._loaded: dict[int, int] = {}  # loaded bucket -> its held batches (> 0)
+        self._unloaded: dict[int, list[int]] = {}  # bucket -> [records, batches] on disk only
+        self._unloaded_records = 0
+        self._window_end: int | None = None  # the last bucket of the near window seen so far
+        self._last_plan: Plan | None = None
+        self._last_offsets: frozenset[int] = frozenset()  # the last plan's batches: fired
+        self._next_sequence = 0
+        self._skipped: set[int] = set()  # TEST ONLY (skip_far_bucket): buckets never loaded
 
+    # -- state a leader starts from --------------------------------------------------------------
     def restore(self, summary: Mapping[int, BucketSummary], last_plan: Plan | None) -> None:
         """The index's per-bucket counts of pending timers and the last plan in the log: the
         state a new leader (or a restarted node) starts from, loading buckets afterwards."""
-        raise NotImplementedError
+        for bucket, (records, batches) in summary.items():
+            if records < 0 or batches < 0 or (batches == 0) != (records == 0):
+                raise InvalidTimer(
+                    f"bucket {bucket} summary ({records} records, {batches} batches): counts "
+                    "must be >= 0 and zero together"
+                )
+        self._heap = []
+        self._held = {}
+        self._held_records = 0
+        self._loaded = {}
+        self._unloaded = {b: [r, n] for b, (r, n) in summary.items() if n > 0}
+        self._unloaded_records = sum(r for r, _ in self._unloaded.values())
+        self._skipped = set()
+        self._set_last_plan(last_plan)
+        if self._faults.forget_last_plan:
+            self._last_plan = None  # the bug: its outcome is not checked (its sequence is kept)
 
     def buckets_to_load(self, now_ms: int) -> list[int]:
         """Buckets with pending timers, due before the end of the near window, not loaded yet
         (ascending). Empty when nothing is to be read."""
-        raise NotImplementedError
+        now_bucket = bucket_of(now_ms, self.config.bucket_ms)
+        end = now_bucket + self.config.window_buckets
+        if self._window_end is None or end > self._window_end:
+            self._window_end = end
+        due = sorted(b for b in self._unloaded if b <= self._window_end)
+        if self._faults.skip_far_bucket:
+            # the bug: a bucket read ahead of its time is dropped instead (its timers are lost)
+            self._skipped.update(b for b in due if b > now_bucket)
+            due = [b for b in due if b not in self._skipped]
+        return due
 
     def load_bucket(self, bucket: int, batches: Iterable[TimerBatch]) -> None:
         """The pending timer batches of `bucket`, read from the index (fired ones left out)."""
-        raise NotImplementedError
+        counted = self._unloaded.pop(bucket, None)
+        if counted is not None:
+            self._unloaded_records -= counted[0]
+        last = self._last_offsets
+        for batch in batches:
+            if bucket_of(batch.due_ms, self.config.bucket_ms) != bucket:
+                raise InvalidTimer(
+                    f"batch at offset {batch.offset} is due at {batch.due_ms} ms, in bucket "
+                    f"{bucket_of(batch.due_ms, self.config.bucket_ms)}, not in bucket {bucket}"
+                )
+            if batch.offset not in last:  # fired already (the index may lag the book)
+                self._hold(batch)
 
+    # -- the timer log, in order -----------------------------------------------------------------
     def accepted(self, batch: TimerBatch) -> None:
         """A delayed batch committed in the timer log (in log order; any due time, also one in
         the past or in a bucket being loaded: never lost, never held twice)."""
-        raise NotImplementedError
+        if batch.record_count < 1:
+            raise InvalidTimer(f"batch at offset {batch.offset}: {batch.record_count} records")
+        if batch.offset in self._held or batch.offset in self._last_offsets:
+            return  # a repeat (the log replayed): held already, or fired
+        bucket = bucket_of(batch.due_ms, self.config.bucket_ms)
+        counted = self._unloaded.get(bucket)
+        if counted is not None:
+            # on disk with its bucket: loading the bucket later gives it back
+            counted[0] += batch.record_count
+            counted[1] += 1
+            self._unloaded_records += batch.record_count
+        elif bucket in self._loaded or (
+            self._window_end is not None and bucket <= self._window_end
+        ):
+            self._hold(batch)
+        else:
+            self._unloaded[bucket] = [batch.record_count, 1]
+            self._unloaded_records += batch.record_count
 
     def planned(self, plan: Plan) -> None:
         """A plan record committed in the timer log: its batches are fired (or being fired)."""
-        raise NotImplementedError
+        if plan.sequence < self._next_sequence:
+            return  # a repeat of a plan already applied
+        for i, batch in enumerate(plan.batches):
+            if self._faults.fire_twice and i == 0:
+                continue  # the bug: the batch stays pending, and is planned again
+            self._release(batch.offset)
+        self._drop_stale_top()
+        self._set_last_plan(plan)
 
+    # -- the leader ------------------------------------------------------------------------------
     def next_plan(self, now_ms: int) -> Plan | None:
         """The leader's next plan: the pending timers due at `now_ms` or before, not planned,
         in (due, offset) order, at most max_plan_records / max_plan_batches (a batch larger than
         max_plan_records goes alone); its sequence follows the last plan's. None when nothing is
         due. Does not change the book: `planned` does, once the plan record committed."""
-        raise NotImplementedError
+        cutoff = now_ms + (FAULT_EARLY_MS if self._faults.fire_early else 0)
+        taken: list[TimerBatch] = []
+        popped: list[TimerBatch] = []
+        records = 0
+        heap = self._heap
+        while heap and len(taken) < self.config.max_plan_batches:
+            top = heap[0]
+            if self._held.get(top.offset) is not top:
+                heapq.heappop(heap)  # stale: released already
+                continue
+            if top.due_ms > cutoff:
+                break
+            if taken and records + top.record_count > self.config.max_plan_records:
+                break
+            popped.append(heapq.heappop(heap))
+            taken.append(top)
+            records += top.record_count
+        for batch in popped:  # the book is unchanged: `planned` releases them
+            heapq.heappush(heap, batch)
+        if not taken:
+            return None
+        return Plan(self._next_sequence, tuple(taken))
 
     @property
     def last_plan(self) -> Plan | None:
-        raise NotImplementedError
+        return self._last_plan
 
     def next_due_ms(self) -> int | None:
         """The earliest due time among loaded pending timers (None: none loaded)."""
-        raise NotImplementedError
+        self._drop_stale_top()
+        return self._heap[0].due_ms if self._heap else None
 
     @property
     def pending(self) -> int:
         """Pending records (loaded and on disk)."""
-        raise NotImplementedError
+        return self._held_records + self._unloaded_records
+
+    @property
+    def loaded_batches(self) -> int:
+        """Pending batches held in memory (the near window's): what bounds the book's memory."""
+        return len(self._held)
+
+    @property
+    def window_end_bucket(self) -> int | None:
+        """The last bucket of the near window seen so far (None before `buckets_to_load`)."""
+        return self._window_end
+
+    def unloaded(self) -> dict[int, BucketSummary]:
+        """The buckets counted, not loaded: bucket -> (pending records, pending batches)."""
+        return {b: (r, n) for b, (r, n) in self._unloaded.items()}
+
+    # -- internals -------------------------------------------------------------------------------
+    def _hold(self, batch: TimerBatch) -> None:
+        if batch.offset in self._held:
+            return
+        self._held[batch.offset] = batch
+        self._held_records += batch.record_count
+        bucket = bucket_of(batch.due_ms, self.config.bucket_ms)
+        self._loaded[bucket] = self._loaded.get(bucket, 0) + 1
+        heapq.heappush(self._heap, batch)
+
+    def _release(self, offset: int) -> None:
+        batch = self._held.pop(offset, None)
+        if batch is None:
+            return  # not held: released before, or (a plan of a bucket not loaded) on disk
+        self._held_records -= batch.record_count
+        bucket = bucket_of(batch.due_ms, self.config.bucket_ms)
+        left = self._loaded[bucket] - 1
+        if left:
+            self._loaded[bucket] = left
+        else:
+            del self._loaded[bucket]
+
+    def _drop_stale_top(self) -> None:
+        heap = self._heap
+        while heap and self._held.get(heap[0].offset) is not heap[0]:
+            heapq.heappop(heap)
+        if len(heap) > 2 * len(self._held) + 64:  # many stale entries: rebuild
+            self._heap = list(self._held.values())
+            heapq.heapify(self._heap)
+
+    def _set_last_plan(self, plan: Plan | None) -> None:
+        self._last_plan = plan
+        self._last_offsets = frozenset(b.offset for b in plan.batches) if plan else frozenset()
+        self._next_sequence = 0 if plan is None else _after(plan)
+
+
+def _after(plan: Plan) -> int:
+    return plan.sequence + plan.record_count
+
+
+def _validate(config: TimerConfig) -> None:
+    for name in ("bucket_ms", "max_plan_records", "max_plan_batches"):
+        if getattr(config, name) < 1:
+            raise InvalidTimer(f"TimerConfig.{name} = {getattr(config, name)}: must be >= 1")
+    if config.window_buckets < 0:
+        raise InvalidTimer(f"TimerConfig.window_buckets = {config.window_buckets}: must be >= 0")
