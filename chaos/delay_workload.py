@@ -130,7 +130,7 @@ class DelayWorkload:
                                 value=value, wall_ms=sent_ms)  # fmt: skip
             try:
                 client.produce(self.topic, value.encode(), partition=partition,
-                               deliver_at_ms=due)  # type: ignore[call-arg]  # fmt: skip
+                               deliver_at_ms=due)  # fmt: skip
             except TopicNotFound as error:
                 self.history.record(process, EventType.FAIL, "delay-produce", partition=partition,
                                     value=value, wall_ms=wall_ms(), error=repr(error)[:200])  # fmt: skip
