@@ -107,7 +107,7 @@ def replay_command(config: RunConfig) -> str:
         "--replace-after-s": (config.replace_after_s, default.replace_after_s),
         "--group-members": (config.group_members, default.group_members),
         "--queue-receivers": (config.queue_receivers, default.queue_receivers),
-        "--delayed": (config.delayed, default.delayed),
+        "--delayed": (f"{config.delayed:g}", f"{default.delayed:g}"),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
