@@ -157,6 +157,8 @@ class Memory:
     leader: str
     rss_before_mb: float
     rss_after_mb: float
+    noise_mb: float  # the widest spread of one sample set
+    fill_per_s: float  # far timers accepted a second (batches of one record)
 
     @property
     def mb_per_million(self) -> float:
@@ -174,23 +176,36 @@ def memory(client: Client, cluster: LocalCluster, count: int, seed: int) -> Memo
     process = cluster.nodes[leader].process
     assert process is not None
     before_pending = pending_timers(client)
-    time.sleep(2)  # the earlier phases' garbage settles (a measurement, not a wait on an outcome)
-    before = rss_mb(process.pid)
+    before, before_spread = rss_samples(process.pid)
     now = wall_ms()
+    started = time.perf_counter()
     with client.producer(linger_ms=5, max_in_flight_per_partition=16) as producer:
         for _ in range(count):
             producer.send(TOPIC, RECORD[:100], partition=0,
                           deliver_at_ms=now + 3 * HOUR_MS + rng.randrange(40 * DAY_MS - 3 * HOUR_MS))  # fmt: skip
         producer.flush()
+    fill_s = time.perf_counter() - started
     deadline = time.monotonic() + 60
     reported = pending_timers(client)
     while reported < before_pending + count and time.monotonic() < deadline:
         time.sleep(0.5)  # a poll interval: the gauge follows the timer log's commits
         reported = pending_timers(client)
-    time.sleep(2)  # as before: the same settling for both samples
     if timer_leaders(client, TOPIC).get(0) != leader:
         raise SystemExit(f"the timer leader moved from {leader} during the fill: run again")
-    return Memory(count, reported - before_pending, leader, before, rss_mb(process.pid))
+    after, after_spread = rss_samples(process.pid)
+    return Memory(count, reported - before_pending, leader, before, after,
+                  max(before_spread, after_spread), count / fill_s)  # fmt: skip
+
+
+def rss_samples(pid: int, samples: int = 7, every_s: float = 0.5) -> tuple[float, float]:
+    """The median of `samples` RSS readings `every_s` apart (MB), and their spread: garbage
+    collection and the allocator move RSS by a few MB either way."""
+    readings = []
+    for _ in range(samples):
+        time.sleep(every_s)  # a sampling interval, not a wait on an outcome
+        readings.append(rss_mb(pid))
+    readings.sort()
+    return readings[len(readings) // 2], readings[-1] - readings[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
          f"p99 {late['p99']} max {late['max']} ({timed.seen}/{timed.sent} seen)"),
         (f"timer leader RSS, {mem.pending:,} timers over 40 d (MB)",
          f"+{mem.rss_after_mb - mem.rss_before_mb:.1f}",
-         f"{mem.rss_before_mb:.0f} -> {mem.rss_after_mb:.0f} on {mem.leader}"),
+         f"{mem.rss_before_mb:.0f} -> {mem.rss_after_mb:.0f} on {mem.leader}, "
+         f"samples spread {mem.noise_mb:.1f}"),
+        ("  far timers accepted (records/s)", f"{mem.fill_per_s:,.0f}", "one record a batch"),
         ("  per million pending timers (MB)", f"{mem.mb_per_million:.1f}",
          f"extrapolated linearly from {mem.pending:,}"),
         ("  pending_timers reported", f"{mem.reported_pending:,}", ""),
@@ -249,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         "leader_rss_growth_mb": round(mem.rss_after_mb - mem.rss_before_mb, 1),
         "rss_mb_per_million_timers": round(mem.mb_per_million, 1),
         "rss_extrapolated_from": mem.pending,
+        "rss_sample_spread_mb": round(mem.noise_mb, 1),
+        "far_timers_accepted_per_s": round(mem.fill_per_s),
         "records": args.records, "sync_records": args.sync_records,
     }))  # fmt: skip
     return 0
