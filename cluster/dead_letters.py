@@ -41,17 +41,16 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-import grpc
-import xxhash
-
 from cluster.controller import TopicSpec
 from cluster.coordinator_faults import NodeFaults
-from cluster.errors import ClusterError, TopicExists
+from cluster.copy_produce import CopyFailed, CopyProducer
+from cluster.copy_produce import rebased_producer_id as rebased_id
+from cluster.errors import TopicExists
 from cluster.producers import WINDOW
 from cluster.queue_source import SourceReader, Stub
 from consumers.queue_types import DeadLetterJob
 from proto import flotilla_pb2 as pb
-from proto.records import Record, encode_batch, with_producer
+from proto.records import Record, encode_batch
 
 __all__ = ["DLQ_HEADERS", "DeadLetterCopier", "DeadLetterSink", "Sink", "dead_letter_batch"]
 
@@ -67,20 +66,10 @@ DLQ_HEADERS = (
 MAX_CONCURRENT_STREAMS = 4
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 30.0
-PRODUCE_TIMEOUT_S = 10.0
 
 StreamKey = tuple[str, str, int]  # (group, topic uid, partition)
 # A copy's outcome that starts so: the source record is gone, there was nothing to copy.
 GONE = "not copied"
-
-
-class CopyFailed(ClusterError):
-    """A copy that did not happen this time (retried)."""
-
-
-class SequenceRefused(CopyFailed):
-    """The dead-letter partition does not take the copy's (producer id, sequence) as that
-    producer's next batch (ABORTED: it does not know the producer, or a sequence is missing)."""
 
 
 def rebased_producer_id(job: DeadLetterJob) -> int:
@@ -90,8 +79,7 @@ def rebased_producer_id(job: DeadLetterJob) -> int:
     Derived from the job alone, so a successor repeating the copy derives the same id and the
     partition answers the repeat as a duplicate. A copy the partition would know under the
     first id is never rebased: it is answered as a duplicate before any sequence check."""
-    digest = xxhash.xxh64_intdigest(f"{job.producer_id}\0{job.sequence}\0rebased".encode())
-    return (digest & ((1 << 63) - 1)) or 1
+    return rebased_id(job.producer_id, job.sequence)
 
 
 def dead_letter_batch(job: DeadLetterJob, record: Record) -> bytes:
@@ -129,6 +117,7 @@ class DeadLetterSink:
         self._refresh_topics = refresh_topics
         self._source = source
         self._stub = stub
+        self._copies = CopyProducer(source.leader, stub)
 
     async def copy(self, job: DeadLetterJob) -> str:
         """Copies the job's record; says what happened (for the log), starting with `GONE`
@@ -142,13 +131,8 @@ class DeadLetterSink:
             return f"{GONE}: retention deleted the record first"
         partition = job.partition % dead_letters.partitions
         batch = dead_letter_batch(job, record)
-        try:
-            response = await self._produce(dead_letters.name, partition, batch)
-        except SequenceRefused as refused:
-            log.info("%s; copying dead letter %s/%d@%d under a producer of its own", refused,
-                     job.topic, job.partition, job.offset)  # fmt: skip
-            batch = with_producer(batch, rebased_producer_id(job), 0)
-            response = await self._produce(dead_letters.name, partition, batch)
+        # refused as out of sequence: again under `rebased_producer_id(job)` (`copy_produce`)
+        response = await self._copies.copy(dead_letters.name, partition, batch)
         where = f"{dead_letters.name}/{partition} offset {response.base_offset}"
         return f"copied before (a repeat: {where})" if response.duplicate else f"copied to {where}"
 
@@ -168,36 +152,6 @@ class DeadLetterSink:
         if spec is None:
             raise CopyFailed(f"the dead-letter topic {name!r} is not in this node's table yet")
         return spec
-
-    async def _produce(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
-        request = pb.ProduceRequest(
-            topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
-            timeout_ms=int(PRODUCE_TIMEOUT_S * 1000),
-        )  # fmt: skip
-        errors = []
-        for attempt in range(3):  # the leader may have moved: ask again
-            leader = await self._source.leader(topic, partition, fresh=attempt > 0)
-            stub = self._stub(leader) if leader else None
-            if stub is None:
-                errors.append(f"no leader of {topic}/{partition} known")
-                continue
-            try:
-                response: pb.ProduceResponse = await stub.Produce(
-                    request, timeout=PRODUCE_TIMEOUT_S + 2
-                )
-                return response
-            except grpc.aio.AioRpcError as error:
-                errors.append(f"{leader}: {error.code().name} {error.details()}")
-                if error.code() is grpc.StatusCode.ABORTED:
-                    raise SequenceRefused(
-                        f"{topic}/{partition} refused the copy ({errors[-1]})"
-                    ) from None
-                if error.code() not in (
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    grpc.StatusCode.UNAVAILABLE,
-                ):
-                    break
-        raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")
 
 
 class Sink(Protocol):

@@ -17,6 +17,7 @@ While a replica of the source or the timer partition runs a version older than
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,6 +48,8 @@ __all__ = [
 # by accident).
 TIMER_FORWARD_KEY = "flotilla-timer-forward"
 FORWARD_TIMEOUT_S = 15.0
+ROUTE_WAIT_S = 5.0  # how long a delayed produce waits for its timer partition to have a leader
+ROUTE_POLL_S = 0.05
 
 
 class DelayRefused(ClusterError):
@@ -155,24 +158,38 @@ class DelayedProduce:
             raise DelayRefused(f"the timer topic {name!r} is not in this node's table yet; retry")
         return spec
 
-    def local_leader(self, group: str) -> Replica | None:
-        replica = self._replica(group)
-        return replica if replica is not None and replica.node.role is Role.LEADER else None
+    async def route(self, timers: TopicSpec, partition: int) -> Replica | str:
+        """This node's replica of the timer partition if it leads it, else the leader's id;
+        waits up to `ROUTE_WAIT_S` for a leader (a timer topic just created elects its first)."""
+        group = f"{timers.name}/{partition}"
+        deadline = time.monotonic() + ROUTE_WAIT_S
+        while True:
+            replica = self._replica(group)
+            if replica is not None and replica.node.role is Role.LEADER:
+                return replica
+            leader = replica.node.leader_id if replica is not None else None
+            if not leader and replica is None:
+                leader = await self._leader_of(timers.name, partition)
+            if leader and leader != self.node_id:
+                return leader
+            if time.monotonic() > deadline:
+                raise DelayRefused(
+                    f"no leader of the timer partition {group} is known; retry shortly"
+                )
+            await asyncio.sleep(ROUTE_POLL_S)
 
-    async def forward(self, request: pb.ProduceRequest, timers: TopicSpec) -> pb.ProduceResponse:
+    async def forward(
+        self, request: pb.ProduceRequest, timers: TopicSpec, leader: str
+    ) -> pb.ProduceResponse:
         """Sends the batch to the timer partition's leader, once (its answer is the client's;
         a leader that moved meanwhile is the client's retry to find)."""
         forwarded = pb.ProduceRequest()
         forwarded.CopyFrom(request)
         forwarded.topic = timers.name
         group = f"{timers.name}/{request.partition}"
-        replica = self._replica(group)
-        leader = replica.node.leader_id if replica is not None else None
-        if not leader or leader == self.node_id:
-            leader = await self._leader_of(timers.name, request.partition)
-        stub = self._stub(leader) if leader and leader != self.node_id else None
+        stub = self._stub(leader)
         if stub is None:
-            raise DelayRefused(f"no leader of the timer partition {group} is known; retry shortly")
+            raise DelayRefused(f"the leader of {group}, {leader}, has no known address; retry")
         self.check_versions(group)
         timeout_s = (request.timeout_ms / 1000 or FORWARD_TIMEOUT_S) + 2
         response: pb.ProduceResponse = await stub.Produce(

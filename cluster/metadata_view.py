@@ -58,6 +58,9 @@ class MetadataView:
         self.transport = transport
         self._controller = controller
         self._serving = serving
+        # pending delayed records of a source partition, as this node's timer log replica
+        # folds them (None: it holds none); the node's timer host (`cluster.timers`)
+        self.pending_timers: Callable[[str, int], int | None] = lambda topic, partition: None
 
     @property
     def topics(self) -> Mapping[str, TopicSpec]:
@@ -93,6 +96,7 @@ class MetadataView:
             learners=sorted(node.configuration.learners),
             high_watermark=replica.high_watermark,
             log_start=replica.segmented.first_offset,
+            pending_timers=self.pending_timers(topic, index) or 0,
         )
 
     async def metadata(

@@ -44,6 +44,7 @@ from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
 from cluster.controller import MetadataStore, TopicSpec
+from cluster.copy_produce import CopyProducer
 from cluster.delayed import DelayedProduce
 from cluster.dialmap import DialMap
 from cluster.failstop import FailStop
@@ -63,6 +64,7 @@ from cluster.replica import Replica
 from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
+from cluster.timers import TimerHost, timer_faults_from_env
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -221,6 +223,16 @@ class Node:
             stub=self._client_stub,
             leader_of=self._leader_of,
         )
+        self.timers = TimerHost(
+            topics=lambda: self.topic_admin.topics,
+            replicas=lambda: self.multiraft.replicas,
+            propose=self.propose,
+            copies=CopyProducer(self.groups.source.leader, self._client_stub),
+            tick_s=config.tick_ms / 1000,
+            write_timeout_s=config.produce_timeout_ms / 1000,
+            faults=timer_faults_from_env(),
+        )
+        self.metadata_view.pending_timers = self._pending_timers
         self.partitions = PartitionManager(
             config,
             self.topic_admin,
@@ -295,6 +307,7 @@ class Node:
         self.multiraft.on_fsync = self.metrics.observe_fsync
         self.multiraft.start()
         self.groups.start()
+        self.timers.start()
         self.gossip.start([seed for seed in config.join if seed != config.advertised])
         if config.metrics:
             metrics_host, metrics_port = parse_address(config.metrics, "metrics")
@@ -338,6 +351,7 @@ class Node:
         if self.server is not None:
             await self.server.stop(grace=0.5 if graceful else 0)
         await self.groups.stop()
+        await self.timers.stop()
         await self.gossip.stop()
         await self.multiraft.stop()
         await self.transport.close()
@@ -425,6 +439,10 @@ class Node:
         else:
             address = self.transport.address_of(member_id)
         return flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address)) if address else None
+
+    def _pending_timers(self, topic: str, partition: int) -> int | None:
+        spec = self.topic_admin.topics.get(topic)
+        return None if spec is None else self.timers.pending(spec, partition)
 
     async def _leader_of(self, topic: str, partition: int) -> str | None:
         """The leader of a partition this node holds no replica of, as the members say."""

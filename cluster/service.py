@@ -21,6 +21,7 @@ from typing import NoReturn
 
 import grpc
 
+from cluster.controller import TopicSpec
 from cluster.delayed import (
     TIMER_FORWARD_KEY,
     DelayRefused,
@@ -77,7 +78,6 @@ from proto.records import (
 from raft.errors import NotLeader, ProposalDropped
 from raft.types import Role
 from storage import IndexOutOfRange, LogClosed, OffsetOutOfRange
-from timers.types import timer_topic
 
 __all__ = ["ClientService"]
 
@@ -241,32 +241,31 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         except InvalidBatch as error:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid batch: {error}")
         if delayed:
-            replica = await self._timer_replica(request, batch, context)
-            if replica is None:  # forwarded to the timer partition's leader: its answer
+            timers, route = await self._timer_route(request, batch, context)
+            if isinstance(route, str):  # forwarded to the timer partition's leader: its answer
                 try:
-                    return await node.delayed.forward(
-                        request, node.topics[timer_topic(node.topics[request.topic].uid)]
-                    )
-                except (DelayRefused, KeyError) as error:
+                    return await node.delayed.forward(request, timers, route)
+                except DelayRefused as error:
                     await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
                 except grpc.aio.AioRpcError as error:
                     await abort(context, refusal_code(error), error.details() or "")
+            replica = route
         assert replica is not None
         response = await self._append(replica, request, batch, header, context)
         response.deliver_at_ms = request.deliver_at_ms
         return response
 
-    async def _timer_replica(
+    async def _timer_route(
         self, request: pb.ProduceRequest, batch: bytes, context: grpc.aio.ServicerContext
-    ) -> Replica | None:
-        """A client's delayed batch, checked: this node's replica of its timer partition if it
-        leads it (the batch goes there), else None (the batch is forwarded)."""
+    ) -> tuple[TopicSpec, Replica | str]:
+        """A client's delayed batch, checked: its timer topic, and this node's replica of its
+        timer partition if it leads it (the batch goes there), else that leader's id."""
         delayed = self.node.delayed
         spec = self.node.topics[request.topic]
         try:
             delayed.check(request, spec, batch)
             timers = await delayed.timer_spec(spec)
-            return delayed.local_leader(f"{timers.name}/{request.partition}")
+            return timers, await delayed.route(timers, request.partition)
         except Invalid as error:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except (DelayRefused, ClusterError) as error:

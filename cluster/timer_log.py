@@ -100,3 +100,61 @@ def classify(
     if due_ms is None:
         return None
     return TimerBatch(due_ms, base_offset, record_count)
+
+
+class LogFold:
+    """A timer partition's pending timers folded from its committed log on one replica: what the
+    leader's `TimerBook` is restored and its buckets loaded from, what `pending_timers` counts
+    and what retention keeps (`min_pending_offset`). Entries are keyed by offset: folding a
+    batch twice (a replay) changes nothing.
+
+    (Held in memory, a few hundred bytes a pending batch: the on-disk `storage.timer_index`
+    takes its place, with hourly buckets and a restart that replays only the log's tail.)"""
+
+    def __init__(self, bucket_ms: int) -> None:
+        self.bucket_ms = bucket_ms
+        self.applied_offset = 0  # the log is folded up to here (exclusive)
+        self.last_plan: Plan | None = None
+        self._pending: dict[int, TimerBatch] = {}  # offset -> batch
+        self._buckets: dict[int, dict[int, TimerBatch]] = {}  # bucket -> offset -> batch
+        self._records = 0
+
+    def apply(self, item: TimerBatch | Plan | None, end_offset: int) -> None:
+        """The item at the log's next batch, which ends at `end_offset`."""
+        if isinstance(item, TimerBatch) and end_offset > self.applied_offset:
+            if item.offset not in self._pending and not self._fired(item.offset):
+                self._pending[item.offset] = item
+                self._buckets.setdefault(item.due_ms // self.bucket_ms, {})[item.offset] = item
+                self._records += item.record_count
+        elif isinstance(item, Plan) and end_offset > self.applied_offset:
+            for batch in item.batches:
+                held = self._pending.pop(batch.offset, None)
+                if held is not None:
+                    self._records -= held.record_count
+                    bucket = self._buckets[held.due_ms // self.bucket_ms]
+                    del bucket[held.offset]
+                    if not bucket:
+                        del self._buckets[held.due_ms // self.bucket_ms]
+            self.last_plan = item
+        self.applied_offset = max(self.applied_offset, end_offset)
+
+    def _fired(self, offset: int) -> bool:
+        plan = self.last_plan
+        return plan is not None and any(b.offset == offset for b in plan.batches)
+
+    def summary(self) -> dict[int, tuple[int, int]]:
+        """bucket -> (pending records, pending batches)."""
+        return {
+            bucket: (sum(b.record_count for b in batches.values()), len(batches))
+            for bucket, batches in self._buckets.items()
+        }
+
+    def bucket(self, bucket: int) -> list[TimerBatch]:
+        return sorted(self._buckets.get(bucket, {}).values())
+
+    @property
+    def pending(self) -> int:
+        return self._records
+
+    def min_pending_offset(self) -> int | None:
+        return min(self._pending) if self._pending else None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import wait_until
 
 from cluster.local import LocalCluster
 from proto import flotilla_pb2 as pb
@@ -63,6 +64,7 @@ class Setup:
                 )
                 if not retry or time.monotonic() > deadline:
                     raise
+                print(f"{method} on {address}: {error.code().name} {error.details()}")
                 time.sleep(0.05)
 
     def produce_delayed(
@@ -89,7 +91,7 @@ class Setup:
             if not response.batches:
                 return records
             for stored in response.batches:
-                for record in decode_batch(stored.batch, stored.base_offset):
+                for record in decode_batch(stored.data, stored.base_offset):
                     records.append((record.offset, record.value, record.timestamp_ms))
                 offset = stored.base_offset + stored.record_count
 
@@ -122,7 +124,25 @@ def create(setup: Setup, name: str, partitions: int = 2, **settings: int) -> pb.
         pb.CreateTopicRequest(name=name, partitions=partitions, replication_factor=3, **settings),
     )
     assert isinstance(info, pb.TopicInfo)
+    for address in setup.running():  # every node knows it (the others poll the table)
+        wait_until(
+            lambda address=address: known(setup, address, name), 10, f"{address} knows {name}"
+        )
     return info
+
+
+def known(setup: Setup, address: str, name: str) -> bool:
+    try:
+        setup.stub(address).DescribeTopic(pb.DescribeTopicRequest(name=name), timeout=5)
+        return True
+    except grpc.RpcError:
+        return False
+
+
+def pending(setup: Setup, topic: str) -> list[int]:
+    described = setup.call("DescribeTopic", pb.DescribeTopicRequest(name=topic))
+    assert isinstance(described, pb.TopicInfo)
+    return [p.pending_timers for p in described.partitions]
 
 
 def refused(setup: Setup, request: pb.ProduceRequest) -> grpc.RpcError:
@@ -202,3 +222,39 @@ def test_the_timer_topic_is_hidden_and_unreadable(setup: Setup) -> None:
     )
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert setup.read_all("hidden", 0) == []
+
+
+def wait_records(setup: Setup, topic: str, partition: int, count: int, timeout_s: float) -> list:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = setup.read_all(topic, partition)
+        if len(records) >= count or time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)
+
+
+def test_a_delayed_record_appears_at_its_time_never_earlier(setup: Setup) -> None:
+    create(setup, "later", partitions=1)
+    due = int(time.time() * 1000) + 1500
+    response = setup.produce_delayed("later", 0, [b"a", b"b"], due)
+    assert response.deliver_at_ms == due and response.record_count == 2
+    wait_until(lambda: pending(setup, "later") == [2], 1, "2 pending timers described")
+    seen: list[tuple[int, bytes, int]] = []
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        seen = setup.read_all("later", 0)
+        now = int(time.time() * 1000)
+        if not seen:
+            time.sleep(0.01)
+    assert seen, "never delivered"
+    assert now >= due, f"delivered {due - now} ms early"
+    assert [(o, v) for o, v, _ in seen] == [(0, b"a"), (1, b"b")]
+    assert now - due < 1000, f"{now - due} ms late"
+
+
+def test_a_time_past_by_less_than_a_second_is_due_at_once(setup: Setup) -> None:
+    create(setup, "past", partitions=1)
+    due = int(time.time() * 1000) - 300
+    setup.produce_delayed("past", 0, [b"p"], due)
+    records = wait_records(setup, "past", 0, 1, 5)
+    assert [v for _, v, _ in records] == [b"p"]

@@ -74,16 +74,16 @@ def test_unflushed_work_is_gone_after_reopen_and_replays(tmp_path: Path) -> None
     for batch in log[3:]:
         index.add(batch)
     index.planned(Plan(0, (log[0],)))
-    index.flush(3)  # file written
+    index.flush(3)
     index.add(TimerBatch(T0 + 5 * H, 6, 1))  # a new bucket, never flushed
-    # simulate a crash: written but unflushed bytes are cut from bucket 1000
-    with open(tmp_path / "1000.bucket", "ab") as f:
-        f.write(b"\x01" * (ENTRY_SIZE + 5))  # junk: a torn, unflushed tail
+    # a crash: entries written after the last flush, and a torn one, are cut
+    with open(tmp_path / "journal", "ab") as f:
+        f.write(b"\x01" * (ENTRY_SIZE + 5))
     reopened = TimerIndex.open(tmp_path, H)
     assert reopened.truncated_bytes == ENTRY_SIZE + 5
     assert reopened.applied_offset == 3
     assert [b.offset for b in reopened.bucket(1000)] == [1, 2, 3, 4, 5]
-    assert os.path.getsize(tmp_path / "1000.bucket") == 7 * ENTRY_SIZE
+    assert os.path.getsize(tmp_path / "journal") == 7 * ENTRY_SIZE
 
 
 def test_a_corrupt_flushed_entry_is_an_error_never_dropped(tmp_path: Path) -> None:
@@ -91,9 +91,9 @@ def test_a_corrupt_flushed_entry_is_an_error_never_dropped(tmp_path: Path) -> No
     for batch in batches(5):
         index.add(batch)
     index.flush(5)
-    path = tmp_path / "1000.bucket"
+    path = tmp_path / "journal"
     data = bytearray(path.read_bytes())
-    data[2 * ENTRY_SIZE + 9] ^= 0x10  # entry 2 of 5: mid-file
+    data[2 * ENTRY_SIZE + 14] ^= 0x10  # entry 2 of 5, mid-file: its due time, a year later
     path.write_bytes(bytes(data))
     reopened = TimerIndex.open(tmp_path, H)  # open reads no entry
     assert reopened.summary() == {1000: (1 + 2 + 3 + 1 + 2, 5)}
@@ -106,7 +106,7 @@ def test_a_bucket_file_shorter_than_flushed_or_a_bad_state_is_refused(tmp_path: 
     for batch in batches(3):
         index.add(batch)
     index.flush(3)
-    path = tmp_path / "1000.bucket"
+    path = tmp_path / "journal"
     path.write_bytes(path.read_bytes()[:ENTRY_SIZE])
     with pytest.raises(CorruptTimerIndex, match="fewer than the 96"):
         TimerIndex.open(tmp_path, H)
@@ -131,21 +131,31 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         TimerIndex.open(tmp_path / "x", 0)
 
 
-def test_a_fully_fired_bucket_is_deleted(tmp_path: Path) -> None:
-    index = TimerIndex.open(tmp_path, H)
+def test_the_journal_moves_into_bucket_files_and_a_fully_fired_bucket_is_deleted(
+    tmp_path: Path,
+) -> None:
+    index = TimerIndex.open(tmp_path, H, journal_max_bytes=2 * ENTRY_SIZE)
     first, second = batches(2), batches(1, start=2, due=T0 + H)
     for batch in first + second:
         index.add(batch)
-    index.flush(3)
-    assert sorted(os.listdir(tmp_path)) == ["1000.bucket", "1001.bucket", "state"]
-    index.planned(Plan(0, tuple(first)))
+    index.flush(3)  # 3 entries > 2: moved
+    assert index.compactions == 1
+    assert sorted(os.listdir(tmp_path)) == ["1000.bucket", "1001.bucket", "journal", "state"]
+    assert os.path.getsize(tmp_path / "journal") == 0
+    assert os.path.getsize(tmp_path / "1000.bucket") == 2 * ENTRY_SIZE
+    index.planned(Plan(0, (first[0],)))
+    index.flush(4)  # 1 entry in the journal: stays
+    assert index.bucket(1000) == [first[1]] and index.compactions == 1
+    index.planned(Plan(1, (first[1],)))
     assert index.summary() == {1001: (1, 1)}
-    index.flush(4)
-    assert sorted(os.listdir(tmp_path)) == ["1001.bucket", "state"]
+    index.flush(5)  # bucket 1000 fired: its file goes (its entries in the journal net to 0)
+    assert sorted(os.listdir(tmp_path)) == ["1001.bucket", "journal", "state"]
     index.add(TimerBatch(T0 + 1, 5, 1))  # the bucket comes back: a new file
     index.flush(6)
+    assert index.compactions == 2 and os.path.getsize(tmp_path / "1000.bucket") == 3 * ENTRY_SIZE
     reopened = TimerIndex.open(tmp_path, H)
     assert reopened.bucket(1000) == [TimerBatch(T0 + 1, 5, 1)]
+    assert reopened.bucket(1001) == second
     assert reopened.summary() == {1000: (1, 1), 1001: (1, 1)}
 
 
@@ -214,7 +224,7 @@ def check(index: TimerIndex, model: Model) -> None:
         )
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(24))
 def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(seed: int) -> None:
     rng = random.Random(seed)
     disk = SimDisk(rng)
@@ -222,7 +232,12 @@ def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(see
     log: list[tuple[str, TimerBatch | Plan]] = []
     model, durable = Model(), Model()
     durable_applied = 0
-    index = TimerIndex.open("/data/timers/p0", H, disk=disk)
+    journal_max_bytes = rng.choice([ENTRY_SIZE, 10 * ENTRY_SIZE, 1 << 20])
+
+    def reopen() -> TimerIndex:
+        return TimerIndex.open("/data/timers/p0", H, disk=disk, journal_max_bytes=journal_max_bytes)
+
+    index = reopen()
     sequence = 0
     for _round in range(8):
         for _ in range(rng.randint(1, 40)):
@@ -246,7 +261,7 @@ def test_a_crash_at_any_byte_leaves_the_last_flush_and_a_replay_restores_all(see
             durable_applied = len(log)
         if rng.random() < 0.4:
             disk.crash()
-            index = TimerIndex.open("/data/timers/p0", H, disk=disk)
+            index = reopen()
             assert index.applied_offset == durable_applied
             check(index, durable)
             for kind, item in log[index.applied_offset :]:  # the node replays the tail

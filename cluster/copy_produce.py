@@ -1,0 +1,110 @@
+"""Appending a batch that copies another one into a partition exactly once, as a deterministic
+idempotent producer (a dead letter, `cluster.dead_letters`; a due timer, `cluster.timers`).
+
+The copy goes, acks=all, through the node's normal produce path: a Produce to the partition's
+leader (this node included), asking anew where the leader moved. Its (producer id, sequence)
+are derived from what is copied, so whoever repeats the copy (a successor after a failover)
+sends the same and the partition answers the repeat as a duplicate: the copy lands once.
+
+A partition that refuses the copy's sequence (ABORTED: it forgot the producer after a day
+without copies, the topic was recreated or grew partitions, or a sequence is missing) takes it
+again under `rebased_producer_id(producer id, sequence)` at sequence 0: derived from the pair
+alone, so a successor's repeat is a duplicate there too. A copy the partition would know under
+the first id is never rebased: it is answered as a duplicate before any sequence check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+import xxhash
+
+from cluster.errors import ClusterError
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+from proto.records import peek_producer, with_producer
+
+__all__ = [
+    "CopyFailed",
+    "CopyProducer",
+    "SequenceRefused",
+    "rebased_producer_id",
+]
+
+log = logging.getLogger("flotilla.copies")
+
+PRODUCE_TIMEOUT_S = 10.0
+ATTEMPTS = 3  # the leader may have moved: ask again this many times
+
+Leader = Callable[[str, int, bool], Awaitable[str | None]]  # (topic, partition, fresh)
+Stub = Callable[[str], flotilla_pb2_grpc.FlotillaStub | None]
+
+
+class CopyFailed(ClusterError):
+    """A copy that did not happen this time (the caller retries)."""
+
+
+class SequenceRefused(CopyFailed):
+    """The partition does not take the copy's (producer id, sequence) as that producer's next
+    batch (ABORTED: it does not know the producer, or a sequence is missing)."""
+
+
+def rebased_producer_id(producer_id: int, sequence: int) -> int:
+    """The producer a copy refused at (`producer_id`, `sequence`) is sent under, at sequence 0."""
+    digest = xxhash.xxh64_intdigest(f"{producer_id}\0{sequence}\0rebased".encode())
+    return (digest & ((1 << 63) - 1)) or 1
+
+
+class CopyProducer:
+    """Appends copies through the node's produce path (`leader` finds a partition's leader,
+    `stub` a member's client stub)."""
+
+    def __init__(self, leader: Leader, stub: Stub, timeout_s: float = PRODUCE_TIMEOUT_S) -> None:
+        self._leader = leader
+        self._stub = stub
+        self.timeout_s = timeout_s
+
+    async def copy(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
+        """Appends `batch` (carrying its derived producer id and sequence); rebased once when
+        refused as out of sequence. Raises `CopyFailed`."""
+        try:
+            return await self.produce(topic, partition, batch)
+        except SequenceRefused as refused:
+            producer_id, sequence = peek_producer(batch)
+            rebased = rebased_producer_id(producer_id, sequence)
+            log.info("%s; appending it under producer %d at sequence 0", refused, rebased)
+            return await self.produce(topic, partition, with_producer(batch, rebased, 0))
+
+    async def produce(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
+        """One append, acks=all, to the partition's leader (asking anew where it moved).
+        Raises `SequenceRefused` on ABORTED, `CopyFailed` on anything else."""
+        request = pb.ProduceRequest(
+            topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
+            timeout_ms=int(self.timeout_s * 1000),
+        )  # fmt: skip
+        errors = []
+        for attempt in range(ATTEMPTS):
+            leader = await self._leader(topic, partition, attempt > 0)
+            stub = self._stub(leader) if leader else None
+            if stub is None:
+                errors.append(f"no leader of {topic}/{partition} known")
+                continue
+            try:
+                response: pb.ProduceResponse = await stub.Produce(
+                    request, timeout=self.timeout_s + 2
+                )
+                return response
+            except grpc.aio.AioRpcError as error:
+                errors.append(f"{leader}: {error.code().name} {error.details()}")
+                if error.code() is grpc.StatusCode.ABORTED:
+                    raise SequenceRefused(
+                        f"{topic}/{partition} refused the copy ({errors[-1]})"
+                    ) from None
+                if error.code() not in (
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.UNAVAILABLE,
+                ):
+                    break
+        raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")

@@ -1,0 +1,167 @@
+"""The timer index's file formats (`storage.timer_index`): entries and the state file.
+
+    entry (32 bytes) = kind u8 | pad 3 | record_count u32 | due_ms i64 | offset u64
+                       | xxh3-64 of the 24 bytes before it u64          (little-endian)
+    kind ADDED: a timer batch at `offset`; kind FIRED: the batch at `offset` was planned
+    state            = length u32 | xxh3-64 of the body u64 | msgpack body (`IndexState`)
+
+An entry names its due time, so its bucket (due_ms // bucket_ms), wherever it is stored.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import xxhash
+
+from storage.errors import CorruptLog
+from timers.types import Plan, TimerBatch
+
+__all__ = [
+    "ADDED",
+    "ENTRY_SIZE",
+    "FIRED",
+    "BucketState",
+    "CorruptTimerIndex",
+    "IndexState",
+    "check_entries",
+    "decode_state",
+    "encode_entry",
+    "encode_state",
+    "entries",
+    "group_by_bucket",
+]
+
+_ENTRY = struct.Struct("<B3xIqQ")
+_CHECK = struct.Struct("<Q")
+_WHOLE = struct.Struct("<B3xIqQQ")
+_SPLIT = struct.Struct("<24sQ")  # the checked bytes, the checksum
+_KIND = struct.Struct("<B31x")
+_DUE = struct.Struct("<8xq16x")
+ENTRY_SIZE = _WHOLE.size  # 32
+ADDED, FIRED = 1, 2
+_PREFIX = struct.Struct("<IQ")
+VERSION = 1
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+class CorruptTimerIndex(CorruptLog):
+    """The index is damaged beyond what recovery may repair (a bad entry in a flushed part of
+    a file, a file shorter than its state says, a bad state file). Nothing was changed; rebuild
+    the index from the timer log (replay it from offset 0)."""
+
+
+def encode_entry(kind: int, batch: TimerBatch) -> bytes:
+    body = _ENTRY.pack(kind, batch.record_count, batch.due_ms, batch.offset)
+    return body + _CHECK.pack(_xxh3(body))
+
+
+def check_entries(data: bytes, where: str) -> None:
+    """Raises `CorruptTimerIndex` naming the first bad entry of `data` (a whole number of
+    entries: the flushed part of a file). Every entry is checked, whatever its bucket: a bit
+    flipped in a due time would otherwise move an entry out of its bucket unseen."""
+    bad = [
+        number
+        for number, (body, checksum) in enumerate(_SPLIT.iter_unpack(data))
+        if _xxh3(body) != checksum
+    ]
+    bad.extend(number for number, (kind,) in enumerate(_KIND.iter_unpack(data)) if not 0 < kind < 3)
+    if bad:
+        number = min(bad)
+        raise CorruptTimerIndex(
+            f"{where}: entry {number} at byte {number * ENTRY_SIZE} fails its checksum; it was "
+            "flushed, so this is damage, not a torn tail"
+        )
+
+
+def entries(
+    data: bytes, where: str, bucket: int | None = None, bucket_ms: int = 1
+) -> Iterator[tuple[int, TimerBatch]]:
+    """(kind, batch) of each entry of `data` (checked first: `check_entries`), only those of
+    `bucket` if given."""
+    check_entries(data, where)
+    for kind, count, due_ms, offset, _ in _WHOLE.iter_unpack(data):
+        if bucket is None or due_ms // bucket_ms == bucket:
+            yield kind, TimerBatch(due_ms, offset, count)
+
+
+def group_by_bucket(data: bytes, bucket_ms: int) -> dict[int, list[int]]:
+    """bucket -> the byte positions of its entries in `data`, in order (entries unchecked)."""
+    groups: dict[int, list[int]] = {}
+    for number, (due_ms,) in enumerate(_DUE.iter_unpack(data)):
+        bucket = due_ms // bucket_ms
+        positions = groups.get(bucket)
+        if positions is None:
+            groups[bucket] = [number * ENTRY_SIZE]
+        else:
+            positions.append(number * ENTRY_SIZE)
+    return groups
+
+
+@dataclass(slots=True)
+class BucketState:
+    records: int = 0  # pending records
+    batches: int = 0  # pending batches
+    file_bytes: int = 0  # bytes of its bucket file
+    min_offset: int = -1  # the lowest pending offset or a lower bound of it; -1: none
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """What the state file holds: the index's commit point."""
+
+    bucket_ms: int
+    applied_offset: int
+    added_through: int  # the highest offset added (-1: none)
+    last_plan: Plan | None
+    journal_bytes: int
+    buckets: dict[int, BucketState]  # pending buckets only
+
+
+def encode_state(state: IndexState) -> bytes:
+    plan = state.last_plan
+    body: bytes = msgpack.packb(
+        {
+            "version": VERSION,
+            "bucket_ms": state.bucket_ms,
+            "applied": state.applied_offset,
+            "added_through": state.added_through,
+            "plan": None
+            if plan is None
+            else [plan.sequence, [[b.due_ms, b.offset, b.record_count] for b in plan.batches]],
+            "journal_bytes": state.journal_bytes,
+            "buckets": [
+                [b, s.records, s.batches, s.file_bytes, s.min_offset]
+                for b, s in state.buckets.items()
+            ],
+        }
+    )
+    return _PREFIX.pack(len(body), _xxh3(body)) + body
+
+
+def decode_state(data: bytes, where: str) -> IndexState:
+    try:
+        length, checksum = _PREFIX.unpack_from(data, 0)
+        body = data[_PREFIX.size : _PREFIX.size + length]
+        if len(body) != length or _xxh3(body) != checksum:
+            raise ValueError("checksum mismatch or short body")
+        fields: dict[str, Any] = msgpack.unpackb(body, strict_map_key=False)
+        if fields["version"] != VERSION:
+            raise ValueError(f"version {fields['version']}, this code reads {VERSION}")
+        plan = fields["plan"]
+        return IndexState(
+            bucket_ms=fields["bucket_ms"],
+            applied_offset=fields["applied"],
+            added_through=fields["added_through"],
+            last_plan=None
+            if plan is None
+            else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1])),
+            journal_bytes=fields["journal_bytes"],
+            buckets={b: BucketState(r, n, size, low) for b, r, n, size, low in fields["buckets"]},
+        )
+    except (struct.error, ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
+        raise CorruptTimerIndex(f"{where}: not a valid timer index state ({error})") from error
