@@ -164,7 +164,10 @@ def check_delayed(
             followed_ms = max(followed_ms, event.wall_ms)
     for value, where in sorted(places.items()):
         if len(where) > 1:
-            found["twice"].append(f"{value!r} in the final logs {len(where)} times, at {where}")
+            found["twice"].append(
+                f"{value!r} in the final logs {len(where)} times, at {where[:5]}"
+                f"{' ...' if len(where) > 5 else ''}"
+            )
         if value not in sent:
             found["unexpected"].append(f"{value!r} at {where} was never sent")
         elif value in failed:
