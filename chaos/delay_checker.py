@@ -7,8 +7,9 @@ node runs on this machine):
   `wall_ms` (when it was sent), then `ok` (`wall_ms`: when it was acknowledged), `fail` (nothing
   was written) or `info` (unknown). The value names the record and its due time:
   `d<k>-<n>@<due_ms>` (`delayed_value`), so a record found in a log says when it was due;
-- `delay-seen` ok (process "follower-<p>"): a reader following partition `partition` received
-  `value` at `offset`, at `wall_ms`;
+- `delay-seen` ok (process "follower-<p>-<replica>"): a reader following partition `partition`
+  (one per replica it starts at) received `value` at `offset`, at `wall_ms`; the earliest
+  sighting of a record is when it was seen;
 - `delay-followed` ok: the followers' last wall-clock time (`wall_ms`): every record due a bound
   before it should have been seen;
 - `fault-start` / `fault-stop` (process "nemesis", `value` names the window), in monotonic `t`:
@@ -23,7 +24,8 @@ Anomalies:
 - twice:       a record in the final logs more than once (fired twice), or seen at two offsets;
 - early:       a record seen before its due time;
 - late:        a record seen (or, unseen, still missing when the followers stopped) later than
-               the bound after its due time: `fault_ms` if it fell due during a fault window,
+               the bound after its due time: `fault_ms` if it fell due during a fault window
+               or in the `quiet_ms` before one (it may have been firing when the fault hit),
                `quiet_ms` otherwise;
 - unexpected:  a record in the final logs that no delayer sent, that one saw `fail`, or in
                another partition than it was sent to;
@@ -184,7 +186,8 @@ def check_delayed(
         if due is None:
             found["unexpected"].append(f"{value!r} acknowledged: not a delayed value")
             continue
-        bound = bounds.fault_ms if any(a <= due <= b for a, b in windows) else bounds.quiet_ms
+        hit = any(start - bounds.quiet_ms <= due <= end for start, end in windows)
+        bound = bounds.fault_ms if hit else bounds.quiet_ms
         since = max(due, acked_ms)
         if value in first_seen:
             late = first_seen[value][0] - since

@@ -9,10 +9,13 @@ records a second shared by the delayers. Due times (seeded): most spread over `s
 for TopicNotFound, `info` (unknown) for everything else — InvalidArgument too, since a retry of
 an accepted produce whose due time has meanwhile passed the 1 s tolerance is refused so.
 
-Follower p ("follower-<p>") subscribes to partition p from offset 0 and records each record's
-first arrival (`delay-seen`, wall clock, offset). When the workload stops it records
-`delay-followed`: the time up to which every follower had caught up (the checker judges an
-unseen record due a bound before it late).
+Partition p has a follower per replica ("follower-<p>-<replica>"): each subscribes from offset
+0 starting at that replica and records each record's arrival (`delay-seen`, wall clock,
+offset); the checker takes the earliest. One per replica, so a follower held up by a paused or
+partitioned replica (until its subscription gives that replica up) does not count as lateness
+of the timers. When the workload stops it records `delay-followed`: the time up to which some
+follower of every partition had caught up (the checker judges an unseen record due a bound
+before it late).
 
     workload = DelayWorkload(bootstrap, history, "reminders", 2, seed, DelaySettings())
     workload.start(); ...; workload.stop_delayers(); workload.wait_due(bound_ms)
@@ -77,15 +80,27 @@ class DelayWorkload:
         self._followers: list[threading.Thread] = []
         self._clients: list[Client] = []
         self._lock = threading.Lock()
-        self._caught_up_ms: dict[int, int] = {}  # follower -> when it last had nothing new
+        # partition -> when one of its followers last had nothing new
+        self._caught_up_ms: dict[int, int] = {}
         self.last_due_ms = 0
         self.sent = 0
 
     def start(self) -> None:
         for number in range(self.settings.delayers):
             self._spawn(self._delayers, f"delayer-{number}", self._delay, number)
-        for partition in range(self.partitions):
-            self._spawn(self._followers, f"follower-{partition}", self._follow, partition)
+        for partition, replicas in enumerate(self._replicas()):
+            for replica in replicas:
+                name = f"follower-{partition}-{replica or 'any'}"
+                self._spawn(self._followers, name, self._follow, partition, replica)
+
+    def _replicas(self) -> list[list[str | None]]:
+        """Each partition's replicas (one follower each), or [None] where unknown."""
+        found: list[list[str | None]] = [[None] for _ in range(self.partitions)]
+        with contextlib.suppress(FlotillaError), Client(self.bootstrap, timeout_s=10) as client:
+            for info in client.describe_topic(self.topic).partitions:
+                if info.index < self.partitions and info.replicas:
+                    found[info.index] = list(info.replicas)
+        return found
 
     def _spawn(self, into: list[threading.Thread], name: str, target: Callable[..., None],
                *args: object) -> None:  # fmt: skip
@@ -141,14 +156,14 @@ class DelayWorkload:
                 self.history.record(process, EventType.OK, "delay-produce", partition=partition,
                                     value=value, wall_ms=wall_ms())  # fmt: skip
 
-    def _follow(self, partition: int) -> None:
-        process = f"follower-{partition}"
+    def _follow(self, partition: int, replica: str | None) -> None:
+        process = f"follower-{partition}-{replica or 'any'}"
         client = self._client(5.0)
         cursor = 0
         while not self._stop_followers.is_set():
             began_ms = wall_ms()
             try:
-                for record in client.subscribe(self.topic, partition, cursor,
+                for record in client.subscribe(self.topic, partition, cursor, replica,
                                                stop_after_idle_s=IDLE_S):  # fmt: skip
                     self.history.record(process, EventType.OK, "delay-seen", partition=partition,
                                         offset=record.offset, value=record.value.decode(),
@@ -161,7 +176,8 @@ class DelayWorkload:
                 continue
             # it ran IDLE_S without a record: everything committed before that was seen
             with self._lock:
-                self._caught_up_ms[partition] = max(began_ms, wall_ms() - int(IDLE_S * 1000))
+                caught = max(began_ms, wall_ms() - int(IDLE_S * 1000))
+                self._caught_up_ms[partition] = max(self._caught_up_ms.get(partition, 0), caught)
 
     def stop_delayers(self) -> None:
         self._stop_delayers.set()

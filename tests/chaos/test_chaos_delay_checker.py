@@ -103,6 +103,13 @@ def test_lateness_beyond_the_quiet_bound_is_caught_and_a_fault_allows_more() -> 
     during = History().produce(A, 0, T0_MS).fire(A, 0, T0_MS + 3100)
     during.fault("kill-leader#0", T0_MS + 1500, T0_MS + 1800)  # due within stop + grace
     assert during.check() == {}
+    # due just before the fault began: it may have been firing when the fault hit
+    before = History().produce(A, 0, T0_MS).fire(A, 0, T0_MS + 3100)
+    before.fault("kill-leader#0", T0_MS + 2900, T0_MS + 3500)
+    assert before.check() == {}
+    long_before = History().produce(A, 0, T0_MS).fire(A, 0, T0_MS + 3100)
+    long_before.fault("kill-leader#0", T0_MS + 3050, T0_MS + 3500)
+    assert list(long_before.check()) == ["late"]
     too_late = History().produce(A, 0, T0_MS).fire(A, 0, T0_MS + 4100)  # 2100 ms late
     too_late.fault("kill-leader#0", T0_MS + 1500, T0_MS + 1800)
     assert list(too_late.check()) == ["late"]
