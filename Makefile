@@ -73,6 +73,7 @@ soak: $(STAMP)
 	$(PY) -m raft.sim --first-seed 10000 --seeds 2000 --steps 2000 --nodes 3,5 --disk sim --jobs 2
 	$(PY) -m consumers.sim --first-seed 10000 --seeds 2000 --steps 600 --twice
 	$(PY) -m consumers.sim --queue --first-seed 10000 --seeds 2000 --steps 600 --twice
+	$(PY) -m timers.sim --first-seed 10000 --seeds 2000 --twice
 
 ## Regenerate docs/configuration.md and docs/cli.md from the code (a test fails when they are stale).
 .PHONY: docs

@@ -105,6 +105,7 @@ class DelayedProduce:
         node_id: str,
         topics: Callable[[], Mapping[str, TopicSpec]],
         create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
+        grow_topic: Callable[[pb.AlterTopicRequest], Awaitable[object]],
         refresh_topics: Callable[[], Awaitable[None]],
         replica: Callable[[str], Replica | None],
         member_version: Callable[[str], str | None],
@@ -114,6 +115,7 @@ class DelayedProduce:
         self.node_id = node_id
         self._topics = topics
         self._create_topic = create_topic
+        self._grow_topic = grow_topic
         self._refresh_topics = refresh_topics
         self._replica = replica
         self._member_version = member_version
@@ -142,10 +144,15 @@ class DelayedProduce:
             )
 
     async def timer_spec(self, source: TopicSpec) -> TopicSpec:
-        """The source incarnation's timer topic, created if missing."""
+        """The source incarnation's timer topic, created if missing, grown when the source topic
+        gained partitions (a timer log per source partition)."""
         name = timer_topic(source.uid)
         spec = self._topics().get(name)
-        if spec is not None:
+        if spec is not None and spec.partitions < source.partitions:
+            await self._grow_topic(pb.AlterTopicRequest(name=name, partitions=source.partitions))
+            await self._refresh_topics()
+            spec = self._topics().get(name)
+        if spec is not None and spec.partitions >= source.partitions:
             return spec
         request = pb.CreateTopicRequest(
             name=name, partitions=source.partitions, replication_factor=source.replication_factor
@@ -162,6 +169,7 @@ class DelayedProduce:
         """This node's replica of the timer partition if it leads it, else the leader's id;
         waits up to `ROUTE_WAIT_S` for a leader (a timer topic just created elects its first)."""
         group = f"{timers.name}/{partition}"
+        self.check_versions(group)  # every replica of the timer partition keeps timers
         deadline = time.monotonic() + ROUTE_WAIT_S
         while True:
             replica = self._replica(group)

@@ -24,6 +24,9 @@ is committed) and `flotilla_group_members{group}`, and for queue groups
 served only by each group's coordinator, from figures it refreshes every few seconds and on
 each DescribeGroup (`GroupGauges`), so a scrape costs no request to anyone.
 
+Delayed delivery (`cluster.timers`): `flotilla_pending_timers{topic,partition}` (delayed records
+accepted and not yet due), served only by the leader of each partition's timer log.
+
 Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
 over nodes (only a partition's leader counts it), take the max of
 `flotilla_offline_partitions` (every replica of a leaderless partition counts it).
@@ -83,8 +86,10 @@ class _NodeCollector(Collector):
         controller_leader: Callable[[], bool | None],
         is_live: Callable[[str], bool],
         groups: Callable[[], GroupGauges],
+        pending_timers: Callable[[], Mapping[tuple[str, int], int]] = dict,
     ) -> None:
         self.node_id = node_id
+        self.pending_timers = pending_timers
         self.is_live = is_live
         self.groups = groups
         self.replicas = replicas
@@ -192,6 +197,15 @@ class _NodeCollector(Collector):
         yield from (commit, high_watermark, is_leader, lag, hosted, leaders, under, offline)
         yield from (segments, size, quarantined, controller)
         yield from self._groups()
+        timers = GaugeMetricFamily(
+            "flotilla_pending_timers",
+            "delayed records accepted and not yet due in a partition (from the leader of its "
+            "timer log)",
+            labels=labels,
+        )
+        for (topic, partition), count in sorted(self.pending_timers().items()):
+            timers.add_metric([self.node_id, topic, str(partition)], count)
+        yield timers
 
     def _groups(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         gauges = self.groups()
@@ -241,6 +255,7 @@ class Metrics:
         controller_leader: Callable[[], bool | None] = lambda: None,
         is_live: Callable[[str], bool] = lambda member_id: True,
         groups: Callable[[], GroupGauges] = GroupGauges,
+        pending_timers: Callable[[], Mapping[tuple[str, int], int]] = dict,
     ) -> None:
         self.registry = registry = CollectorRegistry()
         self.node_id = node_id
@@ -308,6 +323,7 @@ class Metrics:
                 controller_leader,
                 is_live,
                 groups,
+                pending_timers,
             )
         )
         # the labelled children, looked up once (every request and disk round observes one)

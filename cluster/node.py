@@ -61,6 +61,7 @@ from cluster.partitions import PartitionManager
 from cluster.peer_service import PeerService
 from cluster.placement import Candidate
 from cluster.replica import Replica
+from cluster.retention import apply_timer_retention
 from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
@@ -135,6 +136,7 @@ class Node:
             controller_leader=self._controller_leader,
             is_live=self._is_live,
             groups=lambda: self.groups.gauges,
+            pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
@@ -217,6 +219,7 @@ class Node:
             node_id=config.node_id,
             topics=lambda: self.topic_admin.topics,
             create_topic=partial(self.create_topic, internal=True),
+            grow_topic=partial(self.alter_topic, internal=True),
             refresh_topics=self.refresh_topics,
             replica=self.replica,
             member_version=self._member_version,
@@ -231,6 +234,8 @@ class Node:
             tick_s=config.tick_ms / 1000,
             write_timeout_s=config.produce_timeout_ms / 1000,
             faults=timer_faults_from_env(),
+            maintain=partial(apply_timer_retention, self.multiraft),
+            retention_check_s=config.retention_check_s,
         )
         self.metadata_view.pending_timers = self._pending_timers
         self.partitions = PartitionManager(
@@ -498,8 +503,10 @@ class Node:
     async def delete_topic(self, name: str) -> None:
         await self.topic_admin.delete_topic(name)
 
-    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
-        return await self.topic_admin.alter_topic(request)
+    async def alter_topic(
+        self, request: pb.AlterTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        return await self.topic_admin.alter_topic(request, internal=internal)
 
     # -- views (for `NodeApi`: `cluster.metadata_view`) ----------------------------------------
     async def metadata(

@@ -59,7 +59,11 @@ class NodeApi(Protocol):
 
     async def delete_topic(self, name: str) -> None: ...
 
-    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo: ...
+    async def alter_topic(
+        self, request: pb.AlterTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
+        """`internal`: a node growing a timer log topic with its source (`cluster.delayed`)."""
+        ...
 
     # -- views ---------------------------------------------------------------------------------
     async def metadata(

@@ -22,7 +22,7 @@ from cluster.logs import EventBudget
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 
-__all__ = ["RETENTION_CHUNK", "apply_retention"]
+__all__ = ["RETENTION_CHUNK", "apply_retention", "apply_timer_retention"]
 
 log = logging.getLogger("flotilla.retention")
 
@@ -87,4 +87,42 @@ def _retain(
             if storage_failure(error) is not None:
                 raise  # a failed write or fsync stops the node (`MultiRaft.maintain`)
             log.exception("applying retention to %s failed", replica.group)
+    return removed
+
+
+async def apply_timer_retention(multiraft: MultiRaft, keep: Mapping[str, int]) -> int:
+    """Timer logs (`cluster.timers`) have no time or size retention: each hosted one named in
+    `keep` (group -> the lowest offset a pending timer or the last plan still needs) drops its
+    whole sealed segments wholly below that offset, never past its applied index. Returns the
+    entries removed."""
+    if not keep:
+        return 0
+    return cast(int, await multiraft.maintain(partial(_retain_timers, multiraft.replicas, keep)))
+
+
+def _retain_timers(hosted: Mapping[str, Replica], keep: Mapping[str, int]) -> int:
+    removed = 0
+    for group, offset in keep.items():
+        replica = hosted.get(group)
+        if replica is None:
+            continue
+        try:
+            segmented = replica.segmented
+            if offset >= segmented.next_offset:
+                index = replica.log.last_index + 1
+            elif offset <= segmented.first_offset:
+                continue
+            else:
+                index = segmented.find_offset(offset)
+            cut = min(segmented.cut_keeping(index), replica.node.applied_index + 1)
+            first = replica.log.first_index
+            if cut > first:
+                replica.log.compact(cut)
+                removed += cut - first
+                log.info("timer log %s: %d entries below offset %d removed (fired)", group,
+                         cut - first, offset)  # fmt: skip
+        except Exception as error:
+            if storage_failure(error) is not None:
+                raise
+            log.exception("applying retention to the timer log %s failed", group)
     return removed

@@ -123,7 +123,9 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
         who = client_of(context)
-        info = await topic_change(context, self.node.alter_topic(request))
+        # a node growing one of the cluster's own timer log topics says so (`cluster.topics`)
+        internal = any(key == INTERNAL_TOPIC_KEY for key, _ in context.invocation_metadata() or ())
+        info = await topic_change(context, self.node.alter_topic(request, internal=internal))
         changed = {
             field.name: value for field, value in request.ListFields() if field.name != "name"
         }

@@ -12,18 +12,47 @@ the headers of their first record (the node unpacks that record only, never the 
 
 Anything else (a batch no node of this version wrote) is skipped with a warning by the index,
 never fired: `classify` returns None for it.
+
+`Follower` keeps, on every replica of a timer partition, the on-disk index of its committed log
+(`storage.timer_index`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
+from cluster.failstop import NodeFailStopped
+from cluster.replica import Replica
 from proto.records import BATCH_HEADER_SIZE, InvalidBatch, encode_batch
-from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Plan, TimerBatch
+from storage import LogClosed
+from storage.timer_index import TimerIndex
+from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Plan, TimerBatch, TimerConfig
 
-__all__ = ["TimerLogError", "classify", "decode_plan", "deliver_at_of", "plan_batch"]
+__all__ = [
+    "Follower",
+    "TimerLogError",
+    "classify",
+    "decode_plan",
+    "deliver_at_of",
+    "plan_batch",
+]
+
+log = logging.getLogger("flotilla.timers")
+
+READ_BYTES = 4 * 1024 * 1024
+READ_RECORDS = 100_000
+RETRY_S = 1.0  # a follower that failed is built again after this long
+FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
+INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log
+Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
 
 
 class TimerLogError(InvalidBatch):
@@ -102,59 +131,115 @@ def classify(
     return TimerBatch(due_ms, base_offset, record_count)
 
 
-class LogFold:
-    """A timer partition's pending timers folded from its committed log on one replica: what the
-    leader's `TimerBook` is restored and its buckets loaded from, what `pending_timers` counts
-    and what retention keeps (`min_pending_offset`). Entries are keyed by offset: folding a
-    batch twice (a replay) changes nothing.
+def _read_items(replica: Replica, offset: int) -> list[Item]:
+    """Reader thread: the committed batches of a timer log from `offset`, classified."""
+    items: list[Item] = []
+    for stored in replica.read_committed(offset, READ_RECORDS, READ_BYTES):
+        end = stored.base_offset + stored.record_count
+        try:
+            item = classify(stored.data, stored.base_offset, stored.record_count)
+        except ValueError as error:  # not a batch this version wrote: never fired
+            log.warning("%s@%d is not a timer batch: %s", replica.group, stored.base_offset, error)
+            item = None
+        items.append((item, end))
+    return items
 
-    (Held in memory, a few hundred bytes a pending batch: the on-disk `storage.timer_index`
-    takes its place, with hourly buckets and a restart that replays only the log's tail.)"""
 
-    def __init__(self, bucket_ms: int) -> None:
-        self.bucket_ms = bucket_ms
-        self.applied_offset = 0  # the log is folded up to here (exclusive)
-        self.last_plan: Plan | None = None
-        self._pending: dict[int, TimerBatch] = {}  # offset -> batch
-        self._buckets: dict[int, dict[int, TimerBatch]] = {}  # bucket -> offset -> batch
-        self._records = 0
+class Follower:
+    """Keeps one replica's on-disk index of its committed timer log (`storage.timer_index`):
+    every replica of a timer partition. After a restart it replays the log from the index's
+    `applied_offset` (only the tail), never the whole log."""
 
-    def apply(self, item: TimerBatch | Plan | None, end_offset: int) -> None:
-        """The item at the log's next batch, which ends at `end_offset`."""
-        if isinstance(item, TimerBatch) and end_offset > self.applied_offset:
-            if item.offset not in self._pending and not self._fired(item.offset):
-                self._pending[item.offset] = item
-                self._buckets.setdefault(item.due_ms // self.bucket_ms, {})[item.offset] = item
-                self._records += item.record_count
-        elif isinstance(item, Plan) and end_offset > self.applied_offset:
-            for batch in item.batches:
-                held = self._pending.pop(batch.offset, None)
-                if held is not None:
-                    self._records -= held.record_count
-                    bucket = self._buckets[held.due_ms // self.bucket_ms]
-                    del bucket[held.offset]
-                    if not bucket:
-                        del self._buckets[held.due_ms // self.bucket_ms]
-            self.last_plan = item
-        self.applied_offset = max(self.applied_offset, end_offset)
+    def __init__(self, replica: Replica, config: TimerConfig) -> None:
+        self.replica = replica
+        self.config = config
+        self.index: TimerIndex | None = None  # once opened
+        self.applied_offset = 0  # every record below is in the index (flushed or not)
+        self.folded = asyncio.Event()  # set (and replaced) after each step
+        self.on_item: Callable[[TimerBatch | Plan], None] | None = None  # the slot's
+        self._flushed_at = 0.0
+        self._flushed_offset = -1
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def _fired(self, offset: int) -> bool:
-        plan = self.last_plan
-        return plan is not None and any(b.offset == offset for b in plan.batches)
+    def close(self) -> None:
+        self._task.cancel()
 
-    def summary(self) -> dict[int, tuple[int, int]]:
-        """bucket -> (pending records, pending batches)."""
-        return {
-            bucket: (sum(b.record_count for b in batches.values()), len(batches))
-            for bucket, batches in self._buckets.items()
-        }
+    @property
+    def done(self) -> bool:
+        """Stopped (a failure, logged): the host builds it again."""
+        return self._task.done()
 
-    def bucket(self, bucket: int) -> list[TimerBatch]:
-        return sorted(self._buckets.get(bucket, {}).values())
+    async def shut(self) -> None:
+        """Stops following; flushes the index (the node stops gracefully)."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        index = self.index
+        if index is not None and index.failed is None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(index.flush, self.applied_offset)
+            index.close()
 
     @property
     def pending(self) -> int:
-        return self._records
+        return self.index.pending if self.index is not None else 0
 
-    def min_pending_offset(self) -> int | None:
-        return min(self._pending) if self._pending else None
+    def keep_offset(self) -> int | None:
+        """The lowest offset of the log still needed (None: not known yet): the lowest pending
+        timer's or the last plan's lowest batch, and never above what the index has flushed
+        (a restart replays the log from there)."""
+        index = self.index
+        return None if index is None else index.min_pending_offset()
+
+    async def caught_up(self, offset: int) -> None:
+        while self.applied_offset < offset:
+            await self.folded.wait()
+
+    async def _run(self) -> None:
+        replica = self.replica
+        try:
+            directory = os.path.join(replica.directory, INDEX_DIRECTORY)
+            index = await asyncio.to_thread(TimerIndex.open, directory, self.config.bucket_ms)
+            self.index = index
+            self.applied_offset = index.applied_offset
+            self._flushed_offset = index.applied_offset
+            while True:
+                changed = replica.hw_changed
+                # a replica reset to the leader's log start: what went was not needed there
+                self.applied_offset = max(self.applied_offset, replica.segmented.first_offset)
+                if self.applied_offset < replica.high_watermark:
+                    items = await asyncio.to_thread(_read_items, replica, self.applied_offset)
+                    for item, end in items:
+                        if isinstance(item, TimerBatch):
+                            index.add(item)
+                        elif isinstance(item, Plan):
+                            index.planned(item)
+                        self.applied_offset = max(self.applied_offset, end)
+                        if item is not None and self.on_item is not None:
+                            self.on_item(item)
+                    event, self.folded = self.folded, asyncio.Event()
+                    event.set()
+                    await self._flush(index)
+                    if items:
+                        continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), FLUSH_S)
+                await self._flush(index)
+        except (asyncio.CancelledError, LogClosed, NodeFailStopped):
+            return
+        except Exception:
+            log.exception("indexing the timer log %s failed; retrying in %.0f s", replica.group,
+                          RETRY_S)  # fmt: skip
+            if self.index is not None:
+                self.index.close()
+            await asyncio.sleep(RETRY_S)  # then the host builds it again
+
+    async def _flush(self, index: TimerIndex) -> None:
+        """At most every FLUSH_S, off the event loop."""
+        now = time.monotonic()
+        if self.applied_offset == self._flushed_offset or now - self._flushed_at < FLUSH_S:
+            return
+        self._flushed_at = now
+        offset = self.applied_offset
+        await asyncio.to_thread(index.flush, offset)
+        self._flushed_offset = offset

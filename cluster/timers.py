@@ -3,23 +3,27 @@ a follower folds the committed timer log (`cluster.timer_log.LogFold`); for each
 a slot fires the due timers into the source partition.
 
 Follower (every replica): reads the committed batches past `applied_offset` in a thread (never
-on the event loop; classifying a batch unpacks its first record only) and folds them, waking the
-slot when a batch is accepted.
+on the event loop; classifying a batch unpacks its first record only) into the replica's
+on-disk `TimerIndex` (flushed at most every second, off the loop), waking the slot when a batch
+is accepted.
 
 Slot (the leader, one per term):
 1. waits until every entry its log held when it was built is applied (its own term's no-op
    commits them), and the follower has folded them;
-2. builds a `TimerBook` from the fold (`restore` + the near window's buckets), then appends the
+2. builds a `TimerBook` from the index (`restore` + the near window's buckets), then appends the
    book's `last_plan` again (its outcome is unknown after a failover: each repeat is answered
    as a duplicate by the source partition) before anything new;
-3. loops: sleeps until the earliest due time (an asyncio timer at that instant, not tick
-   granularity) or until a batch due earlier is accepted; then `plan = book.next_plan(now)`,
-   appends the plan record (acks=all), `book.planned(plan)` once committed, then appends each
-   planned batch to source partition p, in order, unchanged but for its producer:
+3. loops: sleeps until `PLAN_AHEAD_MS` before the earliest due time (an asyncio timer, not
+   tick granularity) or until a batch due earlier is accepted; then `plan =
+   book.next_plan(now + PLAN_AHEAD_MS)`, appends the plan record (acks=all; it commits while
+   the due time comes), `book.planned(plan)` once committed, then appends each planned batch,
+   never before its due time (an asyncio timer at that instant), to source partition p, in order, unchanged but for its producer:
    `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
    a producer derived from the pair). The next plan only once every append succeeded; a failed
-   append is retried (1 s doubling to 10 s) while the slot leads.
+   append is retried (0.1 s doubling to 1 s) while the slot leads. A plan fired in full with
+   no plan right behind it is followed by the book's done marker (an empty plan), so that no
+   later leader fires it again once the source may have forgotten the fire producer.
 
 A slot whose leadership ended is dropped; its successor (on whichever node) fires the last plan
 again. Timers of a source topic deleted (or recreated) are not fired: their timer log goes with
@@ -33,7 +37,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import xxhash
 
@@ -42,9 +46,10 @@ from cluster.controller import TopicSpec
 from cluster.copy_produce import CopyProducer
 from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
+from cluster.idempotence import Fresh
 from cluster.multiraft import Proposal
-from cluster.replica import Replica, Waiter
-from cluster.timer_log import LogFold, classify, plan_batch
+from cluster.replica import ProduceResult, Replica, Waiter
+from cluster.timer_log import Follower, plan_batch
 from proto.records import with_producer
 from raft.types import Role
 from storage import LogClosed
@@ -57,11 +62,14 @@ __all__ = ["FAULTS_ENV_VAR", "TimerHost", "fire_producer_id", "timer_faults_from
 log = logging.getLogger("flotilla.timers")
 
 READ_BYTES = 4 * 1024 * 1024
-READ_RECORDS = 100_000
-LOOK_S = 0.1  # how often the host looks for timer partitions gained or lost
-RETRY_FIRST_S = 0.2
-RETRY_MAX_S = 10.0
-Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
+# a plan is appended this long before its first batch is due (its record commits meanwhile)
+PLAN_AHEAD_MS = 100
+LOOK_S = 0.1
+FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
+INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log  # how often the host looks for timer partitions gained or lost
+RETRY_S = 1.0  # a slot that failed is built again after this long
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 1.0  # a failover of the source partition costs at most ~1 s more
 
 
 class Deposed(ClusterError):
@@ -75,66 +83,12 @@ def fire_producer_id(uid: str, partition: int) -> int:
     return (digest & ((1 << 63) - 1)) or 1
 
 
-def _read_items(replica: Replica, offset: int) -> list[Item]:
-    """Reader thread: the committed batches of a timer log from `offset`, classified."""
-    items: list[Item] = []
-    for stored in replica.read_committed(offset, READ_RECORDS, READ_BYTES):
-        end = stored.base_offset + stored.record_count
-        try:
-            item = classify(stored.data, stored.base_offset, stored.record_count)
-        except ValueError as error:  # not a batch this version wrote: never fired
-            log.warning("%s@%d is not a timer batch: %s", replica.group, stored.base_offset, error)
-            item = None
-        items.append((item, end))
-    return items
-
-
 def _read_batch(replica: Replica, offset: int) -> bytes | None:
     """Reader thread: the stored bytes of the timer batch at `offset` (None: gone)."""
     for stored in replica.read_committed(offset, 1, READ_BYTES):
         if stored.base_offset == offset:
             return bytes(stored.data)
     return None
-
-
-class Follower:
-    """Folds one replica's committed timer log (every replica of a timer partition)."""
-
-    def __init__(self, replica: Replica, config: TimerConfig) -> None:
-        self.replica = replica
-        self.fold = LogFold(config.bucket_ms)
-        self.folded = asyncio.Event()  # set (and replaced) after each fold step
-        self.on_item: Callable[[TimerBatch | Plan], None] | None = None  # the slot's
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def close(self) -> None:
-        self._task.cancel()
-
-    async def caught_up(self, offset: int) -> None:
-        while self.fold.applied_offset < offset:
-            await self.folded.wait()
-
-    async def _run(self) -> None:
-        replica = self.replica
-        try:
-            self.fold.applied_offset = replica.segmented.first_offset
-            while True:
-                changed = replica.hw_changed
-                if self.fold.applied_offset < replica.high_watermark:
-                    items = await asyncio.to_thread(_read_items, replica, self.fold.applied_offset)
-                    for item, end in items:
-                        self.fold.apply(item, end)
-                        if item is not None and self.on_item is not None:
-                            self.on_item(item)
-                    event, self.folded = self.folded, asyncio.Event()
-                    event.set()
-                    if items:
-                        continue
-                await changed.wait()
-        except (asyncio.CancelledError, LogClosed, NodeFailStopped):
-            return
-        except Exception:
-            log.exception("following the timer log %s failed", replica.group)
 
 
 class Slot:
@@ -164,6 +118,10 @@ class Slot:
             and replica.node.term == self.term
         )
 
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
     def close(self) -> None:
         self.follower.on_item = None
         self._task.cancel()
@@ -187,13 +145,15 @@ class Slot:
             if book is None:
                 return
             plan = book.last_plan
-            if plan is not None:  # its outcome is unknown: appended again (duplicates)
+            if plan is not None and plan.batches:  # outcome unknown: appended again (duplicates)
                 await self._fire(plan)
+                await self._mark_done(book)
             await self._serve(book)
         except (asyncio.CancelledError, LogClosed, NodeFailStopped, Deposed):
             return
         except Exception:
-            log.exception("firing the timers of %s failed", group)
+            log.exception("firing the timers of %s failed; again in %.0f s", group, RETRY_S)
+            await asyncio.sleep(RETRY_S)  # then the host builds it again
 
     async def _load(self) -> TimerBook | None:
         replica = self.replica
@@ -205,10 +165,11 @@ class Slot:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self.host.tick_s)
         await self.follower.caught_up(replica.high_watermark)
-        fold = self.follower.fold
+        index = self.follower.index
+        assert index is not None  # caught up: opened
         book = TimerBook(self.host.config, faults=self.host.faults)
-        book.restore(fold.summary(), fold.last_plan)
-        self._load_buckets(book)
+        book.restore(index.summary(), index.last_plan)
+        await self._load_buckets(book)
         self.book = book
         self.follower.on_item = self._on_item
         log.info(
@@ -217,17 +178,33 @@ class Slot:
         )  # fmt: skip
         return book
 
-    def _load_buckets(self, book: TimerBook) -> None:
+    async def _load_buckets(self, book: TimerBook) -> None:
+        """Reads the buckets the near window reaches into the book (off the event loop)."""
+        index = self.follower.index
         for bucket in book.buckets_to_load(_now_ms()):
-            book.load_bucket(bucket, self.follower.fold.bucket(bucket))
+            try:
+                if index is None:
+                    raise LogClosed("the timer index is not open")
+                batches = await asyncio.to_thread(index.bucket, bucket)
+            except (asyncio.CancelledError, NodeFailStopped):
+                raise
+            except Exception as error:  # asked for again at the next turn
+                book.load_failed(bucket)
+                log.warning("reading bucket %d of %s's timer index failed: %s", bucket,
+                            self.replica.group, error)  # fmt: skip
+                continue
+            book.load_bucket(bucket, batches)
 
     async def _serve(self, book: TimerBook) -> None:
         while self.leads():
+            await self._load_buckets(book)
             now = _now_ms()
-            self._load_buckets(book)
-            plan = book.next_plan(now)
+            # planned ahead so that its record has committed by the due time: each append of
+            # the plan still waits for its batch's due time (`_fire`), never earlier
+            plan = book.next_plan(now + PLAN_AHEAD_MS)
             if plan is None:
                 due = book.next_due_ms()
+                due = None if due is None else due - PLAN_AHEAD_MS
                 # wake at the due time, or at the next bucket boundary to load the window
                 boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
                 wait_ms = min(due if due is not None else boundary, boundary) - now
@@ -239,6 +216,20 @@ class Slot:
                 return
             book.planned(plan)
             await self._fire(plan)
+            await self._mark_done(book)
+
+    async def _mark_done(self, book: TimerBook) -> bool:
+        """Once a plan fired in full and no plan follows at once: the done marker (an empty
+        plan), so that no later leader fires it again (`timers.types`)."""
+        if book.next_plan(_now_ms() + PLAN_AHEAD_MS) is not None:
+            return True  # the next plan marks it so by itself
+        marker = book.done_marker()
+        if marker is None:
+            return True
+        if not await self._append_plan(marker):
+            return False
+        book.planned(marker)
+        return True
 
     async def _append_plan(self, plan: Plan) -> bool:
         now_ms = _now_ms()
@@ -255,15 +246,97 @@ class Slot:
             return False
 
     async def _fire(self, plan: Plan) -> None:
-        sequence = plan.sequence
+        """Appends the plan's batches, each at its due time, in order: pipelined when this node
+        leads the source partition, else (or when that fails) one by one through the produce
+        path, where a batch that landed already is answered as a duplicate."""
+        batches: list[tuple[TimerBatch, bytes | None]] = []
         for batch in plan.batches:
             data = await asyncio.to_thread(_read_batch, self.replica, batch.offset)
             if data is None:
                 log.error("timer batch %s@%d is gone from the log: not fired",
                           self.replica.group, batch.offset)  # fmt: skip
-            else:
+            batches.append((batch, data))
+        if await self._fire_local(plan, batches) or await self._fire_remote(plan, batches):
+            return
+        sequence = plan.sequence
+        for batch, data in batches:
+            await _until(batch.due_ms)
+            if data is not None:
                 await self._append(with_producer(data, self._producer_id, sequence))
             sequence += batch.record_count
+
+    async def _fire_remote(
+        self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]
+    ) -> bool:
+        """The pipelined path to another node: each batch's Produce sent at its due time, in
+        order, without waiting for the one before. False when any failed (out of order
+        included: never rebased here), once all are answered: the caller sends them all
+        again one by one, and those that landed are answered as duplicates."""
+        if any(data is None for _, data in batches) or len(batches) < 2:
+            return False
+        calls = []
+        sequence = plan.sequence
+        for batch, data in batches:
+            await _until(batch.due_ms)
+            assert data is not None
+            call = self.host.copies.produce(
+                self.source.name,
+                self.replica.partition,
+                with_producer(data, self._producer_id, sequence),
+            )
+            calls.append(asyncio.get_running_loop().create_task(call))
+            await asyncio.sleep(0)  # the call goes out before the next one
+            sequence += batch.record_count
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        if failed:
+            log.info("firing %s into %s/%d in a pipeline failed (%s): one by one instead",
+                     self.replica.group, self.source.name, self.replica.partition,
+                     failed[0])  # fmt: skip
+        return not failed
+
+    async def _fire_local(self, plan: Plan, batches: list[tuple[TimerBatch, bytes | None]]) -> bool:
+        """The pipelined path: proposes each batch to this node's leading replica of the source
+        partition at its due time, then waits for them all. False (nothing known about what
+        landed: the caller sends them all again) when it does not lead it, the first batch is
+        not the fire producer's next one (a repeat after a failover; a forgotten producer), or
+        any proposal fails."""
+        source = self.host.replica(f"{self.source.name}/{self.replica.partition}")
+        if source is None or source.node.role is not Role.LEADER:
+            return False
+        if any(data is None for _, data in batches):
+            return False
+        verdict = source.idempotence.admit(
+            self._producer_id, plan.sequence, plan.batches[0].record_count, source.node.term
+        )
+        if not isinstance(verdict, Fresh):
+            return False
+        loop = asyncio.get_running_loop()
+        futures = []
+        sequence = plan.sequence
+        for batch, data in batches:
+            await _until(batch.due_ms)
+            assert data is not None
+            waiter = Waiter(loop.create_future())
+            waiter.future.add_done_callback(_retrieve)
+            self.host.propose(
+                Proposal(
+                    source, with_producer(data, self._producer_id, sequence), batch.record_count,
+                    _now_ms(), waiter, self._producer_id, sequence,
+                )
+            )  # fmt: skip
+            futures.append(waiter.future)
+            sequence += batch.record_count
+        try:
+            await asyncio.wait_for(asyncio.gather(*futures), self.host.write_timeout_s)
+            return True
+        except (asyncio.CancelledError, NodeFailStopped):
+            raise
+        except Exception as error:  # NotLeader, OutOfOrderSequence, NotCommitted, TimeoutError
+            log.info("firing %s into %s/%d in a pipeline failed (%s): one by one instead",
+                     self.replica.group, self.source.name, self.replica.partition,
+                     error or type(error).__name__)  # fmt: skip
+            return False
 
     async def _append(self, batch: bytes) -> None:
         delay_s = RETRY_FIRST_S
@@ -296,6 +369,8 @@ class TimerHost:
         write_timeout_s: float,
         config: TimerConfig | None = None,
         faults: TimerFaults = NO_FAULTS,
+        maintain: Callable[[Mapping[str, int]], Awaitable[int]] | None = None,
+        retention_check_s: float = 5.0,
     ) -> None:
         self._topics = topics
         self._replicas = replicas
@@ -305,6 +380,8 @@ class TimerHost:
         self.write_timeout_s = write_timeout_s
         self.config = config or TimerConfig()
         self.faults = faults
+        self.maintain = maintain  # `cluster.retention.apply_timer_retention`
+        self.retention_check_s = retention_check_s
         self.followers: dict[str, Follower] = {}
         self.slots: dict[str, Slot] = {}
         self._task: asyncio.Task[None] | None = None
@@ -323,34 +400,59 @@ class TimerHost:
         for slot in self.slots.values():
             slot.close()
         for follower in self.followers.values():
-            follower.close()
+            await follower.shut()
         self.slots.clear()
         self.followers.clear()
 
     def pending(self, source: TopicSpec, partition: int) -> int | None:
-        """Pending timers of a source partition, as this node's replica of its timer log folds
-        them (None: this node holds none)."""
+        """Pending timers of a source partition, as this node's replica of its timer log
+        indexes them (None: this node holds none)."""
         follower = self.followers.get(f"{TIMER_TOPIC_PREFIX}{source.uid}/{partition}")
-        return None if follower is None else follower.fold.pending
+        return None if follower is None else follower.pending
 
-    def folds(self) -> dict[str, LogFold]:
-        return {group: follower.fold for group, follower in self.followers.items()}
+    def gauges(self) -> dict[tuple[str, int], int]:
+        """(source topic, partition) -> pending timers, of the timer logs this node leads (read
+        on the metrics thread: copies only)."""
+        return {
+            (slot.source.name, slot.replica.partition): slot.follower.pending
+            for slot in list(self.slots.values())
+        }
 
     async def _watch(self) -> None:
+        retained_at = time.monotonic()
         while True:
             try:
                 self._look()
+                if time.monotonic() - retained_at > self.retention_check_s:
+                    retained_at = time.monotonic()
+                    await self._retain()
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("the timer host's look failed")
             await asyncio.sleep(LOOK_S)
 
+    async def _retain(self) -> None:
+        """Drops the segments of each timer log below what its pending timers still need."""
+        keep = {
+            group: offset
+            for group, follower in self.followers.items()
+            if (offset := follower.keep_offset()) is not None
+        }
+        if self.maintain is not None:
+            await self.maintain(keep)
+
     def _look(self) -> None:
         replicas = self._replicas()
         sources = {spec.uid: spec for spec in self._topics().values() if spec.uid}
-        for group in [g for g, f in self.followers.items() if replicas.get(g) is not f.replica]:
+        for group in [
+            g for g, f in self.followers.items() if replicas.get(g) is not f.replica or f.done
+        ]:
             self.followers.pop(group).close()
         for group, slot in list(self.slots.items()):
-            if not slot.leads() or self.followers.get(group) is not slot.follower:
+            # a slot that stopped (a plan that did not commit, a failure) is built again
+            # while this node leads: it fires the last plan again first
+            if slot.done or not slot.leads() or self.followers.get(group) is not slot.follower:
                 slot.close()
                 del self.slots[group]
         for group, replica in replicas.items():
@@ -385,6 +487,18 @@ def timer_faults_from_env(environ: Mapping[str, str] | None = None) -> TimerFaul
         "it for real data", FAULTS_ENV_VAR, ",".join(names),
     )  # fmt: skip
     return TimerFaults(**dict.fromkeys(names, True))
+
+
+async def _until(due_ms: int) -> None:
+    """Never early: a plan is made PLAN_AHEAD_MS ahead of its batches' due times."""
+    early_s = (due_ms - _now_ms()) / 1000
+    if early_s > 0:
+        await asyncio.sleep(early_s)
+
+
+def _retrieve(future: asyncio.Future[ProduceResult]) -> None:
+    if not future.cancelled():
+        future.exception()  # a pipeline that gave up is no error
 
 
 def _now_ms() -> int:

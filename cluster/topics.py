@@ -234,11 +234,15 @@ class TopicAdmin:
         if timers and timers in self.controller.topics():
             await _decided("delete", timers, self.controller.delete_topic(timers))
 
-    async def alter_topic(self, request: pb.AlterTopicRequest) -> pb.TopicInfo:
+    async def alter_topic(
+        self, request: pb.AlterTopicRequest, *, internal: bool = False
+    ) -> pb.TopicInfo:
         """Changes a topic's retention (every node applies it at its next retention check) or
-        adds partitions (placed as a new topic's are; each node opens its new replicas)."""
+        adds partitions (placed as a new topic's are; each node opens its new replicas).
+        `internal`: this node grows a timer log topic with its source topic."""
         check_topic_name(request.name)
-        check_not_internal(request.name, "alter")
+        if not (internal and request.name.startswith(TIMER_TOPIC_PREFIX)):
+            check_not_internal(request.name, "alter")
         partitions = request.partitions if request.HasField("partitions") else None
         if partitions is not None:
             check_partition_count(partitions)
@@ -247,7 +251,11 @@ class TopicAdmin:
         )
         if self.controller is None:
             return await self._forward(
-                lambda stub, metadata: stub.AlterTopic(request, timeout=15, metadata=metadata)
+                lambda stub, metadata: stub.AlterTopic(
+                    request,
+                    timeout=15,
+                    metadata=(*metadata, (INTERNAL_TOPIC_KEY, "1")) if internal else metadata,
+                )
             )
         change: dict[str, Any] = {
             "retention_bytes": (

@@ -232,7 +232,7 @@ class ClientCore:
         headers: Headers | None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> Plan[RecordMetadata]:
+    ) -> Plan[RecordMetadata[Any]]:
         value, key, headers = check_record(value, key, headers)
         timestamp = now_ms()
         due = due_ms(delay_ms, deliver_at_ms, timestamp)
@@ -251,7 +251,7 @@ class ClientCore:
 
     def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None
-    ) -> Plan[list[RecordMetadata]]:
+    ) -> Plan[list[RecordMetadata[int]]]:
         if not values:
             return []
         yield from self.topic(topic)

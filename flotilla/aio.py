@@ -156,7 +156,7 @@ class Client(AsyncGroupAdmin):
         headers: Headers | None = None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> RecordMetadata:
+    ) -> RecordMetadata[Any]:
         """Writes one record and waits until it is acknowledged, as `flotilla.Client.produce`."""
         return await self._run(
             self._core.produce(topic, value, key, partition, headers, delay_ms, deliver_at_ms)
@@ -164,7 +164,7 @@ class Client(AsyncGroupAdmin):
 
     async def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
-    ) -> list[RecordMetadata]:
+    ) -> list[RecordMetadata[int]]:
         """Writes unkeyed records as one batch to one partition (round-robin across calls)."""
         return await self._run(self._core.produce_batch(topic, values, partition))
 
@@ -332,7 +332,7 @@ class AsyncProducer:
         headers: Headers | None = None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> asyncio.Future[RecordMetadata[Any]]:
         """Queues one record; the Future resolves to its `RecordMetadata` once committed (a
         delayed record's once accepted: see `flotilla.producer.Producer.send`)."""
         future = await asyncio.to_thread(

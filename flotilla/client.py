@@ -201,7 +201,7 @@ class Client(GroupAdmin):
         headers: Headers | None = None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> RecordMetadata:
+    ) -> RecordMetadata[Any]:
         """Writes one record and waits until it is acknowledged (committed on a quorum with
         acks="all"; appended by the leader with acks="leader").
 
@@ -217,7 +217,7 @@ class Client(GroupAdmin):
 
     def produce_batch(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
-    ) -> list[RecordMetadata]:
+    ) -> list[RecordMetadata[int]]:
         """Writes unkeyed records as one batch to one partition (round-robin across calls)."""
         return self._run(self._core.produce_batch(topic, values, partition))
 

@@ -12,6 +12,11 @@ Partitioning: a keyed record goes to `xxh64(key) % partitions`; unkeyed records 
 partition until its batch closes, then move to the next (round-robin across batches), so they
 form full batches instead of one small batch per partition.
 
+Delayed records (`delay_ms` / `deliver_at_ms`) travel in a lane of their own per partition: their
+batches hold one due time each (a record due at another time closes the open batch), carry the
+`flotilla-deliver-at` header on every record and take sequences from the partition's delayed
+space, so neither kind of batch waits for, or leaves a gap in, the other's.
+
 Memory is bounded: records waiting to be sent take at most `buffer_bytes`; `send` blocks while
 the buffer is full, and raises `Timeout` after the client's `timeout_s`.
 
@@ -89,7 +94,7 @@ _NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads i
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
-class RecordFuture(concurrent.futures.Future[RecordMetadata]):
+class RecordFuture(concurrent.futures.Future[RecordMetadata[Any]]):
     """The Future of one sent record. It behaves as a `concurrent.futures.Future` (`result`,
     `exception`, `add_done_callback`, `concurrent.futures.wait`, `as_completed`), except that it
     cannot be cancelled: the record may already be on its way. All futures of one batch share
@@ -99,21 +104,21 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata]):
     # replaces them when set), the rest per record, with a shared condition instead of one
     # Condition (and its lock and deque) per record
     _state = _PENDING
-    _result: RecordMetadata | None = None
+    _result: RecordMetadata[Any] | None = None
     _exception: BaseException | None = None
 
     def __init__(self, condition: threading.Condition) -> None:
         self._condition = condition
         self._waiters = []
         self._done_callbacks: list[
-            Callable[[concurrent.futures.Future[RecordMetadata]], object]
+            Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]
         ] = []
 
     def cancel(self) -> bool:
         """Always False: the record may already be on its way."""
         return False
 
-    def result(self, timeout: float | None = None) -> RecordMetadata:
+    def result(self, timeout: float | None = None) -> RecordMetadata[Any]:
         """Where the record was written, once it is; raises what failed it, or TimeoutError
         (concurrent.futures') after `timeout` seconds."""
         # settled futures answer without taking the shared lock: `_settle` stores the result
@@ -266,7 +271,7 @@ class Producer:
         headers: Headers | None = None,
         delay_ms: int | None = None,
         deliver_at_ms: int | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
+    ) -> concurrent.futures.Future[RecordMetadata[Any]]:
         """Queues one record; the Future resolves to its `RecordMetadata` once committed. A
         delayed record (`delay_ms` or `deliver_at_ms`, as `Client.produce`) resolves once
         durably accepted, with `offset` None and its `deliver_at_ms`; delayed records go in

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from proto.records import Record as WireRecord
 
@@ -49,16 +49,21 @@ class Record(WireRecord):
     partition: int = -1
 
 
-class RecordMetadata(NamedTuple):
+OffsetT = TypeVar("OffsetT", int, None)
+
+
+class RecordMetadata(NamedTuple, Generic[OffsetT]):
     """Where a record was written: its `topic`, `partition` and `offset`. A delayed record
     (`delay_ms` / `deliver_at_ms`) is accepted, durably, but has no offset yet (`offset` None:
     it gets one when due) and `deliver_at_ms` says when it is due (epoch ms; None for an
-    ordinary record). A named tuple (as kafka-python's): immutable, and made in a fraction of a
-    frozen dataclass's time — the producer makes one per record."""
+    ordinary record). Generic in the offset's type for type checkers: an ordinary `produce`
+    returns `RecordMetadata[int]`; where a call may be delayed it is `RecordMetadata[Any]`
+    (check `deliver_at_ms`). A named tuple (as kafka-python's): immutable, and made in a
+    fraction of a frozen dataclass's time — the producer makes one per record."""
 
     topic: str
     partition: int
-    offset: int | None
+    offset: OffsetT
     deliver_at_ms: int | None = None
 
 

@@ -368,6 +368,19 @@ class SegmentedLog:
                 total -= segment.size
             return cut
 
+    def cut_keeping(self, index: int) -> int:
+        """The first index a compaction may cut to while keeping entry `index` and every
+        later one: whole sealed segments wholly below it go; the active segment always stays.
+        Removes nothing."""
+        with self._lock:
+            self._check_open()
+            cut = self._start_index
+            for segment in self._segments[:-1]:
+                if segment.last_index >= index:
+                    break
+                cut = segment.last_index + 1
+            return cut
+
     def close(self) -> None:
         """Flushes (unless the policy is `never`) and closes. A log stopped by a storage error
         closes its files without fsync: the error was raised already."""

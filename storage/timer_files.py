@@ -10,6 +10,7 @@ An entry names its due time, so its bucket (due_ms // bucket_ms), wherever it is
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import msgpack
 import xxhash
 
+from storage.disk import Disk
 from storage.errors import CorruptLog
 from timers.types import Plan, TimerBatch
 
@@ -33,7 +35,10 @@ __all__ = [
     "encode_entry",
     "encode_state",
     "entries",
+    "file_size",
     "group_by_bucket",
+    "read_prefix",
+    "truncate",
 ]
 
 _ENTRY = struct.Struct("<B3xIqQ")
@@ -165,3 +170,42 @@ def decode_state(data: bytes, where: str) -> IndexState:
         )
     except (struct.error, ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise CorruptTimerIndex(f"{where}: not a valid timer index state ({error})") from error
+
+
+# -- file helpers: each opens, acts and closes (the index holds no descriptor) -------------------
+
+
+def file_size(disk: Disk, path: str) -> int | None:
+    """The size of `path`, or None if it does not exist."""
+    try:
+        fd = disk.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return disk.size(fd)
+    finally:
+        disk.close(fd)
+
+
+def read_prefix(disk: Disk, path: str, size: int) -> bytes:
+    """The first `size` bytes of `path` (flushed: a shorter file is `CorruptTimerIndex`)."""
+    if not size:
+        return b""
+    fd = disk.open(path, os.O_RDONLY)
+    try:
+        data = disk.pread(fd, size, 0)
+    finally:
+        disk.close(fd)
+    if len(data) < size:
+        raise CorruptTimerIndex(f"{path}: {len(data)} bytes, {size} expected")
+    return data
+
+
+def truncate(disk: Disk, path: str, size: int) -> None:
+    """Cuts `path` to `size` bytes, durably."""
+    fd = disk.open(path, os.O_RDWR)
+    try:
+        disk.ftruncate(fd, size)
+        disk.fsync(fd)
+    finally:
+        disk.close(fd)

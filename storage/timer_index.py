@@ -58,7 +58,10 @@ from storage.timer_files import (
     encode_entry,
     encode_state,
     entries,
+    file_size,
     group_by_bucket,
+    read_prefix,
+    truncate,
 )
 from timers.types import Plan, TimerBatch
 
@@ -84,6 +87,7 @@ class TimerIndex:
         self._last_plan: Plan | None = None
         self._next_sequence = 0
         self._buffer = bytearray()  # entries since the last flush
+        self._changed = False  # anything added or planned since the last flush
         self._journal_bytes = 0
         self._failed: StorageFailed | None = None
         self._closed = False
@@ -130,7 +134,10 @@ class TimerIndex:
             self._buckets = state.buckets
             self._pending = sum(s.records for s in state.buckets.values())
         # check every length before changing anything
-        sizes = {name: self._size(name) for name in [JOURNAL_NAME, *map(_name, self._buckets)]}
+        sizes = {
+            name: file_size(self._disk, self._file(name))
+            for name in [JOURNAL_NAME, *map(_name, self._buckets)]
+        }
         wanted = {JOURNAL_NAME: self._journal_bytes}
         wanted.update((_name(b), s.file_bytes) for b, s in self._buckets.items())
         for name, size in sizes.items():
@@ -141,7 +148,7 @@ class TimerIndex:
                 )
         for name, size in sizes.items():
             if size is not None and size > wanted[name]:
-                self._truncate(name, wanted[name])
+                truncate(self._disk, self._file(name), wanted[name])
                 self.truncated_bytes += size - wanted[name]
         removed = False
         for name in disk.listdir(self.directory):
@@ -175,6 +182,7 @@ class TimerIndex:
                 state.min_offset = batch.offset
             self._pending += batch.record_count
             self._added_through = batch.offset
+            self._changed = True
 
     def planned(self, plan: Plan) -> None:
         """A plan record committed in the timer log: its batches are fired; it is the last plan
@@ -192,6 +200,7 @@ class TimerIndex:
                 state.batches -= 1
                 self._pending -= batch.record_count
             self._set_last_plan(plan)
+            self._changed = True
 
     # -- reads -----------------------------------------------------------------------------------
     @property
@@ -214,15 +223,16 @@ class TimerIndex:
         with self._lock:
             return {b: (s.records, s.batches) for b, s in self._buckets.items() if s.batches}
 
-    def min_pending_offset(self) -> int | None:
-        """A lower bound of the lowest timer-log offset still needed: pending timers and the last
-        plan's batches (a new leader fires them again). None: nothing is needed. Exact for a
-        bucket once it has been read (`bucket`)."""
+    def min_pending_offset(self) -> int:
+        """The lowest timer-log offset this index still needs, for the log's retention (delete
+        only below it): the durable `applied_offset` (a restart replays from there), pending
+        timers (a lower bound per bucket, exact once the bucket has been read) and the last
+        plan's batches (a new leader fires them again)."""
         with self._lock:
             offsets = [s.min_offset for s in self._buckets.values() if s.batches]
             if self._last_plan is not None:
                 offsets.extend(b.offset for b in self._last_plan.batches)
-            return min(offsets) if offsets else None
+            return min([*offsets, self._applied_offset])
 
     def bucket(self, bucket: int) -> list[TimerBatch]:
         """The pending timer batches of `bucket`, in (due, offset) order (fired ones left out).
@@ -238,9 +248,9 @@ class TimerIndex:
             added: dict[int, TimerBatch] = {}
             fired: set[int] = set()
             sources = ((_name(bucket), file_bytes), (JOURNAL_NAME, journal_bytes))
-            for where, data in [(self._file(n), self._read(n, size)) for n, size in sources] + [
-                ("entries not flushed", buffered)
-            ]:
+            for where, data in [
+                (self._file(n), read_prefix(self._disk, self._file(n), size)) for n, size in sources
+            ] + [("entries not flushed", buffered)]:
                 for kind, batch in entries(data, where, bucket, self.bucket_ms):
                     if kind == ADDED:
                         added[batch.offset] = batch
@@ -255,8 +265,8 @@ class TimerIndex:
     # -- durability ------------------------------------------------------------------------------
     def flush(self, applied_offset: int) -> None:
         """Makes everything added and planned so far durable, with `applied_offset` (every
-        timer-log record below it is reflected). A failed write or fsync raises `StorageFailed`,
-        and so does every later call (fail-stop)."""
+        timer-log record below it is reflected); nothing to do (no I/O) if nothing changed. A
+        failed write or fsync raises `StorageFailed`, and so does every later call (fail-stop)."""
         with self._io_lock:
             with self._lock:
                 self._check_usable()
@@ -265,6 +275,9 @@ class TimerIndex:
                         f"applied offset {applied_offset} is below the index's "
                         f"{self._applied_offset}: it only moves forward"
                     )
+                if not self._changed and applied_offset == self._applied_offset:
+                    return  # nothing new: an idle partition costs no fsync
+                self._changed = False
                 appended = bytes(self._buffer)
                 self._buffer.clear()
                 snapshot = IndexState(
@@ -320,7 +333,7 @@ class TimerIndex:
     def _compact(self, snapshot: IndexState) -> None:
         """Moves the journal's entries into their bucket files (pending buckets only: the
         entries of a bucket all fired net to nothing), then empties the journal."""
-        journal = self._read(JOURNAL_NAME, snapshot.journal_bytes)
+        journal = read_prefix(self._disk, self._file(JOURNAL_NAME), snapshot.journal_bytes)
         check_entries(journal, self._file(JOURNAL_NAME))  # none dropped unseen
         moved = {
             bucket: positions
@@ -360,7 +373,7 @@ class TimerIndex:
             for bucket in moved:
                 self._buckets[bucket].file_bytes = buckets[bucket].file_bytes
             self._journal_bytes = 0
-        self._truncate(JOURNAL_NAME, 0)
+        truncate(self._disk, self._file(JOURNAL_NAME), 0)
         self.compactions += 1
 
     def close(self) -> None:
@@ -390,36 +403,6 @@ class TimerIndex:
 
     def _file(self, name: str) -> str:
         return os.path.join(self.directory, name)
-
-    def _size(self, name: str) -> int | None:
-        try:
-            fd = self._disk.open(self._file(name), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            return self._disk.size(fd)
-        finally:
-            self._disk.close(fd)
-
-    def _read(self, name: str, size: int) -> bytes:
-        if not size:
-            return b""
-        fd = self._disk.open(self._file(name), os.O_RDONLY)
-        try:
-            data = self._disk.pread(fd, size, 0)
-        finally:
-            self._disk.close(fd)
-        if len(data) < size:
-            raise CorruptTimerIndex(f"{self._file(name)}: {len(data)} bytes, {size} expected")
-        return data
-
-    def _truncate(self, name: str, size: int) -> None:
-        fd = self._disk.open(self._file(name), os.O_RDWR)
-        try:
-            self._disk.ftruncate(fd, size)
-            self._disk.fsync(fd)
-        finally:
-            self._disk.close(fd)
 
 
 def _name(bucket: int) -> str:

@@ -12,7 +12,9 @@ as time moves on, ahead of their due times.
     for b in buckets_to_load(now): book.load_bucket(b, index.bucket(b))
     then, in timer-log order as records commit:  book.accepted(batch) / book.planned(plan)
     leader: plan = book.next_plan(now_ms) -> append it (a plan record), then fire its batches;
+            once they all landed, if nothing else is due: book.done_marker() -> append it;
             book.last_plan: the plan whose outcome a new leader does not know (fire it again)
+    a bucket read that failed: book.load_failed(b) (buckets_to_load names it again)
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class TimerBook:
         a bucket is loaded (its pending batches all in the heap) or counted, never both
         every held batch's bucket <= the window's end when it was loaded, or it is due already
 
+    A bucket may be read while records commit (the node reads the index off its event loop):
+    from `buckets_to_load` until `load_bucket`, a batch accepted into it is held at once (the
+    read may miss it) and an offset planned is remembered (the read may still return it), so
+    the merge by offset neither loses nor repeats a timer.
+
     The heap deletes lazily: `_held` (offset -> batch) is the truth, a heap entry whose offset is
     not held (any more) is skipped and dropped when it reaches the top."""
 
@@ -62,6 +69,10 @@ class TimerBook:
         self._last_offsets: frozenset[int] = frozenset()  # the last plan's batches: fired
         self._next_sequence = 0
         self._skipped: set[int] = set()  # TEST ONLY (skip_far_bucket): buckets never loaded
+        # buckets handed out by `buckets_to_load` and not loaded yet (the node is reading them),
+        # and the offsets planned meanwhile (the read may still return them)
+        self._loading: set[int] = set()
+        self._planned_while_loading: set[int] = set()
 
     # -- state a leader starts from --------------------------------------------------------------
     def restore(self, summary: Mapping[int, BucketSummary], last_plan: Plan | None) -> None:
@@ -80,6 +91,8 @@ class TimerBook:
         self._unloaded = {b: [r, n] for b, (r, n) in summary.items() if n > 0}
         self._unloaded_records = sum(r for r, _ in self._unloaded.values())
         self._skipped = set()
+        self._loading = set()
+        self._planned_while_loading = set()
         self._set_last_plan(last_plan)
         if self._faults.forget_last_plan:
             self._last_plan = None  # the bug: its outcome is not checked (its sequence is kept)
@@ -91,27 +104,45 @@ class TimerBook:
         end = now_bucket + self.config.window_buckets
         if self._window_end is None or end > self._window_end:
             self._window_end = end
-        due = sorted(b for b in self._unloaded if b <= self._window_end)
+        due = sorted(b for b in self._unloaded if b <= self._window_end and b not in self._loading)
         if self._faults.skip_far_bucket:
             # the bug: a bucket read ahead of its time is dropped instead (its timers are lost)
             self._skipped.update(b for b in due if b > now_bucket)
             due = [b for b in due if b not in self._skipped]
+        self._loading.update(due)
         return due
 
     def load_bucket(self, bucket: int, batches: Iterable[TimerBatch]) -> None:
-        """The pending timer batches of `bucket`, read from the index (fired ones left out)."""
-        counted = self._unloaded.pop(bucket, None)
-        if counted is not None:
-            self._unloaded_records -= counted[0]
-        last = self._last_offsets
-        for batch in batches:
+        """The pending timer batches of `bucket`, read from the index (fired ones left out).
+        A bucket neither counted nor being loaded is held already: a second load is ignored
+        (a stale read could bring back timers fired since)."""
+        batches = list(batches)
+        for batch in batches:  # all checked first: bad input changes nothing
             if bucket_of(batch.due_ms, self.config.bucket_ms) != bucket:
                 raise InvalidTimer(
                     f"batch at offset {batch.offset} is due at {batch.due_ms} ms, in bucket "
                     f"{bucket_of(batch.due_ms, self.config.bucket_ms)}, not in bucket {bucket}"
                 )
-            if batch.offset not in last:  # fired already (the index may lag the book)
+        counted = self._unloaded.pop(bucket, None)
+        if counted is None and bucket not in self._loading:
+            return
+        if counted is not None:
+            self._unloaded_records -= counted[0]
+        # fired already (the index may lag the book): the last plan's, or planned during the read
+        fired = self._last_offsets | self._planned_while_loading
+        self._loading.discard(bucket)
+        if not self._loading:
+            self._planned_while_loading = set()
+        for batch in batches:
+            if batch.offset not in fired:
                 self._hold(batch)
+
+    def load_failed(self, bucket: int) -> None:
+        """The read of `bucket` (named by `buckets_to_load`) failed: `buckets_to_load` names it
+        again. What was accepted into it meanwhile stays held (the next load merges by offset)."""
+        self._loading.discard(bucket)
+        if not self._loading:
+            self._planned_while_loading = set()
 
     # -- the timer log, in order -----------------------------------------------------------------
     def accepted(self, batch: TimerBatch) -> None:
@@ -123,7 +154,11 @@ class TimerBook:
             return  # a repeat (the log replayed): held already, or fired
         bucket = bucket_of(batch.due_ms, self.config.bucket_ms)
         counted = self._unloaded.get(bucket)
-        if counted is not None:
+        if bucket in self._loading:
+            # being read: the read may miss it, so it is held now (`load_bucket` merges by
+            # offset); the bucket is in the near window, so memory stays bounded
+            self._hold(batch)
+        elif counted is not None:
             # on disk with its bucket: loading the bucket later gives it back
             counted[0] += batch.record_count
             counted[1] += 1
@@ -144,6 +179,8 @@ class TimerBook:
             if self._faults.fire_twice and i == 0:
                 continue  # the bug: the batch stays pending, and is planned again
             self._release(batch.offset)
+            if self._loading:
+                self._planned_while_loading.add(batch.offset)
         self._drop_stale_top()
         self._set_last_plan(plan)
 
@@ -176,8 +213,22 @@ class TimerBook:
             return None
         return Plan(self._next_sequence, tuple(taken))
 
+    def done_marker(self) -> Plan | None:
+        """The empty plan (the next sequence, no batches) that marks the last plan as fired in
+        full: the leader appends it once every append of the last plan succeeded and no plan
+        follows at once (a next plan marks its predecessor so by itself). Without it a later
+        leader fires the last plan again, and if the source partition forgot the fire producer
+        meanwhile (a day without firing) the repeat is not a duplicate there: it lands twice.
+        None when there is no last plan or it is empty (marked already)."""
+        plan = self._last_plan
+        if plan is None or not plan.batches or self._faults.no_done_marker:
+            return None
+        return Plan(self._next_sequence, ())
+
     @property
     def last_plan(self) -> Plan | None:
+        """The last plan in the log: a new leader fires its batches again (none if it is a
+        done marker)."""
         return self._last_plan
 
     def next_due_ms(self) -> int | None:

@@ -15,6 +15,9 @@ class TimerFaults:
     fire_early: bool = False  # timers are planned before their due time
     forget_last_plan: bool = False  # a new leader does not fire the last plan again (loses it)
     skip_far_bucket: bool = False  # a bucket beyond the window is never loaded (timers lost)
+    # a plan fired in full is not marked so (`TimerBook.done_marker`): a later leader fires it
+    # again, and once the source forgot the fire producer (a day idle) the repeat lands again
+    no_done_marker: bool = False
 
     @property
     def any(self) -> bool:

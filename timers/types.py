@@ -10,6 +10,13 @@ the source partition as the idempotent producer `fire_producer_id(uid, p)` at th
 sequences. A plan is written only once the previous plan's appends all succeeded, so after a
 failover only the last plan's outcome is unknown: the new leader appends it again and the source
 partition answers each repeat as a duplicate. Times are epoch ms passed in (`now_ms`).
+
+When every append of a plan succeeded and no plan follows at once, the leader appends a *done
+marker*: an empty plan at the next sequence (`TimerBook.done_marker()`). A plan fired long ago
+must not be fired again by a later leader: the source partition forgets an idle producer (a day
+without a batch), and a repeat it no longer knows is not a duplicate but a second copy. With the
+marker, the last plan is empty unless its outcome really is unknown (its leader died within
+seconds of it), and `last_plan` of an empty plan fires nothing.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ NON_BASE_UNITS = re.compile(
     r"_(ms|msec|millis|milliseconds|us|usec|micros|microseconds|ns|nanoseconds|minutes|hours|"
     r"days|kb|kib|mb|mib|gb|gib|kilobytes|megabytes|gigabytes|percent|pct)(_total)?$"
 )
-TIME_WORDS = re.compile(r"(latency|duration|_time|delay|elapsed|_age)")
+# ("_timers" counts timers, not a time)
+TIME_WORDS = re.compile(r"(latency|duration|_time(?!rs?(_|$))|delay|elapsed|_age)")
 SIZE_WORDS = re.compile(r"(_size|_bytes)")
 RESERVED_SUFFIXES = ("_count", "_sum", "_bucket", "_created")
 

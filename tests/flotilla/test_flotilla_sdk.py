@@ -140,7 +140,7 @@ def test_batches_stay_within_the_smallest_max_batch_bytes_the_nodes_report(
 
 def producer_writes_again(client: Client) -> bool:
     with client.producer(linger_ms=1) as producer:
-        return producer.send("gapped", b"after").result(timeout=30).offset >= 1
+        return bool(producer.send("gapped", b"after").result(timeout=30).offset >= 1)
 
 
 def test_reads_spread_and_pin_replicas(cluster: LocalCluster) -> None:

@@ -241,3 +241,83 @@ def test_fault_skip_far_bucket_never_loads_a_bucket_read_ahead() -> None:
     assert b.buckets_to_load(T0) == []
     assert b.buckets_to_load(T0 + H) == []  # not even once due
     assert b.pending == 1
+
+
+# -- a bucket read while records commit (the node reads the index off the event loop) ------------
+
+
+def test_a_batch_committed_while_its_bucket_is_read_is_not_lost() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1001: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1001]
+    on_disk = TimerBatch(T0 + H, 0, 1)
+    snapshot = [on_disk]  # the index's entries as the read saw them...
+    late = TimerBatch(T0 + H + 5, 1, 1)
+    b.accepted(late)  # ...while this one committed (the read missed it)
+    assert b.buckets_to_load(T0) == []  # being read: not asked for twice
+    b.load_bucket(1001, snapshot)
+    assert b.pending == 2 and b.loaded_batches == 2
+    assert fire(b, T0 + 2 * H) == [on_disk, late]
+
+
+def test_a_batch_fired_while_its_bucket_is_read_is_not_held_again() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1000: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1000]
+    on_disk, early, later = (
+        TimerBatch(T0 + 9, 0, 1),
+        TimerBatch(T0 + 1, 1, 1),
+        TimerBatch(T0 + 2, 2, 1),
+    )
+    b.accepted(early)  # committed while the bucket is read: held at once
+    assert fire(b, T0 + 1) == [early]
+    b.accepted(later)
+    assert fire(b, T0 + 2) == [later]  # a second plan: `early` is not the last plan's any more
+    b.load_bucket(1000, [on_disk, early, later])  # the read saw them before they fired
+    assert b.pending == 1 and b.loaded_batches == 1
+    assert fire(b, T0 + 9) == [on_disk]
+
+
+def test_a_second_load_of_a_bucket_is_ignored() -> None:
+    b = book()
+    x = TimerBatch(T0 + 1, 0, 1)
+    b.accepted(x)  # bucket 1000 is in the window: held, nothing to load
+    assert fire(b, T0 + 1) == [x]
+    b.accepted(TimerBatch(T0 + 2, 1, 1))
+    assert fire(b, T0 + 2) != []
+    b.load_bucket(1000, [x])  # a stale read of a bucket nobody asked for: x fired already
+    assert b.pending == 0 and b.next_plan(T0 + 10) is None
+
+
+def test_a_done_marker_follows_a_plan_fired_in_full() -> None:
+    b = book()
+    assert b.done_marker() is None  # no plan yet
+    b.accepted(TimerBatch(T0, 0, 3))
+    plan = b.next_plan(T0)
+    assert plan is not None
+    b.planned(plan)
+    marker = b.done_marker()
+    assert marker == Plan(3, ())
+    b.planned(marker)
+    assert b.last_plan == marker and b.done_marker() is None
+    b.accepted(TimerBatch(T0, 1, 1))
+    assert b.next_plan(T0) == Plan(3, (TimerBatch(T0, 1, 1),))  # the sequence goes on
+    again = TimerBook(CONFIG)
+    again.restore({}, marker)  # a new leader: nothing to fire again
+    assert again.last_plan is not None and again.last_plan.batches == ()
+    assert TimerBook(CONFIG, faults=TimerFaults(no_done_marker=True)).done_marker() is None
+
+
+def test_a_failed_read_is_asked_for_again_and_loses_nothing() -> None:
+    b = TimerBook(CONFIG)
+    b.restore({1000: (1, 1)}, None)
+    assert b.buckets_to_load(T0) == [1000]
+    during = TimerBatch(T0 + 2, 1, 1)
+    b.accepted(during)  # held: the bucket is being read
+    b.load_failed(1000)
+    assert b.pending == 2
+    assert b.buckets_to_load(T0) == [1000]
+    on_disk = TimerBatch(T0 + 1, 0, 1)
+    b.load_bucket(1000, [on_disk, during])
+    assert b.pending == 2 and b.loaded_batches == 2
+    assert fire(b, T0 + 2) == [on_disk, during]

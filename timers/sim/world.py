@@ -1,0 +1,422 @@
+"""One seeded run of a timer partition: producers accept delayed batches into a replicated timer
+log, replicas fold the committed log into their indexes (flushing now and then, crashing and
+replaying from `applied_offset`), and the leader builds a TimerBook from its index, plans, and
+fires each plan into a model source partition with the fire producer's (producer, sequence)
+dedupe. Faults: leader failovers (the uncommitted tail committed or lost), crashes between a
+plan and its firing or in the middle of it, index crashes, producer retries. Time is simulated
+(`now_ms`); every choice comes from `random.Random(seed)`.
+
+The leader follows the firing protocol of timers/types.py: on leadership it waits for the log
+to settle (its own term's entry committed: the tail is committed or dropped), brings its index
+up to the commit point, restores a book (summary + near buckets), fires the last plan again,
+then loops: plan (append a plan record) -> once committed, `planned` and fire every batch in
+order -> the next plan. `TimerChecker` judges it all as it runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from timers.book import TimerBook, bucket_of
+from timers.faults import NO_FAULTS, TimerFaults
+from timers.sim.checker import TimerChecker
+from timers.sim.index_model import IndexLike, IndexStore, MemoryIndexStore
+from timers.sim.parts import LogRecord, SourcePartition
+from timers.types import Plan, TimerBatch, TimerConfig
+
+__all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
+
+# scaled: 5-second buckets, so far timers (up to 30 buckets ahead) come due within a run
+SIM_CONFIG = TimerConfig(bucket_ms=5_000, window_buckets=2, max_plan_records=40, max_plan_batches=6)
+STEP_MS = (50, 600)  # time per step: the leader's timer resolution in the simulation
+FAR_MS = 150_000
+LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
+CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
+FIRE_PRODUCER = 7_000_001
+PRODUCERS = 3
+STAT_NAMES = (
+    "batches",
+    "records",
+    "past_timers",
+    "far_timers",
+    "bursts",
+    "plans",
+    "landed",
+    "duplicates",
+    "derived_sends",
+    "done_markers",
+    "forgotten_producers",
+    "quiet_stretches",
+    "failovers",
+    "tails_lost",
+    "crashes_mid_fire",
+    "index_crashes",
+    "producer_retries",
+    "refused_at_acceptance",
+    "bucket_loads",
+    "slow_reads",
+    "failed_reads",
+    "max_loaded",
+    "max_lateness_ms",
+)
+
+
+@dataclass
+class _Replica:
+    store: IndexStore
+    index: IndexLike
+    applied: int = 0  # log position: records [0, applied) are in the index
+
+
+@dataclass
+class _Leader:
+    replica: int
+    book: TimerBook
+    ready_at_ms: int
+    inflight: Plan | None = None  # appended, not committed yet
+    inflight_position: int = -1  # its place in the log
+    firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
+    next_batch: int = 0
+    # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
+    # the step it was asked for in)
+    reads: list[tuple[int, list[TimerBatch] | None, int]] = field(default_factory=list)
+
+
+class TimerSimulation:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        faults: TimerFaults = NO_FAULTS,
+        stores: Callable[[int], IndexStore] | None = None,
+        replicas: int = 3,
+        config: TimerConfig = SIM_CONFIG,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.faults = faults
+        self.config = config
+        self.now = 1_000_000_000  # ms
+        self.step_count = 0
+        self.checker = TimerChecker(config, LATE_BOUND_MS)
+        self.stats = dict.fromkeys(STAT_NAMES, 0)
+        self.log: list[LogRecord] = []
+        self.offsets: list[int] = []
+        self.commit = 0
+        self.source = SourcePartition()
+        self.accepted_ids: set[tuple[int, int]] = set()  # the timer log's idempotence table
+        self.unacked: list[tuple[int, int, int, int]] = []  # (producer, sequence, due, count)
+        self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
+        make = stores or (lambda _: MemoryIndexStore(config.bucket_ms))
+        self.replicas: list[_Replica] = []
+        for number in range(replicas):
+            store = make(number)
+            self.replicas.append(_Replica(store, store.open()))
+        self.leader: _Leader | None = None
+        self.election_steps = 1
+        self.quiet_until = 0
+        self.trace = hashlib.blake2b(digest_size=16)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self, steps: int, drain_steps: int = 1_000) -> None:
+        """`steps` of production and faults, then a quiet drain until every timer landed."""
+        for _ in range(steps):
+            self.step(faulty=True)
+        for _ in range(drain_steps):
+            if not self.checker.pending and self._idle():
+                break
+            self.step(faulty=False)
+        self.checker.finish()
+
+    def step(self, *, faulty: bool) -> None:
+        self.step_count += 1
+        self.now += self.rng.randint(*STEP_MS)
+        if faulty:
+            self._faults()
+        if self.leader is None:
+            self.election_steps -= 1
+            if self.election_steps <= 0:
+                self._elect()
+        if faulty and self.step_count >= self.quiet_until and self.rng.random() < 0.01:
+            self.quiet_until = self.step_count + self.rng.randint(60, 150)  # producers pause
+            self.stats["quiet_stretches"] += 1
+        if faulty and self.leader is not None and self.step_count >= self.quiet_until:
+            self._produce()
+        if self.leader is not None:
+            self._lead(self.leader)
+        for number, replica in enumerate(self.replicas):
+            if self.leader is None or number != self.leader.replica:
+                self._apply(replica, None)
+            if self.rng.random() < 0.3:
+                replica.index.flush(self._offset_after(replica.applied))
+        if self.leader is not None:
+            self._check(self.leader)
+
+    def digest(self) -> str:
+        return self.trace.hexdigest()
+
+    def _idle(self) -> bool:
+        leader = self.leader
+        return leader is not None and leader.inflight is None and leader.firing is None
+
+    def _event(self, *parts: object) -> None:
+        self.trace.update(repr((self.step_count, self.now, *parts)).encode())
+
+    # -- producers -------------------------------------------------------------------------------
+    def _produce(self) -> None:
+        rng = self.rng
+        if self.unacked and rng.random() < 0.3:
+            producer, sequence, due, count = self.unacked.pop(0)
+            self.stats["producer_retries"] += 1
+            self._accept(producer, sequence, due, count)
+        if rng.random() < 0.05:  # a retry of a batch already accepted: the table refuses it
+            accepted = [r for r in self.log[: self.commit] if r.batch is not None]
+            if accepted:
+                record = rng.choice(accepted)
+                assert record.batch is not None
+                self._accept(
+                    record.producer, record.sequence, record.batch.due_ms, record.batch.record_count
+                )
+        burst = rng.random() < 0.04
+        count = rng.randint(5, 15) if burst else (1 if rng.random() < 0.6 else 0)
+        self.stats["bursts"] += burst
+        due = self._due()
+        for _ in range(count):
+            producer = rng.randint(1, PRODUCERS)
+            records = rng.randint(1, 5)
+            sequence = self.producer_next[producer]
+            self.producer_next[producer] += records
+            self._accept(producer, sequence, due if burst else self._due(), records)
+
+    def _due(self) -> int:
+        rng, now = self.rng, self.now
+        kind = rng.random()
+        if kind < 0.1:
+            self.stats["past_timers"] += 1
+            return now - rng.randint(1, 999)
+        if kind < 0.2:
+            return now
+        if kind < 0.7:
+            return now + rng.randint(1, 15_000)
+        self.stats["far_timers"] += 1
+        return now + rng.randint(15_000, FAR_MS)
+
+    def _accept(self, producer: int, sequence: int, due: int, count: int) -> None:
+        if (producer, sequence) in self.accepted_ids:
+            self.stats["refused_at_acceptance"] += 1
+            return
+        self.accepted_ids.add((producer, sequence))
+        offset = self._next_offset()
+        self._append(LogRecord(offset, TimerBatch(due, offset, count), None, producer, sequence))
+        self.stats["batches"] += 1
+        self.stats["records"] += count
+
+    # -- the timer log ---------------------------------------------------------------------------
+    def _next_offset(self) -> int:
+        return self.log[-1].end if self.log else 0
+
+    def _offset_after(self, position: int) -> int:
+        return self.log[position - 1].end if position else 0
+
+    def _append(self, record: LogRecord) -> None:
+        self.log.append(record)
+        self.offsets.append(record.offset)
+
+    def _commit_all(self) -> None:
+        for record in self.log[self.commit :]:
+            if record.batch is not None:
+                self.checker.committed_batch(
+                    record.batch, record.producer, record.sequence, self.now
+                )
+            else:
+                assert record.plan is not None
+                self.checker.committed_plan(record.plan)
+            self._event("commit", record.offset)
+        self.commit = len(self.log)
+
+    def _drop_tail(self) -> None:
+        for record in self.log[self.commit :]:
+            if record.batch is not None:
+                self.accepted_ids.discard((record.producer, record.sequence))
+                self.unacked.append(
+                    (
+                        record.producer,
+                        record.sequence,
+                        record.batch.due_ms,
+                        record.batch.record_count,
+                    )
+                )
+        self._event("drop", len(self.log) - self.commit)
+        del self.log[self.commit :]
+        del self.offsets[self.commit :]
+
+    def _apply(self, replica: _Replica, book: TimerBook | None) -> None:
+        """Folds the committed records the replica has not applied into its index (and book)."""
+        for record in self.log[replica.applied : self.commit]:
+            if record.batch is not None:
+                replica.index.add(record.batch)
+                if book is not None:
+                    book.accepted(record.batch)
+            else:
+                assert record.plan is not None
+                replica.index.planned(record.plan)
+                if book is not None:
+                    book.planned(record.plan)
+        replica.applied = self.commit
+
+    # -- faults ----------------------------------------------------------------------------------
+    def _faults(self) -> None:
+        rng, leader = self.rng, self.leader
+        if leader is not None and leader.inflight is not None and rng.random() < 0.2:
+            # the plan commits, then a crash before its firing or in the middle of it
+            self.stats["crashes_mid_fire"] += 1
+            self._commit_all()
+            self._apply(self.replicas[leader.replica], leader.book)
+            plan, leader.inflight = leader.inflight, None
+            leader.firing, leader.next_batch = plan, 0
+            self._fire(leader, limit=rng.randint(0, max(0, len(plan.batches) - 1)))
+            self._failover()
+        elif leader is not None and rng.random() < 0.03:
+            self._failover()
+        if rng.random() < 0.03:
+            number = rng.randrange(len(self.replicas))
+            if self.leader is not None and self.leader.replica == number:
+                self._failover()
+            else:
+                self._crash_index(number)
+
+    def _failover(self) -> None:
+        leader = self.leader
+        assert leader is not None
+        self.stats["failovers"] += 1
+        if self.rng.random() < 0.5:
+            self._commit_all()  # the new leader's own-term entry commits the tail with it
+        else:
+            self.stats["tails_lost"] += self.commit < len(self.log)
+            self._drop_tail()
+        self.leader = None
+        self.election_steps = self.rng.randint(1, 3)
+        if self.rng.random() < 0.5:
+            self._crash_index(leader.replica)
+        self._event("failover", leader.replica)
+
+    def _crash_index(self, number: int) -> None:
+        replica = self.replicas[number]
+        self.stats["index_crashes"] += 1
+        replica.store.crash()
+        replica.index = replica.store.open()
+        applied = replica.index.applied_offset
+        replica.applied = bisect.bisect_left(self.offsets, applied, 0, self.commit)
+        self._event("index-crash", number, applied)
+
+    # -- the leader ------------------------------------------------------------------------------
+    def _elect(self) -> None:
+        number = self.rng.randrange(len(self.replicas))
+        replica = self.replicas[number]
+        self._apply(replica, None)  # every earlier entry is committed: index up to date
+        book = TimerBook(self.config, faults=self.faults)
+        book.restore(replica.index.summary(), replica.index.last_plan)
+        leader = _Leader(number, book, self.now)
+        self._load(leader)
+        if book.last_plan is not None:
+            leader.firing = book.last_plan  # its outcome is unknown: fire it again
+        self.leader = leader
+        self._event("elected", number)
+
+    def _load(self, leader: _Leader) -> None:
+        """Reads the buckets the book asks for as a node does, off its event loop: what the
+        index holds now reaches the book later (this cycle or a later one), after more records
+        may have committed and plans fired."""
+        index = self.replicas[leader.replica].index
+        still: list[tuple[int, list[TimerBatch] | None, int]] = []
+        for bucket, read, issued in leader.reads:
+            overdue = issued < self.step_count  # a read takes at most the rest of a step
+            batches = read
+            if batches is None:  # the read has not started yet
+                started = overdue or self.rng.random() < 0.5
+                self.stats["slow_reads"] += not started
+                batches = index.bucket(bucket) if started else None
+            if batches is not None and not overdue and self.rng.random() < 0.05:
+                leader.book.load_failed(bucket)  # an I/O error: asked for again
+                self.stats["failed_reads"] += 1
+            elif batches is not None and (overdue or self.rng.random() < 0.6):
+                leader.book.load_bucket(bucket, batches)
+                self.stats["bucket_loads"] += 1
+            else:
+                still.append((bucket, batches, issued))
+        leader.reads = still
+        for bucket in leader.book.buckets_to_load(self.now):
+            leader.reads.append((bucket, None, self.step_count))
+
+    def _lead(self, leader: _Leader) -> None:
+        replica = self.replicas[leader.replica]
+        for _ in range(CYCLES):
+            progress = False
+            self._apply(replica, leader.book)
+            if leader.inflight is not None and leader.inflight_position < self.commit:
+                leader.firing, leader.next_batch, leader.inflight = leader.inflight, 0, None
+            self._load(leader)
+            if leader.firing is not None:
+                self._fire(leader)
+                progress = True
+            if leader.inflight is None and leader.firing is None:
+                plan = leader.book.next_plan(self.now) or leader.book.done_marker()
+                if plan is not None:
+                    self.stats["done_markers"] += not plan.batches
+                    self.checker.plan_made(plan, self.now)
+                    self._append(LogRecord(self._next_offset(), None, plan))
+                    leader.inflight, leader.inflight_position = plan, len(self.log) - 1
+                    self.stats["plans"] += 1
+                    self._event("plan", plan.sequence, len(plan.batches))
+                    progress = True
+            if self.commit < len(self.log) and self.rng.random() < 0.9:
+                self._commit_all()
+                progress = True
+            if not progress:
+                break
+        self._apply(replica, leader.book)
+
+    def _fire(self, leader: _Leader, limit: int | None = None) -> None:
+        plan = leader.firing
+        assert plan is not None
+        end = len(plan.batches) if limit is None else min(limit, len(plan.batches))
+        for index in range(leader.next_batch, end):
+            batch = plan.batches[index]
+            sequence = plan.sequence + sum(b.record_count for b in plan.batches[:index])
+            fire_id, count = (FIRE_PRODUCER, 0), batch.record_count
+            answer = self.source.append(fire_id, sequence, count, self.now)
+            if answer == "out-of-order":  # the partition forgot us: a derived producer, at 0
+                self.stats["derived_sends"] += 1
+                answer = self.source.append((FIRE_PRODUCER, sequence), 0, count, self.now)
+            self._event("fire", batch.offset, answer)
+            if answer == "appended":
+                self.stats["landed"] += 1
+                self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
+            else:
+                self.stats["duplicates"] += 1
+        leader.next_batch = end
+        if end == len(plan.batches):
+            leader.firing, leader.next_batch = None, 0
+
+    def _check(self, leader: _Leader) -> None:
+        self.checker.counts("the leader's book", leader.book.pending)
+        self.checker.counts("the leader's index", self.replicas[leader.replica].index.pending)
+        self.checker.memory(leader.book.loaded_batches, self.now)
+        for number, replica in enumerate(self.replicas):
+            index = replica.index
+            if replica.applied == self.commit:
+                self.checker.retention(
+                    f"replica {number}'s index",
+                    index.min_pending_offset(),
+                    index.applied_offset,
+                    index.last_plan,
+                )
+        self.stats["max_loaded"] = max(self.stats["max_loaded"], leader.book.loaded_batches)
+        self.stats["max_lateness_ms"] = self.checker.max_lateness_ms
+        self.stats["forgotten_producers"] = self.source.forgotten
+        far = bucket_of(self.now, self.config.bucket_ms) + self.config.window_buckets
+        self._event("check", leader.book.pending, leader.book.loaded_batches, far)
