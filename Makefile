@@ -47,17 +47,21 @@ bench: $(STAMP)
 	$(PY) -m bench.failover
 	$(PY) -m bench.idle --partitions 1000
 	$(PY) -m bench.queue
+	$(PY) -m bench.delay
 
 ## The chaos sweep: every nemesis, three seeds, 60 s of faults each (CI runs a short one).
 ## "all" includes disk (EIO/ENOSPC on write/fsync, fail-stop required); churn needs spare
 ## nodes (5 nodes, replication 3) and replicas that move (replace_after 2 s). The last two
 ## sweeps add a consumer group's members, then a queue group's 8 receiver processes (acks,
-## releases, rejects, expiries, crashes; chaos.queue_checker judges the drained group).
+## releases, rejects, expiries, crashes; chaos.queue_checker judges the drained group). The
+## last adds 20 delayed records a second (chaos.delay_checker: each fires once, never early,
+## late by at most an election + 1 s during faults, 1 s otherwise).
 chaos: $(STAMP)
 	$(PY) -m chaos sweep --nodes 3 --nemesis all --seeds 1,2,3 --duration 60
 	$(PY) -m chaos sweep --nodes 5 --nemesis churn --seeds 1,2,3 --duration 60 --replace-after-s 2
 	$(PY) -m chaos sweep --nodes 3 --nemesis kill-leader,pause,partition-random --seeds 1,2,3 --duration 60 --group-members 3
 	$(PY) -m chaos sweep --nodes 3 --nemesis kill-leader,pause,partition-random --seeds 1,2,3 --duration 60 --producers 4 --queue-receivers 8
+	$(PY) -m chaos sweep --nodes 3 --nemesis kill-leader,pause,partition-random --seeds 1,2,3 --duration 60 --delayed 20
 
 ## The long Raft simulation sweep: 10,000 seeds x 2,000 steps with membership churn (about 35 min
 ## on one core), then 2,000 seeds on the real storage code over a simulated disk (crashes that

@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--queue-receivers", type=int, default=0,
                          help="receiver processes of a queue group sharing the topic, acking, "
                               "releasing, rejecting and crashing (0: none)")  # fmt: skip
+        sub.add_argument("--delayed", type=float, default=0.0,
+                         help="delayed records a second to <topic>-delayed beside the normal "
+                              "workload, judged by chaos.delay_checker (0: none)")  # fmt: skip
         sub.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
         sub.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
         if command == "run":
@@ -85,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         replace_after_s=args.replace_after_s,
         group_members=args.group_members,
         queue_receivers=args.queue_receivers,
+        delayed=args.delayed,
     )
     if args.command == "run":
         outcome = run(replace(config, seed=args.seed))

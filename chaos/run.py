@@ -3,6 +3,12 @@ seeded nemesis schedule, then heal, wait for convergence, check and report.
 
     python -m chaos run --nodes 5 --nemesis partition-random,kill-leader,pause --duration 60 --seed 7
     python -m chaos sweep --nemesis all --seeds 1,2,3 --duration 60
+    python -m chaos run --nemesis kill-leader --duration 30 --delayed 20
+
+`--delayed N` adds N delayed records a second to a topic of their own (`<topic>-delayed`)
+beside the normal workload (`chaos.delay_workload`), judged by `chaos.delay_checker`: each
+accepted one fires exactly once, never early, late by at most 1 s (an election + 1 s when it
+fell due during a fault).
 
 A run writes `<root>/<timestamp>-<nemeses>-s<seed>/`: history.jsonl, report.json, the node logs
 and dial maps. It prints the checker's summary and the replay command, and exits 1 on an anomaly.
@@ -21,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import CheckResult, FinalLogs, check, reference_logs, with_group
+from chaos.delay_checker import DelayBounds, DelayCheck, check_delayed
+from chaos.delay_workload import DelaySettings, DelayWorkload, wall_ms
 from chaos.disk import DiskFaultCluster
 from chaos.group_checker import check_group
 from chaos.group_workload import GroupWorkload, committed_offsets
@@ -38,6 +46,9 @@ __all__ = ["RunConfig", "RunOutcome", "replay_command", "run", "sweep", "sweep_t
 
 NODE_CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
 UNSAFE_ENV = "FLOTILLA_ALLOW_UNSAFE"
+# NODE_CONFIG's election timeout is 500 ms; a split vote may take a second round
+ELECTION_MS = 1000
+DELAY_BOUNDS = DelayBounds(quiet_ms=1000, fault_ms=ELECTION_MS + 1000, grace_s=2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +78,8 @@ class RunConfig:
     # receiver processes of one queue group sharing the topic (`chaos.queue_workload`); 0: none
     queue_receivers: int = 0
     queue: QueueSettings = field(default_factory=QueueSettings)
+    # delayed records a second to `<topic>-delayed` (`chaos.delay_workload`); 0: none
+    delayed: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,7 @@ class RunOutcome:
     directory: Path
     result: CheckResult
     converged: bool
+    delayed: DelayCheck | None = None  # the delayed-delivery checker's verdict, when it ran
 
     @property
     def ok(self) -> bool:
@@ -93,6 +107,7 @@ def replay_command(config: RunConfig) -> str:
         "--replace-after-s": (config.replace_after_s, default.replace_after_s),
         "--group-members": (config.group_members, default.group_members),
         "--queue-receivers": (config.queue_receivers, default.queue_receivers),
+        "--delayed": (f"{config.delayed:g}", f"{default.delayed:g}"),
     }
     flags = "".join(
         f" {flag} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else value}"
@@ -151,12 +166,19 @@ def run(config: RunConfig) -> RunOutcome:
     group: GroupWorkload | None = None
     queue: QueueWorkload | None = None
     queue_found: dict[str, list[str]] = {}
+    delayer: DelayWorkload | None = None
+    delayed: DelayCheck | None = None
+    delayed_topic = f"{topic}-delayed"
     try:
         network.attach(cluster)
         cluster.start()
         client = Client(cluster.addresses(), timeout_s=20)
         client.create_topic(topic, config.workload.partitions, replication_factor(config))
         replicas = _wait_for_leaders(client, topic, config.workload.partitions)
+        if config.delayed:
+            client.create_topic(delayed_topic, config.workload.partitions,
+                                replication_factor(config))  # fmt: skip
+            _wait_for_leaders(client, delayed_topic, config.workload.partitions)
         workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed)
         nemesis = Nemesis(cluster, network, client, topic, history, config.seed,
                           fail_stop_timeout_s=config.fail_stop_timeout_s)  # fmt: skip
@@ -170,6 +192,11 @@ def run(config: RunConfig) -> RunOutcome:
             queue = QueueWorkload(cluster.addresses(), history, directory / "queue", topic,
                                   config.seed, settings)  # fmt: skip
             queue.start()
+        if config.delayed:
+            delayer = DelayWorkload(cluster.addresses(), history, delayed_topic,
+                                    config.workload.partitions, config.seed,
+                                    DelaySettings(rate_per_s=config.delayed))  # fmt: skip
+            delayer.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
         runner.start()
@@ -179,7 +206,11 @@ def run(config: RunConfig) -> RunOutcome:
         nemesis.heal_all()
         time.sleep(config.settle_s)  # the workload's writes after the heal are part of the run
         workload.stop()
+        if delayer is not None:
+            delayed, delayed_converged = finish_delayed(client, delayer, config.converge_timeout_s)
         final, converged = collect_final_logs(client, topic, config.converge_timeout_s)
+        if delayer is not None:
+            converged = converged and delayed_converged
         if group is not None:
             ends = {p: len(log) for p, log in reference_logs(final).items()}
             group.drain(ends, config.drain_timeout_s)
@@ -193,6 +224,8 @@ def run(config: RunConfig) -> RunOutcome:
             group.stop()
         if queue is not None:
             queue.stop()
+        if delayer is not None:
+            delayer.stop()
         history.close()
         cluster.close()
         network.close()
@@ -200,11 +233,16 @@ def run(config: RunConfig) -> RunOutcome:
         json.dumps({str(p): logs for p, logs in final.items()}, separators=(",", ":"))
     )
     result = check(history.events, final)
+    extra: dict[str, list[str]] = {}
     if config.group_members:
-        result = with_group(result, check_group(history.events, reference_logs(final), committed))
+        extra.update(check_group(history.events, reference_logs(final), committed))
     if config.queue_receivers:
-        result = with_group(result, queue_found)
-    outcome = RunOutcome(config, directory, result, converged)
+        extra.update(queue_found)
+    if delayed is not None:
+        extra.update(delayed.anomalies())
+    if extra:
+        result = with_group(result, extra)
+    outcome = RunOutcome(config, directory, result, converged, delayed)
     write_report(outcome, faults)
     return outcome
 
@@ -238,6 +276,21 @@ def drain_and_check_queue(
     }
     (queue.directory / "queue-check.json").write_text(json.dumps(verdict, indent=2))
     return found
+
+
+def finish_delayed(
+    client: Client, delayer: DelayWorkload, timeout_s: float
+) -> tuple[DelayCheck, bool]:
+    """After the heal: the delayers stop, every record they sent falls due (and the quiet bound
+    passes), the delayed topic's replicas converge, and `chaos.delay_checker` judges it."""
+    delayer.stop_delayers()
+    delayer.wait_due(DELAY_BOUNDS.quiet_ms)
+    final, converged = collect_final_logs(client, delayer.topic, timeout_s)
+    final_ms = wall_ms()
+    delayer.stop()
+    found = check_delayed(delayer.history.snapshot(), reference_logs(final), final_ms=final_ms,
+                          bounds=DELAY_BOUNDS)  # fmt: skip
+    return found, converged
 
 
 def _wait_for_leaders(client: Client, topic: str, partitions: int) -> list[str]:
@@ -310,12 +363,21 @@ def write_report(outcome: RunOutcome, faults: Sequence[Any]) -> None:
             "fraction_during_faults": result.availability.fraction_during_faults,
         },
     }
+    if outcome.delayed is not None:
+        d = outcome.delayed
+        report["delayed"] = {
+            "acked": d.acked, "failed": d.failed, "unknown": d.unknown, "fired": d.fired,
+            "seen": d.seen, "lateness_ms": d.lateness(),
+            "anomalies": {kind: len(items) for kind, items in d.found.items()},
+        }  # fmt: skip
     (outcome.directory / "report.json").write_text(json.dumps(report, indent=2))
 
 
 def print_outcome(outcome: RunOutcome) -> None:
     print(f"chaos run {outcome.directory}")
     print(outcome.result.summary())
+    if outcome.delayed is not None:
+        print(outcome.delayed.summary())
     if not outcome.converged:
         print("replicas did NOT converge after healing")
     verdict = "OK" if outcome.ok else "ANOMALIES FOUND"
