@@ -513,7 +513,7 @@ def due_of_value(value: bytes) -> int:
 
 def test_a_restart_of_every_node_recovers_pending_timers_and_fires_them(setup: Setup) -> None:
     create(setup, "restart", partitions=1)
-    due = int(time.time() * 1000) + 8_000
+    due = int(time.time() * 1000) + 12_000
     dues = [due + i for i in range(200)]
     produce_many(setup, "restart", dues, per_batch=10)  # 2,000 timers
     expected = {f"{d}-{i}".encode() for d in dues for i in range(10)}
