@@ -35,12 +35,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bench.idle import rss_mb
 from chaos.delay_checker import percentile
 from chaos.delay_workload import timer_leaders, wall_ms
 from cluster.local import LocalCluster
-from flotilla import Client, RecordMetadata
+from flotilla import Client
 from flotilla.errors import FlotillaError
 
 TOPIC = "bench-delay"
@@ -88,19 +89,24 @@ def second_precision_hour_ahead() -> int:
 class Lateness:
     sent: int
     seen: int
-    lateness_ms: tuple[int, ...]  # sorted
+    lateness_ms: tuple[int, ...]  # sorted; of the acknowledged, an unseen one as of the end
+    acked: int
+    in_log: int  # of the records sent, how many the partition holds at the end
+    errors: dict[str, tuple[int, str]]  # sends that failed: kind -> (how many, the first)
 
 
 def lateness(
     client: Client, addresses: list[str], count: int, rate_per_s: float, seed: int
 ) -> Lateness:
     """`count` delayed records due 1-4 s after their send, at `rate_per_s`; a subscriber on
-    partition 0 from its current end notes each one's arrival."""
+    partition 0 from its current end notes each one's arrival. Sends that fail are counted by
+    kind (one whose due time is over 1 s past when it reaches the node is refused)."""
     rng = random.Random(seed)
     start_offset = client.describe_topic(TOPIC).partitions[0].high_watermark
     due: dict[bytes, int] = {}
     acked: dict[bytes, int] = {}
     arrived: dict[bytes, int] = {}
+    errors: dict[str, tuple[int, str]] = {}  # a failed send's error kind -> (how many, the first)
     lock = threading.Lock()
     stop = threading.Event()
 
@@ -122,11 +128,16 @@ def lateness(
     follower = threading.Thread(target=follow, name="lateness-follower", daemon=True)
     follower.start()
 
-    def noted(name: bytes) -> Callable[[Future[RecordMetadata]], None]:
-        def done(future: Future[RecordMetadata]) -> None:
-            if future.exception() is None:
-                with lock:
+    def noted(name: bytes) -> Callable[[Future[Any]], None]:
+        def done(future: Future[Any]) -> None:
+            error = future.exception()
+            with lock:
+                if error is None:
                     acked[name] = wall_ms()
+                else:  # by kind, with the first one's text
+                    kind = type(error).__name__
+                    count, example = errors.get(kind, (0, repr(error)[:300]))
+                    errors[kind] = (count + 1, example)
 
         return done
 
@@ -150,9 +161,18 @@ def lateness(
         stop.wait(0.1)  # a poll interval
     stop.set()
     follower.join(timeout=10)
+    ended_ms = wall_ms()
+    in_log = set()
+    offset = start_offset
+    while batch := client.read(TOPIC, 0, offset, 1000):  # the log itself: were they fired?
+        in_log |= {bytes(r.value[:16]) for r in batch if bytes(r.value[:16]) in due}
+        offset = batch[-1].offset + 1
     with lock:
-        late = sorted(arrived[n] - max(due[n], acked[n]) for n in acked if n in arrived)
-    return Lateness(count, len(late), tuple(late))
+        late = [arrived[n] - max(due[n], acked[n]) for n in acked if n in arrived]
+        # one never seen counts as late as the wait's end, at least: the figures are floors
+        unseen = [ended_ms - max(due[n], acked[n]) for n in acked if n not in arrived]
+    return Lateness(count, len(late), tuple(sorted(late + unseen)), len(acked), len(in_log),
+                    errors)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000, help="batching producer, each")
     parser.add_argument("--sync-records", type=int, default=300, help="sync produce, each")
-    parser.add_argument("--timed", type=int, default=1500, help="records whose lateness counts")
-    parser.add_argument("--timed-rate", type=float, default=300.0, help="their sends a second")
+    parser.add_argument("--timed", type=int, default=1000, help="records whose lateness counts")
+    parser.add_argument("--timed-rate", type=float, default=100.0, help="their sends a second")
     parser.add_argument("--pending", type=int, default=5_000,
                         help="timers over 40 days (acceptance slows as they grow: see README)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
@@ -281,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         ("batching producer, delayed (records/s)", f"{batch_delayed:,.0f}", "due 1 h, 1 s grain"),
         ("  delayed / plain", f"{batch_delayed / batch_plain:.2f}x", ""),
         ("lateness, due 1-4 s ahead (ms)", f"p50 {late['p50']}",
-         f"p99 {late['p99']} max {late['max']} ({timed.seen}/{timed.sent} seen)"),
+         f"p99 {late['p99']} max {late['max']} ({timed.seen}/{timed.acked} acked seen, "
+         f"{timed.in_log}/{timed.sent} in the log{'; unseen count as late as the end' if timed.seen < timed.acked else ''})"),
         (f"timer leader RSS, {mem.pending:,} timers over 40 d (MB)",
          f"+{mem.growth_mb:.1f}",
          f"{mem.rss_before_mb:.0f} -> {mem.rss_after_mb:.0f} on {mem.leader}, "
@@ -297,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     for name, value, note in rows:
         print(f"{name:<48}{value:>12}  {note}")
+    for kind, (times, example) in timed.errors.items():
+        print(f"  lateness phase: {times} sends failed with {kind}, the first: {example}")
     print(json.dumps({
         "sync_plain_records_per_s": round(sync_plain),
         "sync_delayed_records_per_s": round(sync_delayed),
@@ -305,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_delayed_records_per_s": round(batch_delayed),
         "batch_delayed_vs_plain": round(batch_delayed / batch_plain, 2),
         "lateness_ms": late, "lateness_seen": timed.seen, "lateness_sent": timed.sent,
+        "lateness_acked": timed.acked, "lateness_send_errors": {k: n for k, (n, _) in timed.errors.items()}, "lateness_in_log": timed.in_log,
         "pending_timers": mem.pending, "pending_timers_reported": mem.reported_pending,
         "leader_rss_growth_mb": round(mem.growth_mb, 1),
         "plain_baseline_rss_growth_mb": round(mem.baseline_mb, 1),
