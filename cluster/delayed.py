@@ -31,6 +31,7 @@ from cluster.timer_log import TimerLogError, deliver_at_of
 from cluster.versions import TIMERS_SINCE, reads_timers
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.records import peek_producer
 from raft.types import Role
 from timers.types import DELIVER_AT_HEADER, PAST_TOLERANCE_MS, TIMER_TOPIC_PREFIX, timer_topic
 
@@ -61,11 +62,15 @@ def is_timer_topic(name: str) -> bool:
     return name.startswith(TIMER_TOPIC_PREFIX)
 
 
-def check_deliver_at(deliver_at_ms: int, now_ms: int, spec: TopicSpec) -> None:
-    """`Invalid` naming the bound unless now - 1 s <= deliver_at_ms <= now + max_delay_ms."""
+def check_deliver_at(
+    deliver_at_ms: int, now_ms: int, spec: TopicSpec, *, past: bool = True
+) -> None:
+    """`Invalid` naming the bound unless now - 1 s <= deliver_at_ms <= now + max_delay_ms (the
+    lower bound only when `past`: an idempotent batch's is checked by the timer partition's
+    leader after its duplicate check, `check_not_past`)."""
     earliest = now_ms - PAST_TOLERANCE_MS
     latest = now_ms + spec.max_delay_ms
-    if deliver_at_ms < earliest:
+    if past and deliver_at_ms < earliest:
         raise Invalid(
             f"deliver_at_ms={deliver_at_ms} is {now_ms - deliver_at_ms} ms in the past: a time "
             f"at most {PAST_TOLERANCE_MS} ms in the past is due at once; valid: {earliest}.."
@@ -77,6 +82,18 @@ def check_deliver_at(deliver_at_ms: int, now_ms: int, spec: TopicSpec) -> None:
             f"deliver_at_ms={deliver_at_ms} is {deliver_at_ms - now_ms} ms ahead, beyond topic "
             f"{spec.name!r}'s max_delay_ms={spec.max_delay_ms}; valid: {earliest}..{latest} "
             "(alter the topic's max_delay_ms for longer delays)"
+        )
+
+
+def check_not_past(deliver_at_ms: int, now_ms: int) -> None:
+    """`Invalid` if deliver_at_ms lies more than PAST_TOLERANCE_MS in the past. For an
+    idempotent batch the timer partition's leader asks this only once the batch is known not to
+    be a duplicate: a retry whose first attempt was accepted in time may arrive later than that
+    (its answer lost, or the timer partition still electing), and is answered as a duplicate."""
+    if deliver_at_ms < now_ms - PAST_TOLERANCE_MS:
+        raise Invalid(
+            f"deliver_at_ms={deliver_at_ms} is {now_ms - deliver_at_ms} ms in the past: a time "
+            f"at most {PAST_TOLERANCE_MS} ms in the past is due at once"
         )
 
 
@@ -123,7 +140,8 @@ class DelayedProduce:
         self._leader_of = leader_of
 
     def check(self, request: pb.ProduceRequest, spec: TopicSpec, batch: bytes) -> None:
-        check_deliver_at(request.deliver_at_ms, int(time.time() * 1000), spec)
+        idempotent = bool(peek_producer(batch)[0])
+        check_deliver_at(request.deliver_at_ms, int(time.time() * 1000), spec, past=not idempotent)
         check_deliver_at_header(batch, request.deliver_at_ms)
         self.check_versions(f"{request.topic}/{request.partition}")
 

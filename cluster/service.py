@@ -25,6 +25,7 @@ from cluster.controller import TopicSpec
 from cluster.delayed import (
     TIMER_FORWARD_KEY,
     DelayRefused,
+    check_not_past,
     is_timer_topic,
     refusal_code,
 )
@@ -253,6 +254,17 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                     await abort(context, refusal_code(error), error.details() or "")
             replica = route
         assert replica is not None
+        if request.deliver_at_ms and header.producer_id:
+            # an idempotent delayed batch: a retry of one accepted in time is a duplicate
+            # however late it comes; a new one is held to the past bound here
+            verdict = replica.idempotence.admit(
+                header.producer_id, header.base_sequence, header.record_count, replica.node.term
+            )
+            if not isinstance(verdict, Duplicate):
+                try:
+                    check_not_past(request.deliver_at_ms, int(time.time() * 1000))
+                except Invalid as error:
+                    await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         response = await self._append(replica, request, batch, header, context)
         response.deliver_at_ms = request.deliver_at_ms
         return response

@@ -115,8 +115,7 @@ class Slot(Firing):
             return
         if isinstance(item, TimerBatch):
             book.accepted(item)
-            due = book.next_due_ms()
-            if due is not None and due <= item.due_ms:
+            if book.next_due_ms() == item.due_ms:  # it is the earliest now: the wait shortens
                 self._wake.set()
         else:
             book.planned(item)

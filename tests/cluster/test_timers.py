@@ -32,7 +32,7 @@ from cluster.local import LocalCluster, free_port
 from cluster.timers import FAULTS_ENV_VAR
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from proto.records import decode_batch, encode_batch
+from proto.records import decode_batch, encode_batch, with_producer
 from timers.types import DEFAULT_MAX_DELAY_MS, DELIVER_AT_HEADER, timer_topic
 
 pytestmark = pytest.mark.integration
@@ -306,6 +306,16 @@ def test_an_idempotent_retry_of_a_delayed_batch_is_a_duplicate(setup: Setup) -> 
     assert not first.duplicate and again.duplicate and again.deliver_at_ms == due
     assert [v for _, v, _ in wait_records(setup, "retried", 0, 1, 10)] == [b"once"]
     wait_until(lambda: pending(setup, "retried") == [0], 10, "nothing pending")
+    assert [v for _, v, _ in setup.read_all("retried", 0)] == [b"once"]
+    # a retry arriving more than 1 s after the due time (its first answer lost): still a duplicate
+    wait_until(lambda: time.time() * 1000 > due + 1500, 5, "the due time long past")
+    late = setup.call("Produce", request)
+    assert isinstance(late, pb.ProduceResponse) and late.duplicate, late
+    # while a new batch that late is refused, naming the bound
+    fresh = pb.ProduceRequest()
+    fresh.CopyFrom(request)
+    fresh.batch = with_producer(batch, 4242, 1)
+    assert refused(setup, fresh).code() is grpc.StatusCode.INVALID_ARGUMENT
     assert [v for _, v, _ in setup.read_all("retried", 0)] == [b"once"]
 
 
