@@ -29,6 +29,7 @@ from typing import Any
 
 import msgpack
 
+from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
 from cluster.replica import Replica
 from proto.records import BATCH_HEADER_SIZE, InvalidBatch, encode_batch
@@ -55,7 +56,7 @@ INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log
 Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
 
 
-class TimerLogError(InvalidBatch):
+class TimerLogError(ClusterError, InvalidBatch):
     """A batch of a timer log (or one offered to it) that is not what its headers say."""
 
 

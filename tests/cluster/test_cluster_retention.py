@@ -103,7 +103,8 @@ def test_retention_altered_later_applies_and_bad_changes_change_nothing(tmp_path
             with pytest.raises(InvalidArgument, match="retention_bytes=-1 is invalid"):
                 client.alter_topic("grown", retention_bytes=-1)
             with pytest.raises(
-                InvalidArgument, match="needs partitions, retention_bytes or retention_ms"
+                InvalidArgument,
+                match="needs partitions, retention_bytes, retention_ms or max_delay_ms",
             ):
                 client.alter_topic("grown")
             info = client.describe_topic("grown")

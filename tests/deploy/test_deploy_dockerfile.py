@@ -36,7 +36,9 @@ BASE_IMAGE = "python:3.11-slim"
 BASE_ARG = re.compile(r"^ARG BASE_IMAGE=(\S+)$", re.MULTILINE)
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 RUNTIME_EXTRAS = {"chaos"}  # the compose chaos runner runs the node image
-FIRST_PARTY = {"storage", "raft", "membership", "cluster", "flotilla", "chaos", "proto"}
+FIRST_PARTY = {
+    "storage", "raft", "membership", "consumers", "timers", "cluster", "flotilla", "chaos", "proto",
+}  # fmt: skip
 
 
 @dataclass(slots=True)
