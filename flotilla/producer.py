@@ -25,7 +25,7 @@ batch share one lock (`RecordFuture`), so a hundred thousand outstanding futures
 memory and little garbage-collector time. Encoding, the gRPC call and settling run on the
 producer's own threads.
 
-Why one module of about 490 lines: `send`, the dispatcher thread and the sender threads share
+Why one module of about 540 lines: `send`, the dispatcher thread and the sender threads share
 one lock, one condition and the per-partition states (`_Partition`), and the rules between them
 (a partition's batches go out in ticket order; a batch that fails for good retires its producer
 id) are easiest to check when they stand in one place.
