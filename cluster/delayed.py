@@ -138,6 +138,7 @@ class DelayedProduce:
         self._member_version = member_version
         self._stub = stub
         self._leader_of = leader_of
+        self._forwarding: dict[str, asyncio.Lock] = {}  # timer partition -> its forwards' turn
 
     def check(self, request: pb.ProduceRequest, spec: TopicSpec, batch: bytes) -> None:
         idempotent = bool(peek_producer(batch)[0])
@@ -218,9 +219,14 @@ class DelayedProduce:
             raise DelayRefused(f"the leader of {group}, {leader}, has no known address; retry")
         self.check_versions(group)
         timeout_s = (request.timeout_ms / 1000 or FORWARD_TIMEOUT_S) + 2
-        response: pb.ProduceResponse = await stub.Produce(
-            forwarded, timeout=timeout_s, metadata=((TIMER_FORWARD_KEY, "1"),)
-        )
+        # one forward at a time per timer partition, in the order they came: concurrent calls
+        # may reach the leader in another order, and a producer's pipelined batches would then
+        # be refused as out of order there (and retried after a backoff)
+        lock = self._forwarding.setdefault(group, asyncio.Lock())
+        async with lock:
+            response: pb.ProduceResponse = await stub.Produce(
+                forwarded, timeout=timeout_s, metadata=((TIMER_FORWARD_KEY, "1"),)
+            )
         return response
 
 
