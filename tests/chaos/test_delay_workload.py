@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import wait_until
+
 from chaos.delay_checker import DelayCheck, check_delayed, due_of
 from chaos.delay_workload import GRID_MS, DelaySettings, DelayWorkload, timer_leaders, wall_ms
 from chaos.history import EventType, HistoryWriter
@@ -51,15 +53,15 @@ class DelayRun:
 
 
 def wait_timer_leaders(client: Client) -> dict[int, str]:
-    deadline = time.monotonic() + 30
-    while True:
+    found: list[dict[int, str]] = []
+
+    def known() -> bool:
         with contextlib.suppress(FlotillaError):
-            leaders = timer_leaders(client, TOPIC)
-            if len(leaders) == PARTITIONS:
-                return leaders
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no leader of every timer partition of {TOPIC} for 30 s")
-        time.sleep(0.2)  # a poll interval
+            found.append(timer_leaders(client, TOPIC))
+        return bool(found) and len(found[-1]) == PARTITIONS
+
+    wait_until(known, 30, f"a leader of every timer partition of {TOPIC}")
+    return found[-1]
 
 
 def delay_run(

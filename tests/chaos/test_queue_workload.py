@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import wait_until
+
 from chaos.checker import reference_logs
 from chaos.history import EventType, HistoryWriter
 from chaos.queue_checker import QUEUE_ANOMALIES, check_queue
@@ -53,15 +55,15 @@ class QueueRun:
 
 
 def coordinator(client: Client) -> str:
-    deadline = time.monotonic() + 30
-    while True:
+    found: list[str] = []
+
+    def known() -> bool:
         with contextlib.suppress(FlotillaError):
-            node = client.describe_group(SETTINGS.group).coordinator
-            if node:
-                return node
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no coordinator of {SETTINGS.group} for 30 s")
-        time.sleep(0.2)  # a poll interval
+            found.append(client.describe_group(SETTINGS.group).coordinator)
+        return bool(found and found[-1])
+
+    wait_until(known, 30, f"a coordinator of {SETTINGS.group}")
+    return found[-1]
 
 
 def queue_run(root: Path, env: dict[str, str], kills: int, drain_timeout_s: float) -> QueueRun:

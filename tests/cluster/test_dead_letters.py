@@ -6,7 +6,7 @@ window of records (`cluster.queue_source.keys_of`) and the TEST-ONLY fault switc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -52,9 +52,16 @@ class Copies:
 
 
 async def run_copier(
-    sink: Copies, jobs: list[DeadLetterJob], faults: NodeFaults, settle_s: float = 0.3
+    sink: Copies,
+    jobs: list[DeadLetterJob],
+    faults: NodeFaults,
+    until: Callable[[list[list[tuple[int, int]]]], bool] | None = None,
 ) -> list[list[tuple[int, int]]]:
+    """Runs a copier over `jobs` until `until(confirmed)` (default: every job confirmed, as
+    copied or gone), within a deadline; then a few more turns of the loop, so that anything
+    the copier would still do shows."""
     confirmed: list[list[tuple[int, int]]] = []
+    done = until or (lambda chunks: sum(len(c) for c in chunks) >= len(jobs))
 
     async def confirm(done: Sequence[DeadLetterJob], gone: Sequence[DeadLetterJob]) -> None:
         confirmed.append([(j.partition, j.sequence) for j in done])
@@ -65,7 +72,12 @@ async def run_copier(
     copier.retry_first_s = 0.01
     copier.offer(jobs)
     copier.offer(jobs)  # offered again while being copied: not copied twice
-    await asyncio.sleep(settle_s)
+    deadline = asyncio.get_running_loop().time() + 10
+    while not done(confirmed):
+        assert asyncio.get_running_loop().time() < deadline, f"copier stuck at {confirmed}"
+        await asyncio.sleep(0.005)
+    for _ in range(50):
+        await asyncio.sleep(0)
     copier.cancel()
     return confirmed
 
@@ -86,7 +98,7 @@ def test_a_stream_confirms_its_copies_before_the_partition_could_forget_them() -
     would stall the stream for good. So at most `WINDOW` copies of a stream are unconfirmed at
     any time: a successor coordinator repeats no more than that."""
     jobs = [job(0, sequence) for sequence in range(3 * WINDOW + 2)]
-    confirmed = asyncio.run(run_copier(Copies(), jobs, NodeFaults(), settle_s=0.5))
+    confirmed = asyncio.run(run_copier(Copies(), jobs, NodeFaults()))
     assert [k for chunk in confirmed for k in chunk] == [(0, j.sequence) for j in jobs]
     assert max(len(chunk) for chunk in confirmed) <= WINDOW, [len(c) for c in confirmed]
     # why: the table answers a repeat of the newest WINDOW batches, and nothing older
@@ -101,7 +113,8 @@ def test_a_stream_confirms_its_copies_before_the_partition_could_forget_them() -
 def test_the_stall_fault_copies_once_and_never_confirms() -> None:
     faults = faults_from_env({ENV_VAR: "dead_letter_stall_after_copy"})
     sink = Copies()
-    confirmed = asyncio.run(run_copier(sink, [job(0, 0), job(0, 1), job(1, 0)], faults))
+    jobs = [job(0, 0), job(0, 1), job(1, 0)]
+    confirmed = asyncio.run(run_copier(sink, jobs, faults, until=lambda _: bool(sink.copied)))
     assert len(sink.copied) == 1 and confirmed == [] and faults.stalled
 
 

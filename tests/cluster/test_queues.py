@@ -19,7 +19,7 @@ import functools
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,16 +27,14 @@ import grpc
 import pytest
 from harness import holds_throughout, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from queue_calls import Member, Router, held, into, take
 
 from cluster.coordinator_faults import ENV_VAR
 from cluster.local import LocalCluster, NodeSpec, free_port
-from consumers.types import LEAVE
 from flotilla import Client
 from flotilla.types import Record
 from proto import flotilla_pb2 as pb
-from proto import flotilla_pb2_grpc
 from proto.groups import GROUPS_TOPIC, group_partition
-from proto.reasons import NOT_COORDINATOR, REASON_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +47,6 @@ GROUP_PARTITIONS = 4
 STALL = "dead_letter_stall_after_copy"
 
 
-def reason_of(error: grpc.RpcError) -> str:
-    return str(dict(error.trailing_metadata() or ()).get(REASON_KEY, ""))
-
-
 class Cluster(LocalCluster):
     """Starts the nodes named in `faulty` with the stall fault armed."""
 
@@ -63,128 +57,6 @@ class Cluster(LocalCluster):
         if spec.node_id in getattr(self, "faulty", set()):
             return ["env", f"{ENV_VAR}={STALL}", *command]
         return command
-
-
-@dataclass
-class Router:
-    """Calls a group's coordinator as an SDK does: follows NOT_COORDINATOR hints, tries another
-    node on UNAVAILABLE, until a deadline."""
-
-    local: LocalCluster
-    channels: dict[str, grpc.Channel] = field(default_factory=dict)
-    coordinators: dict[str, str] = field(default_factory=dict)
-
-    def stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
-        if address not in self.channels:
-            self.channels[address] = grpc.insecure_channel(address)
-        return flotilla_pb2_grpc.FlotillaStub(self.channels[address])
-
-    def running(self) -> list[str]:
-        return [s.address for n, s in self.local.nodes.items() if self.local.is_running(n)]
-
-    def call(self, method: str, request: Any, timeout_s: float = 30.0) -> Any:
-        key = request.group
-        deadline = time.monotonic() + timeout_s
-        address = self.coordinators.get(key) or self.running()[0]
-        while True:
-            try:
-                response = getattr(self.stub(address), method)(request, timeout=10)
-                self.coordinators[key] = address
-                return response
-            except grpc.RpcError as error:
-                code = error.code()
-                moved = code is grpc.StatusCode.FAILED_PRECONDITION and (
-                    reason_of(error) == NOT_COORDINATOR
-                )
-                retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                if not (moved or retry) or time.monotonic() > deadline:
-                    raise
-                hint = str(dict(error.trailing_metadata() or ()).get("flotilla-leader", ""))
-                running = self.running()
-                if hint.partition("=")[2] in running:
-                    address = hint.partition("=")[2]
-                else:
-                    index = running.index(address) if address in running else -1
-                    address = running[(index + 1) % len(running)]
-                    time.sleep(0.05)
-
-    def close(self) -> None:
-        for channel in self.channels.values():
-            channel.close()
-
-
-Lease = tuple[int, int, int]  # (partition, offset, delivery count)
-
-
-@dataclass
-class Member:
-    router: Router
-    group: str
-    topic: str
-    options: pb.QueueOptions = field(default_factory=pb.QueueOptions)
-    member_id: str = ""
-    epoch: int = 0
-
-    def join(self) -> Member:
-        reply = self.router.call(
-            "GroupHeartbeat",
-            pb.GroupHeartbeatRequest(
-                group=self.group, topics=[self.topic], kind=pb.GROUP_KIND_QUEUE,
-                queue=self.options, session_timeout_ms=30_000,
-            ),
-        )  # fmt: skip
-        self.member_id, self.epoch = reply.member_id, reply.member_epoch
-        assert not reply.assignment  # a queue member owns no partition
-        return self
-
-    def leave(self) -> None:
-        self.router.call(
-            "GroupHeartbeat",
-            pb.GroupHeartbeatRequest(
-                group=self.group, member_id=self.member_id, member_epoch=LEAVE,
-                kind=pb.GROUP_KIND_QUEUE, topics_unchanged=True,
-            ),
-        )  # fmt: skip
-
-    def receive(self, n: int = 100, invisible_ms: int = 30_000, wait_ms: int = 0) -> list[Any]:
-        request = pb.QueueReceiveRequest(
-            group=self.group, member_id=self.member_id, member_epoch=self.epoch,
-            topic=self.topic, max_records=n, invisible_ms=invisible_ms, wait_ms=wait_ms,
-        )  # fmt: skip
-        return list(self.router.call("QueueReceive", request).leases)
-
-    def settle(self, leases: list[Any], action: Any, **fields: int) -> Any:
-        request = pb.QueueSettleRequest(
-            group=self.group, member_id=self.member_id, member_epoch=self.epoch,
-            settlements=[
-                pb.QueueSettlement(
-                    topic=lease.topic, partition=lease.partition, offset=lease.offset,
-                    delivery_count=lease.delivery_count, action=action, **fields,
-                )
-                for lease in leases
-            ],
-        )  # fmt: skip
-        return self.router.call("QueueSettle", request)
-
-
-def take(member: Member, count: int, invisible_ms: int = 30_000) -> list[Any]:
-    """Receives until `count` leases came (a follower's high watermark may trail a moment)."""
-    found: list[Any] = []
-    wait_until(
-        lambda: into(found, member.receive(count - len(found), invisible_ms, wait_ms=500))
-        and len(found) >= count,
-        15, f"{count} leases", detail=lambda: found,
-    )  # fmt: skip
-    return found
-
-
-def into(found: list[Any], leases: list[Any]) -> bool:
-    found.extend(leases)
-    return bool(found)
-
-
-def held(leases: list[Any]) -> set[tuple[int, int]]:
-    return {(lease.partition, lease.offset) for lease in leases}
 
 
 @dataclass
@@ -677,7 +549,6 @@ def test_a_dead_letter_lands_once_when_its_coordinator_dies_between_copy_and_boo
             if describe(setup, name).coordinator == stalling:
                 joined[:] = [(name, member)]
                 return True
-        time.sleep(0.5)
         return False
 
     wait_until(coordinated_by_stalling, 60, f"{stalling} coordinates a group again")
