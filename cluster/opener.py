@@ -70,6 +70,7 @@ from raft.errors import RaftError
 from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
 from storage import DamagedLog, FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
+from storage.timer_index import INDEX_DIRECTORY
 
 __all__ = ["ReplicaOpener", "delete_replica", "forget_states_of_deleted_topics"]
 
@@ -281,6 +282,7 @@ class ReplicaOpener:
         if os.path.exists(os.path.join(directory, RETIRED)):
             # finish a retirement a crash interrupted (the marker is written first)
             shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
+            shutil.rmtree(os.path.join(directory, INDEX_DIRECTORY), ignore_errors=True)
             if not from_leader:
                 return None
             floor = _read_vote_floor(os.path.join(directory, RETIRED))
@@ -412,7 +414,7 @@ class ReplicaOpener:
 
     def retire(self, replica: Replica) -> None:
         """Storage thread: the replica was removed from its group (`RaftNode.removed_at`) and
-        is no longer hosted. Its log is deleted; the marker goes first, durably, so a crash
+        is no longer hosted. Its log (and a timer log's index) is deleted; the marker goes first, durably, so a crash
         part-way is finished on the next open. Its term and vote stay in the journal, its vote
         floor in the marker."""
         floor = replica.node.vote_floor
@@ -421,6 +423,8 @@ class ReplicaOpener:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(replica.directory, REJOINED))
         shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
+        # a timer log's index, derived from the log, goes with it (rebuilt if it ever rejoins)
+        shutil.rmtree(os.path.join(replica.directory, INDEX_DIRECTORY), ignore_errors=True)
         fsync_directory(replica.directory)
 
 

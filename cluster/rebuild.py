@@ -35,6 +35,7 @@ import shutil
 from raft.types import LogPosition
 from storage import DamagedLog, FileHandles, HardState
 from storage.atomic import fsync_directory, write_atomic
+from storage.timer_index import INDEX_DIRECTORY
 
 __all__ = ["DAMAGED_KEPT", "DAMAGED_PREFIX", "REBUILT", "rebuilt_floor", "set_aside"]
 
@@ -62,6 +63,10 @@ def set_aside(
     if hard_state.commit > damage.last_index:
         floor = max(floor, LogPosition(hard_state.term, hard_state.commit))
     write_atomic(os.path.join(directory, REBUILT), f"{floor.term} {floor.index}\n".encode())
+    # a timer log's index was derived from the damaged log: it goes before the log moves aside
+    # (a crash between the two sets the log aside again), and the replica's follower rebuilds
+    # it from the log its leader sends
+    shutil.rmtree(os.path.join(directory, INDEX_DIRECTORY), ignore_errors=True)
     log_dir = os.path.join(directory, "log")
     for name in os.listdir(log_dir):  # the failed open left them in the shared cache
         handles.discard(os.path.join(log_dir, name))

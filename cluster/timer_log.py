@@ -34,7 +34,7 @@ from cluster.failstop import NodeFailStopped
 from cluster.replica import Replica
 from proto.records import BATCH_HEADER_SIZE, InvalidBatch, encode_batch
 from storage import LogClosed
-from storage.timer_index import TimerIndex
+from storage.timer_index import INDEX_DIRECTORY, TimerIndex
 from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Plan, TimerBatch, TimerConfig
 
 __all__ = [
@@ -52,7 +52,7 @@ READ_BYTES = 4 * 1024 * 1024
 READ_RECORDS = 100_000
 RETRY_S = 1.0  # a follower that failed is built again after this long
 FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
-INDEX_DIRECTORY = "timer_index"  # in the replica's directory, beside its log
+
 Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
 
 

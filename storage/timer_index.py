@@ -65,7 +65,17 @@ from storage.timer_files import (
 )
 from timers.types import Plan, TimerBatch
 
-__all__ = ["ENTRY_SIZE", "JOURNAL_MAX_BYTES", "CorruptTimerIndex", "TimerIndex"]
+__all__ = [
+    "ENTRY_SIZE",
+    "INDEX_DIRECTORY",
+    "JOURNAL_MAX_BYTES",
+    "CorruptTimerIndex",
+    "TimerIndex",
+]
+
+# a timer log replica's index lives in this directory of the replica's, beside its log; derived
+# from that log, it goes wherever the log goes (a retired replica, a rebuilt one)
+INDEX_DIRECTORY = "timer_index"
 
 JOURNAL_MAX_BYTES = 4 << 20  # 131,072 entries: then they move to their bucket files
 STATE_NAME, JOURNAL_NAME, SUFFIX = "state", "journal", ".bucket"

@@ -26,6 +26,7 @@ from raft.types import (
     Role,
     VoteRequest,
 )
+from storage.timer_index import INDEX_DIRECTORY
 
 PARTITIONS = 30
 
@@ -148,10 +149,14 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         node.journal.save_many({"t/0": HardState(7, "n2", 0)})  # as an election leaves it
         replica.node.restore_vote_floor(LogPosition(7, 12))  # as if it had been wiped before
         replica.node.removed_at = 5  # as a member's `Removed` sets it
+        # a timer log's replica keeps its index beside its log: it goes with the log
+        (directory / INDEX_DIRECTORY).mkdir()
+        (directory / INDEX_DIRECTORY / "state").write_bytes(b"an index of the retired log")
         node.multiraft.on_round({replica})  # as after a round
         await _wait((directory / opener_module.RETIRED).exists, "the marker")
         await _wait(lambda: not node.collector.retiring, "the retirement")
         assert "t/0" not in node.multiraft.replicas and not (directory / "log").exists()
+        assert not (directory / INDEX_DIRECTORY).exists(), "the retired replica's timer index"
         assert node.journal.load("t/0") == HardState(7, "n2", 0)
         retired = node.metrics.registry.get_sample_value(
             "flotilla_replicas_retired_total", {"node": "n1"}
@@ -159,10 +164,12 @@ def test_a_removed_replica_retires_keeping_its_term_and_vote(tmp_path: Path) -> 
         assert retired == 1.0
 
         node.opener.retired.clear()  # as after a restart: the marker alone must keep it shut
+        (directory / INDEX_DIRECTORY).mkdir()  # as if a crash interrupted the retirement
         node.partitions.local_checked_at = 0.0
         await node.partitions.reconcile_local()
         await node.opener.open_pending()
         assert "t/0" not in node.multiraft.replicas and "t/0" in node.opener.retired
+        assert not (directory / INDEX_DIRECTORY).exists(), "an interrupted retirement finished"
         node.opener.open_on_message(
             "t/0", "", "n3", _encoded(VoteRequest(8, "n3", "n1", 9, 7, True))
         )

@@ -21,6 +21,7 @@ from cluster.replica import Replica
 from flotilla import Client, FlotillaError
 from raft.types import Configuration, HardState, LogPosition
 from storage import DamagedLog, LogConfig, SegmentedLog
+from storage.timer_index import INDEX_DIRECTORY
 
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
 RECORDS = 40
@@ -133,7 +134,12 @@ def test_a_damaged_replica_opens_with_an_empty_log_and_its_vote_floor(tmp_path: 
     async def scenario() -> None:
         node = _node(tmp_path)
         directory, damaged_file = _damaged_replica_dir(node)
+        # a timer log's replica: its index was derived from the damaged log, so it goes (the
+        # follower rebuilds it from the log the leader sends)
+        (directory / INDEX_DIRECTORY).mkdir()
+        (directory / INDEX_DIRECTORY / "state").write_bytes(b"an index of the damaged log")
         replica = await _open(node)
+        assert not (directory / INDEX_DIRECTORY).exists(), "the damaged log's timer index"
         assert replica.segmented.last_index == 0
         assert replica.node.vote_floor == LogPosition(3, 10)
         assert (replica.node.term, replica.node.vote) == (4, "n2")
