@@ -63,7 +63,7 @@ from storage.timer_files import (
     read_prefix,
     truncate,
 )
-from timers.types import Plan, TimerBatch
+from timers.types import Plan, Rolled, TimerBatch
 
 __all__ = [
     "ENTRY_SIZE",
@@ -212,6 +212,39 @@ class TimerIndex:
             self._set_last_plan(plan)
             self._changed = True
 
+    def rolled(self, roll: Rolled) -> None:
+        """A copy rolled forward committed in the timer log: it supersedes its original (its
+        FIRED entry and the copy's ADDED entry; the bucket's counts stay). A repeat is ignored,
+        and so is a copy into a bucket with nothing pending (its original is not: dead)."""
+        copy = roll.batch
+        if copy.record_count < 1 or not 0 <= roll.from_offset < copy.offset:
+            raise InvalidArgument(
+                f"copy at offset {copy.offset} of offset {roll.from_offset} with "
+                f"{copy.record_count} records: a copy follows its original (offset >= 0) and "
+                "holds at least one record"
+            )
+        with self._lock:
+            self._check_usable()
+            if copy.offset <= self._added_through:
+                return
+            self._added_through = copy.offset
+            self._changed = True
+            state = self._buckets.get(copy.due_ms // self.bucket_ms)
+            if state is None or state.batches == 0:
+                return
+            original = TimerBatch(copy.due_ms, roll.from_offset, copy.record_count)
+            self._buffer += encode_entry(FIRED, original) + encode_entry(ADDED, copy)
+
+    def floor(self, offset: int) -> None:
+        """A floor record committed: no pending timer lies below `offset` from here on (every
+        one there was rolled forward), so no bucket's lowest pending offset is below it."""
+        with self._lock:
+            self._check_usable()
+            for state in self._buckets.values():
+                if state.batches and state.min_offset < offset:
+                    state.min_offset = offset
+                    self._changed = True
+
     # -- reads -----------------------------------------------------------------------------------
     @property
     def applied_offset(self) -> int:
@@ -243,6 +276,16 @@ class TimerIndex:
             if self._last_plan is not None:
                 offsets.extend(b.offset for b in self._last_plan.batches)
             return min([*offsets, self._applied_offset])
+
+    def buckets_below(self, offset: int) -> dict[int, int]:
+        """bucket -> a lower bound of its lowest pending offset, for each bucket with pending
+        timers that may lie below `offset` (what a roll round reads)."""
+        with self._lock:
+            return {
+                b: s.min_offset
+                for b, s in self._buckets.items()
+                if s.batches and s.min_offset < offset
+            }
 
     def bucket(self, bucket: int) -> list[TimerBatch]:
         """The pending timer batches of `bucket`, in (due, offset) order (fired ones left out).

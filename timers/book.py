@@ -11,6 +11,7 @@ as time moves on, ahead of their due times.
     book.restore(index.summary(), index.last_plan)     # after a restart / on leadership
     for b in buckets_to_load(now): book.load_bucket(b, index.bucket(b))
     then, in timer-log order as records commit:  book.accepted(batch) / book.planned(plan)
+                                                  / book.rolled(roll) (a copy rolled forward)
     leader: plan = book.next_plan(now_ms) -> append it (a plan record), then fire its batches;
             once they all landed, if nothing else is due: book.done_marker() -> append it;
             book.last_plan: the plan whose outcome a new leader does not know (fire it again)
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 from timers.errors import InvalidTimer
 from timers.faults import NO_FAULTS, TimerFaults
-from timers.types import Plan, TimerBatch, TimerConfig
+from timers.types import Plan, Rolled, TimerBatch, TimerConfig
 
 __all__ = ["DEFAULT_CONFIG", "FAULT_EARLY_MS", "BucketSummary", "TimerBook", "bucket_of"]
 
@@ -184,6 +185,62 @@ class TimerBook:
         self._drop_stale_top()
         self._set_last_plan(plan)
 
+    def rolled(self, roll: Rolled) -> None:
+        """A copy rolled forward committed in the timer log (`timers.types`: it supersedes its
+        original). Held original: released, the copy held. Original in a bucket not loaded:
+        the counts stay (same bucket, same records; the index swaps the two). Bucket being
+        read: the copy is held now and the original counted out (the read may return either).
+        Original not pending (its bucket loaded, it not held: fired, or superseded already;
+        only a broken leader writes such a copy): the copy is dead, ignored. A repeat (the
+        copy held already) is ignored."""
+        copy, origin = roll.batch, roll.from_offset
+        if copy.record_count < 1 or origin >= copy.offset:
+            raise InvalidTimer(
+                f"copy at offset {copy.offset} of offset {origin} with {copy.record_count} "
+                "records: a copy follows its original and holds at least one record"
+            )
+        held = self._held.get(origin)
+        if held is not None and (held.due_ms, held.record_count) != (
+            copy.due_ms,
+            copy.record_count,
+        ):
+            raise InvalidTimer(
+                f"copy at offset {copy.offset} is due at {copy.due_ms} ms with "
+                f"{copy.record_count} records; its original at {origin}, at {held.due_ms} ms "
+                f"with {held.record_count}: a copy keeps both"
+            )
+        if copy.offset in self._held:
+            return  # a repeat
+        bucket = bucket_of(copy.due_ms, self.config.bucket_ms)
+        if held is not None:
+            if not self._faults.roll_keeps_original:
+                self._release(origin)
+            # (the bug: the original stays held beside its copy: both are planned)
+            if self._loading:
+                self._planned_while_loading.add(origin)
+            self._hold(copy)
+        elif bucket in self._loading:
+            counted = self._unloaded.get(bucket)
+            if counted is not None and counted[1] > 0:
+                counted[0] -= copy.record_count
+                counted[1] -= 1
+                self._unloaded_records -= copy.record_count
+            self._planned_while_loading.add(origin)  # the read may still return the original
+            self._hold(copy)
+        # else: counted on disk (the index swaps them), or not pending (a dead copy)
+
+    def holds(self, offset: int) -> bool:
+        """The batch at `offset` is held pending in memory (the near window)."""
+        return offset in self._held
+
+    def held_below(self, offset: int) -> list[TimerBatch]:
+        """The held pending batches at offsets below `offset` (a roll's candidates)."""
+        return sorted((b for b in self._held.values() if b.offset < offset), key=_by_offset)
+
+    def loaded_buckets(self) -> set[int]:
+        """Buckets whose pending batches are all held (or being read into the book)."""
+        return set(self._loaded) | self._loading
+
     # -- the leader ------------------------------------------------------------------------------
     def next_plan(self, now_ms: int) -> Plan | None:
         """The leader's next plan: the pending timers due at `now_ms` or before, not planned,
@@ -291,12 +348,22 @@ class TimerBook:
         self._next_sequence = 0 if plan is None else _after(plan)
 
 
+def _by_offset(batch: TimerBatch) -> int:
+    return batch.offset
+
+
 def _after(plan: Plan) -> int:
     return plan.sequence + plan.record_count
 
 
 def _validate(config: TimerConfig) -> None:
-    for name in ("bucket_ms", "max_plan_records", "max_plan_batches"):
+    for name in (
+        "bucket_ms",
+        "max_plan_records",
+        "max_plan_batches",
+        "max_roll_batches",
+        "max_roll_buckets",
+    ):
         if getattr(config, name) < 1:
             raise InvalidTimer(f"TimerConfig.{name} = {getattr(config, name)}: must be >= 1")
     if config.window_buckets < 0:

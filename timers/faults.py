@@ -18,6 +18,9 @@ class TimerFaults:
     # a plan fired in full is not marked so (`TimerBook.done_marker`): a later leader fires it
     # again, and once the source forgot the fire producer (a day idle) the repeat lands again
     no_done_marker: bool = False
+    # a held batch rolled forward stays held beside its copy: the original and the copy are
+    # both live (both planned, both fired)
+    roll_keeps_original: bool = False
 
     @property
     def any(self) -> bool:

@@ -17,6 +17,20 @@ must not be fired again by a later leader: the source partition forgets an idle 
 without a batch), and a repeat it no longer knows is not a duplicate but a second copy. With the
 marker, the last plan is empty unless its outcome really is unknown (its leader died within
 seconds of it), and `last_plan` of an empty plan fires nothing.
+
+*Roll-forward* (retention never pins disk for long timers): a timer log's segment older than the
+timer log's retention goes, but a pending timer in it must not. Its leader appends a *copy* of
+each pending batch there (ROLLED_HEADER = the original's offset; DELIVER_AT_HEADER = its due
+time; value = the original's stored bytes), then a *floor* record (FLOOR_HEADER = offset F: no
+pending timer lies below F any more), and the log may then go below F. Identity: a timer is
+fired by the plan that names it, at the plan's sequence; a copy is the same timer at a new
+place. The supersede rule, applied by every fold in log order: a copy takes its original's
+place at once (the original is no longer pending, the copy is, with the same due time and
+record count), so at every point of the log exactly one of the two is pending and a plan can
+only ever name that one. A leader rolls only a batch pending in its book, and rolls and plans
+are decided one at a time (the next one after the last committed and folded): so a copy never
+follows a plan naming its original, nor a plan a copy it has not folded. A copy whose
+original is not pending where it stands (only a broken leader writes one) is dead: ignored.
 """
 
 from __future__ import annotations
@@ -27,12 +41,16 @@ __all__ = [
     "BUCKET_MS",
     "DEFAULT_MAX_DELAY_MS",
     "DELIVER_AT_HEADER",
+    "FLOOR_HEADER",
     "MAX_MAX_DELAY_MS",
     "MIN_MAX_DELAY_MS",
     "PAST_TOLERANCE_MS",
     "PLAN_HEADER",
+    "ROLLED_HEADER",
     "TIMER_TOPIC_PREFIX",
+    "Floor",
     "Plan",
+    "Rolled",
     "TimerBatch",
     "TimerConfig",
     "timer_topic",
@@ -46,6 +64,8 @@ PAST_TOLERANCE_MS = 1_000  # a due time in the past by less than this is due at 
 BUCKET_MS = 3_600_000  # the on-disk index's buckets: one hour of due times each
 DELIVER_AT_HEADER = "flotilla-deliver-at"
 PLAN_HEADER = "flotilla-timer-plan"
+ROLLED_HEADER = "flotilla-timer-rolled"  # a copy of the pending batch at this offset (ASCII)
+FLOOR_HEADER = "flotilla-timer-floor"  # no pending timer lies below this offset (ASCII)
 TIMER_TOPIC_PREFIX = "__timers."
 
 
@@ -80,9 +100,29 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
+class Rolled:
+    """A copy of the pending batch at `from_offset`, rolled forward: `batch` is the copy, at its
+    own offset in the timer log, with the original's due time and record count. It supersedes
+    the original (module docstring)."""
+
+    batch: TimerBatch
+    from_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """No pending timer lies below `offset` in the timer log from here on (every one there was
+    rolled forward): the log may go below it."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class TimerConfig:
     bucket_ms: int = BUCKET_MS
     # buckets kept in memory ahead of now: the near window (the rest waits on disk)
     window_buckets: int = 2
     max_plan_records: int = 10_000  # a plan fires at most this many records
     max_plan_batches: int = 256
+    max_roll_batches: int = 256  # a roll round copies at most this many batches
+    max_roll_buckets: int = 16  # and reads at most this many buckets not loaded

@@ -1,6 +1,7 @@
 """The timer simulator (`python -m timers.sim`): a seed sweep with no violation that exercised
 every fault (failovers, lost tails, crashes between plan and fire, index crashes, producer
-retries, a source that forgot the fire producer), the same run over the real on-disk index on a
+retries, a source that forgot the fire producer, roll-forward rounds and crashes between a
+roll's copies and its floor), the same run over the real on-disk index on a
 simulated disk that loses and tears unflushed writes, replay determinism, each deliberately
 broken book caught by the violation meant for it, and each check of the checker failing on a
 deliberately broken history."""
@@ -49,6 +50,12 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "bucket_loads",
         "slow_reads",
         "failed_reads",
+        "roll_rounds",
+        "rolls",  # pending timers rolled forward (copies committed)
+        "floors",
+        "rolls_lost",  # copies lost with a leader's uncommitted tail
+        "crashes_mid_roll",  # copies committed, the floor record lost with the leader
+        "cut_records",  # the log cut below what no index needs any more
     ):
         assert stats[name] > 0, name
     assert stats["landed"] > 100 * SEEDS
@@ -107,6 +114,7 @@ EXPECTED = {
     "forget_last_plan": {"lost"},
     "skip_far_bucket": {"lost"},
     "no_done_marker": {"fired-twice"},
+    "roll_keeps_original": {"both-live"},
 }
 
 

@@ -13,14 +13,20 @@
 - counts: the leader's book and its index count exactly the pending records — "pending";
 - memory: the book holds no batch beyond the near window — "memory";
 - retention: no index lets the timer log go (`min_pending_offset`) past what it still needs: a
-  pending timer, the last plan's batches, or its durable applied offset — "retention".
+  pending timer, the last plan's batches, or its durable applied offset; no floor record claims
+  a pending timer is gone; no replica needs a record the log has cut — "retention";
+- one live copy: a timer rolled forward is one timer (its identity: the original's offset, the
+  root of its copies); a copy is made only of a pending batch, a plan never names an original
+  its copy superseded, and no book holds one — "both-live" (and if both landed: "fired-twice").
 
 A failed check raises `Violation` (kind: the quoted name).
 """
 
 from __future__ import annotations
 
-from timers.types import Plan, TimerBatch, TimerConfig
+from collections.abc import Callable
+
+from timers.types import Plan, Rolled, TimerBatch, TimerConfig
 
 __all__ = ["KINDS", "TimerChecker", "Violation"]
 
@@ -35,6 +41,7 @@ KINDS = (
     "pending",
     "memory",
     "retention",
+    "both-live",
 )
 
 
@@ -58,6 +65,8 @@ class TimerChecker:
         self.accepted_at: dict[int, int] = {}  # offset -> when it committed
         self.max_lateness_ms = 0
         self._landing: tuple[Plan, int] | None = None  # the plan landing now, and its next batch
+        self.root: dict[int, int] = {}  # copy offset -> the offset of the timer's first batch
+        self.superseded: dict[int, int] = {}  # original offset -> its copy's offset
 
     # -- the timer log (committed records, in order) -------------------------------------------
     def committed_batch(
@@ -74,6 +83,54 @@ class TimerChecker:
         self.pending[batch.offset] = batch
         self.accepted_at[batch.offset] = now_ms
 
+    def committed_roll(self, roll: Rolled) -> None:
+        """A copy rolled forward committed: it supersedes its original, which must be pending."""
+        copy, origin = roll.batch, roll.from_offset
+        original = self.pending.get(origin)
+        if original is None or (original.due_ms, original.record_count) != (
+            copy.due_ms,
+            copy.record_count,
+        ):
+            where = "superseded" if origin in self.superseded else "not pending (fired)"
+            raise Violation(
+                "both-live",
+                f"a copy at offset {copy.offset} of offset {origin}, which is {where}: a copy "
+                "is made only of a pending batch, or the timer is live twice",
+            )
+        del self.pending[origin]
+        self.pending[copy.offset] = copy
+        self.accepted[copy.offset] = copy
+        self.accepted_at[copy.offset] = self.accepted_at[origin]
+        self.root[copy.offset] = self.root.get(origin, origin)
+        self.superseded[origin] = copy.offset
+
+    def committed_floor(self, offset: int) -> None:
+        """A floor record committed: no pending timer may lie below `offset`."""
+        below = sorted(o for o in self.pending if o < offset)
+        if below:
+            raise Violation(
+                "retention",
+                f"a floor at offset {offset} lets the log go, yet offset {below[0]} is pending",
+            )
+
+    def both_live(self, what: str, holds: Callable[[int], bool]) -> None:
+        """`what` (a book) holds no original its copy superseded."""
+        for origin, copy in self.superseded.items():
+            if holds(origin):
+                raise Violation(
+                    "both-live",
+                    f"{what} holds offset {origin} beside its copy at offset {copy}: the "
+                    "original and its copy are both pending",
+                )
+
+    def needed(self, what: str, offset: int, log_start: int) -> None:
+        """`what` reads the record at `offset`, which the log must still hold."""
+        if offset < log_start:
+            raise Violation(
+                "retention",
+                f"{what} needs offset {offset}, yet the log was cut to start at {log_start}",
+            )
+
     def committed_plan(self, plan: Plan) -> None:
         for batch in plan.batches:
             self.pending.pop(batch.offset, None)
@@ -87,6 +144,12 @@ class TimerChecker:
                 f"plan {plan.sequence} lists {[(b.due_ms, b.offset) for b in plan.batches]}",
             )
         for batch in plan.batches:
+            if batch.offset in self.superseded:
+                raise Violation(
+                    "both-live",
+                    f"plan {plan.sequence} names offset {batch.offset}, superseded by its copy "
+                    f"at offset {self.superseded[batch.offset]}",
+                )
             if batch.due_ms > now_ms:
                 raise Violation(
                     "planned-early",
@@ -100,11 +163,13 @@ class TimerChecker:
         batch = plan.batches[index]
         if batch.offset not in self.accepted:
             raise Violation("fired-twice", f"offset {batch.offset} landed, never accepted")
-        if batch.offset in self.landed:
+        timer = self.root.get(batch.offset, batch.offset)  # a copy is its original's timer
+        if timer in self.landed:
+            copy = f" (a copy of offset {timer})" if timer != batch.offset else ""
             raise Violation(
                 "fired-twice",
-                f"offset {batch.offset} (due {batch.due_ms} ms) landed at "
-                f"{self.landed[batch.offset]} ms and again at {now_ms} ms (plan {plan.sequence})",
+                f"offset {batch.offset}{copy} (due {batch.due_ms} ms) landed at "
+                f"{self.landed[timer]} ms and again at {now_ms} ms (plan {plan.sequence})",
             )
         if now_ms < batch.due_ms:
             raise Violation(
@@ -125,7 +190,7 @@ class TimerChecker:
                 f"{lateness} ms late (accepted at {self.accepted_at[batch.offset]} ms, the "
                 f"leader ready at {ready_at_ms} ms; bound {self.late_bound_ms} ms)",
             )
-        self.landed[batch.offset] = now_ms
+        self.landed[timer] = now_ms
         self._landing = (plan, index + 1)
 
     # -- state -----------------------------------------------------------------------------------
@@ -166,7 +231,7 @@ class TimerChecker:
 
     def finish(self) -> None:
         """After the drain: every accepted batch landed."""
-        missing = sorted(set(self.accepted) - set(self.landed))
+        missing = sorted(set(self.accepted) - set(self.root) - set(self.landed))
         if missing:
             first = self.accepted[missing[0]]
             raise Violation(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from timers.types import Plan, TimerBatch
+from timers.types import Plan, Rolled, TimerBatch
 
 __all__ = ["IndexLike", "IndexStore", "MemoryIndex", "MemoryIndexStore"]
 
@@ -18,6 +18,9 @@ class IndexLike(Protocol):
 
     def add(self, batch: TimerBatch) -> None: ...
     def planned(self, plan: Plan) -> None: ...
+    def rolled(self, roll: Rolled) -> None: ...
+    def floor(self, offset: int) -> None: ...
+    def buckets_below(self, offset: int) -> dict[int, int]: ...
     def flush(self, applied_offset: int) -> None: ...
     def summary(self) -> dict[int, tuple[int, int]]: ...
     def bucket(self, bucket: int) -> list[TimerBatch]: ...
@@ -69,6 +72,25 @@ class MemoryIndex:
         for batch in plan.batches:
             self._image.pending.pop(batch.offset, None)
         self._image.last_plan = plan
+
+    def rolled(self, roll: Rolled) -> None:
+        copy = roll.batch
+        if copy.offset <= self._image.added_through:
+            return
+        self._image.added_through = copy.offset
+        if self._image.pending.pop(roll.from_offset, None) is not None:
+            self._image.pending[copy.offset] = copy  # else: a dead copy
+
+    def floor(self, offset: int) -> None:
+        pass  # this model knows every pending offset exactly
+
+    def buckets_below(self, offset: int) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for batch in self._image.pending.values():
+            bucket = batch.due_ms // self._bucket_ms
+            if batch.offset < offset and batch.offset < out.get(bucket, offset):
+                out[bucket] = batch.offset
+        return out
 
     def flush(self, applied_offset: int) -> None:
         image = self._image

@@ -20,10 +20,15 @@ class LogRecord:
     plan: Plan | None  # a plan record
     producer: int = 0
     sequence: int = 0
+    rolled_from: int = -1  # >= 0: `batch` is a copy of the batch at this offset (one record)
+    floor: int = -1  # >= 0: a floor record (no pending timer below this offset)
+    at_ms: int = 0  # when it was appended (a segment's age, for retention)
 
     @property
     def end(self) -> int:
-        return self.offset + (self.batch.record_count if self.batch is not None else 1)
+        if self.batch is not None and self.rolled_from < 0:
+            return self.offset + self.batch.record_count
+        return self.offset + 1  # a plan, a copy (the original wrapped in one record), a floor
 
 
 class SourcePartition:

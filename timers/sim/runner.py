@@ -14,7 +14,7 @@ from timers.sim.world import STAT_NAMES, TimerSimulation
 __all__ = ["DEFAULT_STEPS", "SeedResult", "Summary", "run_seed", "sweep"]
 
 DEFAULT_STEPS = 300
-_MAXIMA = ("max_loaded", "max_lateness_ms")
+_MAXIMA = ("max_loaded", "max_lateness_ms", "max_retained")
 
 
 @dataclass(frozen=True, slots=True)

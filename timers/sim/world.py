@@ -3,8 +3,15 @@ log, replicas fold the committed log into their indexes (flushing now and then, 
 replaying from `applied_offset`), and the leader builds a TimerBook from its index, plans, and
 fires each plan into a model source partition with the fire producer's (producer, sequence)
 dedupe. Faults: leader failovers (the uncommitted tail committed or lost), crashes between a
-plan and its firing or in the middle of it, index crashes, producer retries. Time is simulated
-(`now_ms`); every choice comes from `random.Random(seed)`.
+plan and its firing or in the middle of it, index crashes, producer retries, crashes between a
+roll's copies and its floor. Time is simulated (`now_ms`); every choice comes from
+`random.Random(seed)`.
+
+Retention: records older than `roll_age_ms` are to go (the timer log's retention, scaled). Now
+and then the leader rolls the pending timers below that point forward (`timers.rolls`: copies,
+then a floor record), one round at a time between plans; and the log is cut to the lowest
+offset any replica's index still needs (`min_pending_offset`). A record read below the cut
+(firing, a copy, an index replaying) is a "retention" violation.
 
 The leader follows the firing protocol of timers/types.py: on leadership it waits for the log
 to settle (its own term's entry committed: the tail is committed or dropped), brings its index
@@ -23,10 +30,11 @@ from dataclasses import dataclass, field
 
 from timers.book import TimerBook, bucket_of
 from timers.faults import NO_FAULTS, TimerFaults
+from timers.rolls import roll_round
 from timers.sim.checker import TimerChecker
 from timers.sim.index_model import IndexLike, IndexStore, MemoryIndexStore
 from timers.sim.parts import LogRecord, SourcePartition
-from timers.types import Plan, TimerBatch, TimerConfig
+from timers.types import Plan, Rolled, TimerBatch, TimerConfig
 
 __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
 
@@ -34,6 +42,9 @@ __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
 SIM_CONFIG = TimerConfig(bucket_ms=5_000, window_buckets=2, max_plan_records=40, max_plan_batches=6)
 STEP_MS = (50, 600)  # time per step: the leader's timer resolution in the simulation
 FAR_MS = 150_000
+ROLL_AGE_MS = 10_000  # scaled: the timer log's retention (far timers are up to 15 times longer)
+ROLL_CHANCE = 0.15  # a leader starts a roll round in this share of steps
+CUT_CHANCE = 0.3  # the log is cut to what every index still needs in this share of steps
 LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
 FIRE_PRODUCER = 7_000_001
@@ -60,8 +71,15 @@ STAT_NAMES = (
     "bucket_loads",
     "slow_reads",
     "failed_reads",
+    "roll_rounds",
+    "rolls",
+    "floors",
+    "rolls_lost",
+    "crashes_mid_roll",
+    "cut_records",
     "max_loaded",
     "max_lateness_ms",
+    "max_retained",
 )
 
 
@@ -81,6 +99,7 @@ class _Leader:
     inflight_position: int = -1  # its place in the log
     firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
     next_batch: int = 0
+    rolling: int | None = None  # a roll round appended: the log position of its last record
     # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
     # the step it was asked for in)
     reads: list[tuple[int, list[TimerBatch] | None, int]] = field(default_factory=list)
@@ -95,11 +114,17 @@ class TimerSimulation:
         stores: Callable[[int], IndexStore] | None = None,
         replicas: int = 3,
         config: TimerConfig = SIM_CONFIG,
+        roll_age_ms: int | None = ROLL_AGE_MS,
+        far_ms: int = FAR_MS,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = faults
         self.config = config
+        self.roll_age_ms = roll_age_ms  # None: no roll-forward (long timers pin the log)
+        self.far_ms = far_ms
+        self.log_start = 0  # the log was cut below this offset
+        self.floor_offset = 0  # the highest floor committed
         self.now = 1_000_000_000  # ms
         self.step_count = 0
         self.checker = TimerChecker(config, LATE_BOUND_MS)
@@ -153,6 +178,11 @@ class TimerSimulation:
                 self._apply(replica, None)
             if self.rng.random() < 0.3:
                 replica.index.flush(self._offset_after(replica.applied))
+        if self.rng.random() < CUT_CHANCE:
+            self._cut()
+        self.stats["max_retained"] = max(
+            self.stats["max_retained"], self._next_offset() - self.log_start
+        )
         if self.leader is not None:
             self._check(self.leader)
 
@@ -161,7 +191,12 @@ class TimerSimulation:
 
     def _idle(self) -> bool:
         leader = self.leader
-        return leader is not None and leader.inflight is None and leader.firing is None
+        return (
+            leader is not None
+            and leader.inflight is None
+            and leader.firing is None
+            and leader.rolling is None
+        )
 
     def _event(self, *parts: object) -> None:
         self.trace.update(repr((self.step_count, self.now, *parts)).encode())
@@ -174,7 +209,9 @@ class TimerSimulation:
             self.stats["producer_retries"] += 1
             self._accept(producer, sequence, due, count)
         if rng.random() < 0.05:  # a retry of a batch already accepted: the table refuses it
-            accepted = [r for r in self.log[: self.commit] if r.batch is not None]
+            accepted = [
+                r for r in self.log[: self.commit] if r.batch is not None and r.rolled_from < 0
+            ]
             if accepted:
                 record = rng.choice(accepted)
                 assert record.batch is not None
@@ -203,7 +240,7 @@ class TimerSimulation:
         if kind < 0.7:
             return now + rng.randint(1, 15_000)
         self.stats["far_timers"] += 1
-        return now + rng.randint(15_000, FAR_MS)
+        return now + rng.randint(15_000, self.far_ms)
 
     def _accept(self, producer: int, sequence: int, due: int, count: int) -> None:
         if (producer, sequence) in self.accepted_ids:
@@ -211,7 +248,11 @@ class TimerSimulation:
             return
         self.accepted_ids.add((producer, sequence))
         offset = self._next_offset()
-        self._append(LogRecord(offset, TimerBatch(due, offset, count), None, producer, sequence))
+        self._append(
+            LogRecord(
+                offset, TimerBatch(due, offset, count), None, producer, sequence, at_ms=self.now
+            )
+        )
         self.stats["batches"] += 1
         self.stats["records"] += count
 
@@ -227,20 +268,32 @@ class TimerSimulation:
         self.offsets.append(record.offset)
 
     def _commit_all(self) -> None:
-        for record in self.log[self.commit :]:
-            if record.batch is not None:
+        self._commit_to(len(self.log))
+
+    def _commit_to(self, position: int) -> None:
+        for record in self.log[self.commit : position]:
+            if record.batch is not None and record.rolled_from >= 0:
+                self.checker.committed_roll(Rolled(record.batch, record.rolled_from))
+                self.stats["rolls"] += 1
+            elif record.batch is not None:
                 self.checker.committed_batch(
                     record.batch, record.producer, record.sequence, self.now
                 )
+            elif record.floor >= 0:
+                self.checker.committed_floor(record.floor)
+                self.floor_offset = max(self.floor_offset, record.floor)
+                self.stats["floors"] += 1
             else:
                 assert record.plan is not None
                 self.checker.committed_plan(record.plan)
             self._event("commit", record.offset)
-        self.commit = len(self.log)
+        self.commit = max(self.commit, position)
 
     def _drop_tail(self) -> None:
         for record in self.log[self.commit :]:
-            if record.batch is not None:
+            if record.batch is not None and record.rolled_from >= 0:
+                self.stats["rolls_lost"] += 1
+            elif record.batch is not None:
                 self.accepted_ids.discard((record.producer, record.sequence))
                 self.unacked.append(
                     (
@@ -257,7 +310,15 @@ class TimerSimulation:
     def _apply(self, replica: _Replica, book: TimerBook | None) -> None:
         """Folds the committed records the replica has not applied into its index (and book)."""
         for record in self.log[replica.applied : self.commit]:
-            if record.batch is not None:
+            self.checker.needed("a replica folding its log", record.offset, self.log_start)
+            if record.batch is not None and record.rolled_from >= 0:
+                roll = Rolled(record.batch, record.rolled_from)
+                replica.index.rolled(roll)
+                if book is not None:
+                    book.rolled(roll)
+            elif record.floor >= 0:
+                replica.index.floor(record.floor)
+            elif record.batch is not None:
                 replica.index.add(record.batch)
                 if book is not None:
                     book.accepted(record.batch)
@@ -279,6 +340,13 @@ class TimerSimulation:
             plan, leader.inflight = leader.inflight, None
             leader.firing, leader.next_batch = plan, 0
             self._fire(leader, limit=rng.randint(0, max(0, len(plan.batches) - 1)))
+            self._failover()
+        elif leader is not None and leader.rolling is not None and rng.random() < 0.2:
+            # the copies commit, then a crash before the floor record does: no cut yet
+            self.stats["crashes_mid_roll"] += 1
+            self._commit_to(leader.rolling)
+            self._apply(self.replicas[leader.replica], leader.book)
+            self._drop_tail()
             self._failover()
         elif leader is not None and rng.random() < 0.03:
             self._failover()
@@ -354,26 +422,36 @@ class TimerSimulation:
 
     def _lead(self, leader: _Leader) -> None:
         replica = self.replicas[leader.replica]
+        roll = self.roll_age_ms is not None and self.rng.random() < ROLL_CHANCE
         for _ in range(CYCLES):
             progress = False
             self._apply(replica, leader.book)
             if leader.inflight is not None and leader.inflight_position < self.commit:
                 leader.firing, leader.next_batch, leader.inflight = leader.inflight, 0, None
+            if leader.rolling is not None and leader.rolling < self.commit:
+                leader.rolling = None  # committed, and folded into the book just above
             self._load(leader)
             if leader.firing is not None:
                 self._fire(leader)
                 progress = True
-            if leader.inflight is None and leader.firing is None:
+            # firing comes first: a round starts only when nothing is due
+            if roll and self._idle() and leader.book.next_plan(self.now) is None:
+                roll = False
+                progress = self._roll(leader)
+            if leader.inflight is None and leader.firing is None and leader.rolling is None:
                 plan = leader.book.next_plan(self.now) or leader.book.done_marker()
                 if plan is not None:
                     self.stats["done_markers"] += not plan.batches
                     self.checker.plan_made(plan, self.now)
-                    self._append(LogRecord(self._next_offset(), None, plan))
+                    self._append(LogRecord(self._next_offset(), None, plan, at_ms=self.now))
                     leader.inflight, leader.inflight_position = plan, len(self.log) - 1
                     self.stats["plans"] += 1
                     self._event("plan", plan.sequence, len(plan.batches))
                     progress = True
-            if self.commit < len(self.log) and self.rng.random() < 0.9:
+            # a roll round commits more slowly: crashes between its copies and its floor
+            if self.commit < len(self.log) and self.rng.random() < (
+                0.6 if leader.rolling is not None else 0.9
+            ):
                 self._commit_all()
                 progress = True
             if not progress:
@@ -386,6 +464,7 @@ class TimerSimulation:
         end = len(plan.batches) if limit is None else min(limit, len(plan.batches))
         for index in range(leader.next_batch, end):
             batch = plan.batches[index]
+            self.checker.needed("the leader firing", batch.offset, self.log_start)
             sequence = plan.sequence + sum(b.record_count for b in plan.batches[:index])
             fire_id, count = (FIRE_PRODUCER, 0), batch.record_count
             answer = self.source.append(fire_id, sequence, count, self.now)
@@ -402,7 +481,47 @@ class TimerSimulation:
         if end == len(plan.batches):
             leader.firing, leader.next_batch = None, 0
 
+    # -- retention -------------------------------------------------------------------------------
+    def _roll(self, leader: _Leader) -> bool:
+        """One roll round: copies of the pending timers below the retention point (the first
+        committed record younger than `roll_age_ms`), then a floor record. False: nothing to
+        do."""
+        assert self.roll_age_ms is not None
+        young = next(
+            (r for r in self.log[: self.commit] if r.at_ms >= self.now - self.roll_age_ms), None
+        )
+        cut = young.offset if young is not None else self._offset_after(self.commit)
+        index = self.replicas[leader.replica].index
+        bounds = index.buckets_below(cut)
+        read = sorted(bounds, key=lambda b: (bounds[b], b))[: self.config.max_roll_buckets]
+        pending = [batch for bucket in read for batch in index.bucket(bucket)]
+        unread = [bound for bucket, bound in bounds.items() if bucket not in read]
+        chosen = roll_round(cut, pending, unread, self.config.max_roll_batches)
+        if not chosen.copies and chosen.floor <= self.floor_offset:
+            return False
+        for original in chosen.copies:
+            self.checker.needed("a copy rolled forward", original.offset, self.log_start)
+            offset = self._next_offset()
+            copy = TimerBatch(original.due_ms, offset, original.record_count)
+            self._append(LogRecord(offset, copy, None, rolled_from=original.offset, at_ms=self.now))
+        self._append(LogRecord(self._next_offset(), None, None, floor=chosen.floor, at_ms=self.now))
+        leader.rolling = len(self.log) - 1
+        self.stats["roll_rounds"] += 1
+        self._event("roll", len(chosen.copies), chosen.floor)
+        return True
+
+    def _cut(self) -> None:
+        """Each replica may drop what its index no longer needs; the simulation has one log,
+        so it is cut to what every index still needs (and never past the commit point)."""
+        needed = min(replica.index.min_pending_offset() for replica in self.replicas)
+        cut = min(needed, self._offset_after(self.commit))
+        if cut > self.log_start:
+            self.stats["cut_records"] += cut - self.log_start
+            self.log_start = cut
+            self._event("cut", cut)
+
     def _check(self, leader: _Leader) -> None:
+        self.checker.both_live("the leader's book", leader.book.holds)
         self.checker.counts("the leader's book", leader.book.pending)
         self.checker.counts("the leader's index", self.replicas[leader.replica].index.pending)
         self.checker.memory(leader.book.loaded_batches, self.now)
