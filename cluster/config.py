@@ -93,6 +93,10 @@ class NodeConfig:
     max_produce_timeout_ms: int = 120_000
     # how often topics' retention (retention_bytes, retention_ms) is applied to local logs
     retention_check_s: float = 60.0
+    # a timer log's sealed segment older than this goes, its pending timers rolled forward
+    # first (delayed delivery); bounds the timer log's disk to about this long of delayed
+    # produce, plus the pending timers
+    timer_log_retention_ms: int = 3_600_000
     # behaviour
     produce_timeout_ms: int = 10_000  # default wait for commit of an acks=all produce
     # an idempotent producer is forgotten by a partition this long after its latest batch,
@@ -172,6 +176,10 @@ class NodeConfig:
             )
         if not self.retention_check_s > 0:
             raise ConfigError(f"retention_check_s={self.retention_check_s} must be > 0")
+        if self.timer_log_retention_ms < 1000:
+            raise ConfigError(
+                f"timer_log_retention_ms={self.timer_log_retention_ms} must be >= 1000"
+            )
         if self.replace_after_s < 0:
             raise ConfigError(f"replace_after_s={self.replace_after_s} must be >= 0")
         if self.leader_balance_after_s < 0:

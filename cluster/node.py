@@ -236,6 +236,7 @@ class Node:
             faults=timer_faults_from_env(),
             maintain=partial(apply_timer_retention, self.multiraft),
             retention_check_s=config.retention_check_s,
+            timer_log_retention_ms=config.timer_log_retention_ms,
         )
         self.metadata_view.pending_timers = self._pending_timers
         self.partitions = PartitionManager(

@@ -119,7 +119,7 @@ def _retain_timers(hosted: Mapping[str, Replica], keep: Mapping[str, int]) -> in
             if cut > first:
                 replica.log.compact(cut)
                 removed += cut - first
-                log.info("timer log %s: %d entries below offset %d removed (fired)", group,
+                log.info("timer log %s: %d entries below offset %d removed (fired or rolled forward)", group,
                          cut - first, offset)  # fmt: skip
         except Exception as error:
             if storage_failure(error) is not None:

@@ -23,11 +23,12 @@ from cluster.failstop import NodeFailStopped
 from cluster.idempotence import Fresh
 from cluster.multiraft import Proposal
 from cluster.replica import ProduceResult, Replica, Waiter
+from cluster.timer_log import fired_bytes
 from proto.records import with_producer
 from raft.types import Role
 from timers.types import Plan, TimerBatch
 
-__all__ = ["Deposed", "Firing", "FiringHost"]
+__all__ = ["Deposed", "Firing", "FiringHost", "read_timer_batch"]
 
 log = logging.getLogger("flotilla.timers")
 
@@ -68,7 +69,7 @@ class Firing:
         path, where a batch that landed already is answered as a duplicate."""
         batches: list[tuple[TimerBatch, bytes | None]] = []
         for batch in plan.batches:
-            data = await asyncio.to_thread(_read_batch, self.replica, batch.offset)
+            data = await asyncio.to_thread(read_timer_batch, self.replica, batch.offset)
             if data is None:
                 log.error("timer batch %s@%d is gone from the log: not fired",
                           self.replica.group, batch.offset)  # fmt: skip
@@ -172,11 +173,12 @@ class Firing:
                 delay_s = min(RETRY_MAX_S, delay_s * 2)
 
 
-def _read_batch(replica: Replica, offset: int) -> bytes | None:
-    """Reader thread: the stored bytes of the timer batch at `offset` (None: gone)."""
+def read_timer_batch(replica: Replica, offset: int) -> bytes | None:
+    """Reader thread: the producer's batch the timer at `offset` fires (a copy rolled forward
+    unwrapped: `fired_bytes`); None: gone."""
     for stored in replica.read_committed(offset, 1, READ_BYTES):
         if stored.base_offset == offset:
-            return bytes(stored.data)
+            return fired_bytes(bytes(stored.data))
     return None
 
 

@@ -8,7 +8,13 @@ the headers of their first record (the node unpacks that record only, never the 
   every record of the batch);
 - a *plan record*: one record with the header `flotilla-timer-plan`, value = msgpack
   `[sequence, [[due_ms, offset, record_count], ...]]`, appended by the timer partition's leader
-  before it fires the plan's batches (`cluster.timers`).
+  before it fires the plan's batches (`cluster.timers`);
+- a *copy* rolled forward (`cluster.timer_roll`): one record with the headers
+  `flotilla-timer-rolled` (the original's offset) and `flotilla-deliver-at`, value = the
+  producer's batch as the original stored it (bytes moved, never re-encoded; a copy of a copy
+  wraps the producer's batch, not the copy). It supersedes its original (`timers.types`);
+- a *floor record*: one record with the header `flotilla-timer-floor` (an offset): no pending
+  timer lies below it any more.
 
 Anything else (a batch no node of this version wrote) is skipped with a warning by the index,
 never fired: `classify` returns None for it.
@@ -32,17 +38,30 @@ import msgpack
 from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
 from cluster.replica import Replica
-from proto.records import BATCH_HEADER_SIZE, InvalidBatch, encode_batch
+from proto.records import BATCH_HEADER_SIZE, InvalidBatch, encode_batch, peek_record_count
 from storage import LogClosed
 from storage.timer_index import INDEX_DIRECTORY, TimerIndex
-from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Plan, TimerBatch, TimerConfig
+from timers.types import (
+    DELIVER_AT_HEADER,
+    FLOOR_HEADER,
+    PLAN_HEADER,
+    ROLLED_HEADER,
+    Floor,
+    Plan,
+    Rolled,
+    TimerBatch,
+    TimerConfig,
+)
 
 __all__ = [
     "Follower",
     "TimerLogError",
     "classify",
+    "copy_batch",
     "decode_plan",
     "deliver_at_of",
+    "fired_bytes",
+    "floor_batch",
     "plan_batch",
 ]
 
@@ -53,7 +72,8 @@ READ_RECORDS = 100_000
 RETRY_S = 1.0  # a follower that failed is built again after this long
 FLUSH_S = 1.0  # a replica's timer index is fsynced at most this often (and on a clean stop)
 
-Item = tuple[TimerBatch | Plan | None, int]  # (what a batch is, the offset past it)
+TimerItem = TimerBatch | Plan | Rolled | Floor
+Item = tuple[TimerItem | None, int]  # (what a batch is, the offset past it)
 
 
 class TimerLogError(ClusterError, InvalidBatch):
@@ -105,6 +125,33 @@ def plan_batch(plan: Plan, timestamp_ms: int) -> bytes:
     return encode_batch([(None, value, [(PLAN_HEADER, b"1")], timestamp_ms)])
 
 
+def copy_batch(producer_batch: bytes, from_offset: int, due_ms: int, timestamp_ms: int) -> bytes:
+    """A copy rolled forward of the timer batch at `from_offset` (`producer_batch`: the
+    producer's batch, `fired_bytes` of what the log stores there)."""
+    headers = [
+        (ROLLED_HEADER, str(from_offset).encode()),
+        (DELIVER_AT_HEADER, str(due_ms).encode()),
+    ]
+    return encode_batch([(None, producer_batch, headers, timestamp_ms)])
+
+
+def floor_batch(offset: int, timestamp_ms: int) -> bytes:
+    """The floor record: no pending timer lies below `offset` any more."""
+    return encode_batch([(None, b"", [(FLOOR_HEADER, str(offset).encode())], timestamp_ms)])
+
+
+def fired_bytes(stored: bytes) -> bytes:
+    """What firing appends of a timer batch the log stores: the batch itself, or for a copy
+    rolled forward the producer's batch it wraps (its first record's value)."""
+    record = _first_record(stored)
+    if _header(record, ROLLED_HEADER) is None:
+        return stored
+    value = record[1]
+    if not isinstance(value, bytes):
+        raise TimerLogError("a copy rolled forward whose value is not a batch")
+    return value
+
+
 def decode_plan(value: bytes) -> Plan:
     try:
         sequence, rows = msgpack.unpackb(value, raw=False)
@@ -118,17 +165,26 @@ def decode_plan(value: bytes) -> Plan:
         ) from None
 
 
-def classify(
-    batch: bytes | memoryview, base_offset: int, record_count: int
-) -> TimerBatch | Plan | None:
-    """A committed timer-log batch at `base_offset`: a timer batch, a plan, or None (neither)."""
+def classify(batch: bytes | memoryview, base_offset: int, record_count: int) -> TimerItem | None:
+    """A committed timer-log batch at `base_offset`: a timer batch, a plan, a copy rolled
+    forward, a floor, or None (none of them)."""
     record = _first_record(batch)
     if _header(record, PLAN_HEADER) is not None:
         value = record[1]
         return decode_plan(value) if isinstance(value, bytes) else None
+    floor = _epoch_ms(_header(record, FLOOR_HEADER))  # (an offset: the same ASCII decimal)
+    if floor is not None:
+        return Floor(floor)
     due_ms = _epoch_ms(_header(record, DELIVER_AT_HEADER))
     if due_ms is None:
         return None
+    rolled_from = _epoch_ms(_header(record, ROLLED_HEADER))
+    if rolled_from is not None:
+        value = record[1]
+        if not isinstance(value, bytes) or len(value) < BATCH_HEADER_SIZE:
+            raise TimerLogError("a copy rolled forward whose value is not a batch")
+        count = peek_record_count(value)
+        return Rolled(TimerBatch(due_ms, base_offset, count), rolled_from)
     return TimerBatch(due_ms, base_offset, record_count)
 
 
@@ -157,7 +213,7 @@ class Follower:
         self.index: TimerIndex | None = None  # once opened
         self.applied_offset = 0  # every record below is in the index (flushed or not)
         self.folded = asyncio.Event()  # set (and replaced) after each step
-        self.on_item: Callable[[TimerBatch | Plan], None] | None = None  # the slot's
+        self.on_item: Callable[[TimerItem], None] | None = None  # the slot's
         self._flushed_at = 0.0
         self._flushed_offset = -1
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -215,6 +271,10 @@ class Follower:
                             index.add(item)
                         elif isinstance(item, Plan):
                             index.planned(item)
+                        elif isinstance(item, Rolled):
+                            index.rolled(item)
+                        elif isinstance(item, Floor):
+                            index.floor(item.offset)
                         self.applied_offset = max(self.applied_offset, end)
                         if item is not None and self.on_item is not None:
                             self.on_item(item)

@@ -25,7 +25,9 @@ Slot (the leader, one per term):
    no plan right behind it is followed by the book's done marker (an empty plan), so that no
    later leader fires it again once the source may have forgotten the fire producer.
 
-A slot whose leadership ended is dropped; its successor (on whichever node) fires the last plan
+Between plans, when nothing is due, the slot rolls the pending timers of segments older than
+`timer_log_retention_ms` forward (`cluster.timer_roll`), so that long timers never pin the
+timer log's disk. A slot whose leadership ended is dropped; its successor (on whichever node) fires the last plan
 again. Timers of a source topic deleted (or recreated) are not fired: their timer log goes with
 the topic.
 """
@@ -48,12 +50,13 @@ from cluster.failstop import NodeFailStopped
 from cluster.multiraft import Proposal
 from cluster.replica import Replica, Waiter
 from cluster.timer_fire import Deposed, Firing
-from cluster.timer_log import Follower, plan_batch
+from cluster.timer_log import Follower, TimerItem, plan_batch
+from cluster.timer_roll import Rolling
 from raft.types import Role
 from storage import LogClosed
 from timers.book import TimerBook
 from timers.faults import FAULT_NAMES, NO_FAULTS, TimerFaults
-from timers.types import TIMER_TOPIC_PREFIX, Plan, TimerBatch, TimerConfig
+from timers.types import TIMER_TOPIC_PREFIX, Plan, Rolled, TimerBatch, TimerConfig
 
 __all__ = ["FAULTS_ENV_VAR", "TimerHost", "fire_producer_id", "timer_faults_from_env"]
 
@@ -72,7 +75,7 @@ def fire_producer_id(uid: str, partition: int) -> int:
     return (digest & ((1 << 63) - 1)) or 1
 
 
-class Slot(Firing):
+class Slot(Firing, Rolling):
     """Fires the timers of one timer partition this node leads, in one term."""
 
     host: TimerHost
@@ -109,7 +112,7 @@ class Slot(Firing):
         self.follower.on_item = None
         self._task.cancel()
 
-    def _on_item(self, item: TimerBatch | Plan) -> None:
+    def _on_item(self, item: TimerItem) -> None:
         book = self.book
         if book is None:
             return
@@ -117,8 +120,10 @@ class Slot(Firing):
             book.accepted(item)
             if book.next_due_ms() == item.due_ms:  # it is the earliest now: the wait shortens
                 self._wake.set()
-        else:
+        elif isinstance(item, Plan):
             book.planned(item)
+        elif isinstance(item, Rolled):
+            book.rolled(item)  # (a floor concerns the index only)
 
     async def _run(self) -> None:
         group = self.replica.group
@@ -184,12 +189,18 @@ class Slot(Firing):
             # planned ahead so that its record has committed by the due time: each append of
             # the plan still waits for its batch's due time (`_fire`), never earlier
             plan = book.next_plan(now + PLAN_AHEAD_MS)
+            if plan is None and self.roll_due(book, now):  # firing first
+                if not await self._roll(book):
+                    return
+                continue
             if plan is None:
                 due = book.next_due_ms()
                 due = None if due is None else due - PLAN_AHEAD_MS
-                # wake at the due time, or at the next bucket boundary to load the window
+                # wake at the due time, or at the next bucket boundary to load the window, or
+                # for the next roll round
                 boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
                 wait_ms = min(due if due is not None else boundary, boundary) - now
+                wait_ms = min(wait_ms, int(self.host.retention_check_s * 1000))
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(wait_ms, 0) / 1000 + 0.0005)
@@ -244,6 +255,7 @@ class TimerHost:
         faults: TimerFaults = NO_FAULTS,
         maintain: Callable[[Mapping[str, int]], Awaitable[int]] | None = None,
         retention_check_s: float = 5.0,
+        timer_log_retention_ms: int = 3_600_000,
     ) -> None:
         self._topics = topics
         self._replicas = replicas
@@ -255,6 +267,7 @@ class TimerHost:
         self.faults = faults
         self.maintain = maintain  # `cluster.retention.apply_timer_retention`
         self.retention_check_s = retention_check_s
+        self.timer_log_retention_ms = timer_log_retention_ms  # `cluster.timer_roll`
         self.followers: dict[str, Follower] = {}
         self.slots: dict[str, Slot] = {}
         self._task: asyncio.Task[None] | None = None

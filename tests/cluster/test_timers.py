@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 # short segments and frequent retention checks: the timer log's retention is seen in seconds
 CONFIG = (
     "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nswim_tick_ms = 100\n"
-    "segment_bytes = 4096\nretention_check_s = 1\n"
+    "segment_bytes = 4096\nretention_check_s = 1\ntimer_log_retention_ms = 2000\n"
 )
 
 
@@ -428,26 +428,33 @@ def log_start(setup: Setup, topic: str) -> int:
     return int(response.topics[0].partitions[0].log_start)
 
 
-def test_the_timer_log_keeps_pending_timers_and_drops_fired_ones(setup: Setup) -> None:
-    """Two timer logs of several 4 KiB segments each: in one a timer pending for an hour sits in
-    the first segment (it pins every segment), in the other it comes last (the fired segments
-    below it go). Once retention has deleted the second's fired segments, it has had its
-    chance at the first, which must have kept everything."""
-    pinned = create(setup, "retained", partitions=1)
-    freed = create(setup, "retained2", partitions=1)
+def test_a_long_timer_is_rolled_forward_so_the_timer_log_is_cut_and_it_fires_once(
+    setup: Setup,
+) -> None:
+    """The issue's retention case, scaled: timer log retention 2 s (`timer_log_retention_ms`)
+    and a timer 15 s ahead, in the first of several 4 KiB segments of timers that fire within
+    seconds. It must not pin them: the leader rolls it forward (a copy supersedes it) and the
+    log is cut past it while it is still pending; then it fires, exactly once, never early."""
+    info = create(setup, "rolled", partitions=1)
+    timers = timer_topic(info.uid)
     now = int(time.time() * 1000)
-    produce_many(setup, "retained", [now + 3_600_000])  # pending for an hour: pins its segment
-    produce_many(setup, "retained", [now + 4000 + i for i in range(60)], per_batch=5)
-    produce_many(setup, "retained2", [now + 4000 + i for i in range(60)], per_batch=5)
-    produce_many(setup, "retained2", [now + 3_600_000])  # a later one alone pins nothing below
-    wait_records(setup, "retained", 0, 300, 30)
-    wait_records(setup, "retained2", 0, 300, 30)
-    wait_until(
-        lambda: log_start(setup, timer_topic(freed.uid)) > 0, 20, "fired timers' segments deleted"
-    )
-    assert log_start(setup, timer_topic(pinned.uid)) == 0, "a pending timer's segment went"
-    assert pending(setup, "retained") == [1]
-    assert pending(setup, "retained2") == [1]
+    long_due = now + 15_000
+    setup.produce_delayed("rolled", 0, [b"long"], long_due)  # at offset 0 of its timer log
+    short = [now + 3000 + i for i in range(60)]
+    produce_many(setup, "rolled", short, per_batch=5)
+    wait_records(setup, "rolled", 0, 300, 30)
+    before_due_s = (long_due - time.time() * 1000) / 1000 - 0.5
+    assert before_due_s > 3, "the short timers took too long to prove anything"
+    # it must go while the long timer is pending: rolled forward, not fired
+    wait_until(lambda: log_start(setup, timers) > 0, before_due_s, "the timer log cut past 0")
+    assert pending(setup, "rolled") == [1], "the long timer is still pending"
+    records = wait_records(setup, "rolled", 0, 301, 30)
+    assert int(time.time() * 1000) >= long_due
+    values = [v for _, v, _ in records]
+    assert values.count(b"long") == 1 and len(values) == 301, values.count(b"long")
+    wait_until(lambda: pending(setup, "rolled") == [0], 10, "nothing pending")
+    assert [v for _, v, _ in setup.read_all("rolled", 0)].count(b"long") == 1
+    print(f"the rolled timer fired once; its timer log starts at {log_start(setup, timers)}")
 
 
 def test_the_exactly_once_checker_catches_a_leader_that_fires_twice(
