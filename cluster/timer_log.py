@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,7 @@ __all__ = [
     "deliver_at_of",
     "fired_bytes",
     "floor_batch",
+    "open_index",
     "plan_batch",
 ]
 
@@ -202,6 +204,22 @@ def _read_items(replica: Replica, offset: int) -> list[Item]:
     return items
 
 
+def open_index(directory: str, bucket_ms: int, first_offset: int) -> TimerIndex:
+    """Storage thread: the replica's timer index; a new one if it has none, or if its log now
+    starts past what the index folded (the replica was reset to its leader's log start, or
+    rebuilt): that index misses what went, and a new one folds the log from `first_offset`
+    (`storage.timer_index`: every pending timer lies there or later)."""
+    index = TimerIndex.open(directory, bucket_ms, start_offset=first_offset)
+    if index.applied_offset >= first_offset:
+        return index
+    index.close()
+    log.warning("the timer index %s folded the log up to offset %d; the log now starts at %d: "
+                "a new index folds it from there", directory, index.applied_offset,
+                first_offset)  # fmt: skip
+    shutil.rmtree(directory, ignore_errors=True)
+    return TimerIndex.open(directory, bucket_ms, start_offset=first_offset)
+
+
 class Follower:
     """Keeps one replica's on-disk index of its committed timer log (`storage.timer_index`):
     every replica of a timer partition. After a restart it replays the log from the index's
@@ -255,22 +273,21 @@ class Follower:
     async def _run(self) -> None:
         replica = self.replica
         try:
-            directory = os.path.join(replica.directory, INDEX_DIRECTORY)
-            index = await asyncio.to_thread(TimerIndex.open, directory, self.config.bucket_ms)
-            self.index = index
-            self.applied_offset = index.applied_offset
-            self._flushed_offset = index.applied_offset
+            index = await self._open()
             while True:
                 changed = replica.hw_changed
-                # a replica reset to the leader's log start: what went was not needed there
-                self.applied_offset = max(self.applied_offset, replica.segmented.first_offset)
+                if replica.segmented.first_offset > self.applied_offset:
+                    # reset to its leader's log start past what the index folded: the index
+                    # misses what went; a new one folds the log from where it starts now
+                    index.close()
+                    index = await self._open()
                 if self.applied_offset < replica.high_watermark:
                     items = await asyncio.to_thread(_read_items, replica, self.applied_offset)
                     for item, end in items:
                         if isinstance(item, TimerBatch):
                             index.add(item)
                         elif isinstance(item, Plan):
-                            index.planned(item)
+                            index.planned(item, end - 1)  # (a plan record is one record)
                         elif isinstance(item, Rolled):
                             index.rolled(item)
                         elif isinstance(item, Floor):
@@ -294,6 +311,14 @@ class Follower:
             if self.index is not None:
                 self.index.close()
             await asyncio.sleep(RETRY_S)  # then the host builds it again
+
+    async def _open(self) -> TimerIndex:
+        directory = os.path.join(self.replica.directory, INDEX_DIRECTORY)
+        first = self.replica.segmented.first_offset
+        index = await asyncio.to_thread(open_index, directory, self.config.bucket_ms, first)
+        self.index = index
+        self.applied_offset = self._flushed_offset = index.applied_offset
+        return index
 
     async def _flush(self, index: TimerIndex) -> None:
         """At most every FLUSH_S, off the event loop."""

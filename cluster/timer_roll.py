@@ -28,7 +28,7 @@ from cluster.failstop import NodeFailStopped
 from cluster.multiraft import Proposal
 from cluster.replica import Replica, Waiter
 from cluster.timer_fire import read_timer_batch
-from cluster.timer_log import Follower, copy_batch, floor_batch
+from cluster.timer_log import Follower, copy_batch, floor_batch, plan_batch
 from timers.book import TimerBook
 from timers.rolls import roll_round
 from timers.types import TimerConfig
@@ -80,7 +80,9 @@ class Rolling:
             return True
         cut = await asyncio.to_thread(_cut_offset, replica, self.host.timer_log_retention_ms)
         bounds = index.buckets_below(cut)
-        if not bounds:
+        plan_at = index.last_plan_offset
+        marker = book.remark() if 0 <= plan_at < cut else None
+        if not bounds and marker is None:
             return True
         config = self.host.config
         read = sorted(bounds, key=lambda b: (bounds[b], b))[: config.max_roll_buckets]
@@ -93,7 +95,10 @@ class Rolling:
                 if batch.offset not in fired and (bucket not in loaded or book.holds(batch.offset)):
                     pending.append(batch)
         unread = [bound for bucket, bound in bounds.items() if bucket not in read]
-        chosen = roll_round(cut, pending, unread, config.max_roll_batches)
+        retention_ms = self.host.timer_log_retention_ms
+        chosen = roll_round(
+            cut, pending, unread, config.max_roll_batches, due_after_ms=_now_ms() + retention_ms
+        )
         floor = chosen.floor
         proposals = []
         now_ms = _now_ms()
@@ -106,10 +111,14 @@ class Rolling:
                 continue
             copy = copy_batch(data, original.offset, original.due_ms, now_ms)
             proposals.append(self._propose(copy, now_ms))
+        if marker is not None:  # the last plan's record is to go: its sequence goes on here
+            proposals.append(self._propose(plan_batch(marker, now_ms), now_ms))
         if not proposals and floor <= self._floor:
             return True
         if proposals and not await self._committed(proposals):
             return False
+        if marker is not None:
+            book.planned(marker)
         if floor > self._floor:
             if not await self._committed([self._propose(floor_batch(floor, now_ms), now_ms)]):
                 return False

@@ -125,6 +125,10 @@ class IndexState:
     last_plan: Plan | None
     journal_bytes: int
     buckets: dict[int, BucketState]  # pending buckets only
+    # the first timer-log offset the index folded: a record below it (a plan's batch, a
+    # copy's original) is outside it (`storage.timer_index`); 0 in states written before it
+    start_offset: int = 0
+    last_plan_offset: int = -1  # where the last plan's record is in the log (-1: unknown)
 
 
 def encode_state(state: IndexState) -> bytes:
@@ -139,6 +143,8 @@ def encode_state(state: IndexState) -> bytes:
             if plan is None
             else [plan.sequence, [[b.due_ms, b.offset, b.record_count] for b in plan.batches]],
             "journal_bytes": state.journal_bytes,
+            "start": state.start_offset,
+            "plan_at": state.last_plan_offset,
             "buckets": [
                 [b, s.records, s.batches, s.file_bytes, s.min_offset]
                 for b, s in state.buckets.items()
@@ -167,6 +173,8 @@ def decode_state(data: bytes, where: str) -> IndexState:
             else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1])),
             journal_bytes=fields["journal_bytes"],
             buckets={b: BucketState(r, n, size, low) for b, r, n, size, low in fields["buckets"]},
+            start_offset=fields.get("start", 0),
+            last_plan_offset=fields.get("plan_at", -1),
         )
     except (struct.error, ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise CorruptTimerIndex(f"{where}: not a valid timer index state ({error})") from error

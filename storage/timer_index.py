@@ -26,6 +26,12 @@ flushed part of a file is damage, never dropped: reading it raises `CorruptTimer
 a crash at any byte the index is exactly as of its last completed flush, and `applied_offset`
 (every timer-log record below it is reflected) is at or before every record it does not hold.
 
+Started from a cut log (`start_offset`: a replica reset to its leader's log start, or rebuilt,
+folds the log from its first offset into a fresh index): every timer pending there lies at or
+above it (a log is cut only below what its indexes still need, and what a floor frees was
+rolled forward), so a reference below it is to a record outside the index: a plan's batch
+there was pending and is fired now (skipped), a copy of a batch there is live (added).
+
 Replays are harmless: adds arrive in timer-log order, so an add whose offset is not above the
 highest added is a repeat, ignored; a plan whose sequence is below the next one expected (the
 last plan's sequence + its record count), likewise. A bucket whose batches all fired leaves the
@@ -94,6 +100,8 @@ class TimerIndex:
         self._pending = 0
         self._applied_offset = 0
         self._added_through = -1
+        self._start_offset = 0
+        self._last_plan_offset = -1
         self._last_plan: Plan | None = None
         self._next_sequence = 0
         self._buffer = bytearray()  # entries since the last flush
@@ -115,8 +123,10 @@ class TimerIndex:
         *,
         disk: Disk = OS_DISK,
         journal_max_bytes: int = JOURNAL_MAX_BYTES,
+        start_offset: int = 0,
     ) -> TimerIndex:
-        """The index in `directory` (created if missing), exactly as of its last flush."""
+        """The index in `directory` (created if missing), exactly as of its last flush. A new
+        one folds the timer log from `start_offset` (the log's first offset)."""
         if bucket_ms < 1:
             raise InvalidArgument(f"bucket_ms {bucket_ms}: must be >= 1")
         if journal_max_bytes < ENTRY_SIZE:
@@ -125,7 +135,9 @@ class TimerIndex:
         index = cls(path, bucket_ms, disk, journal_max_bytes)
         created = disk.makedirs(path)
         index._unsynced_dirs = [os.path.dirname(d) for d in created]  # durable at first flush
-        index._recover()
+        index._start_offset = index._applied_offset = start_offset
+        index._added_through = start_offset - 1
+        index._recover()  # an index flushed before keeps its own
         return index
 
     def _recover(self) -> None:
@@ -139,6 +151,8 @@ class TimerIndex:
                     f"not {self.bucket_ms}"
                 )
             self._applied_offset, self._added_through = state.applied_offset, state.added_through
+            self._start_offset = state.start_offset
+            self._last_plan_offset = state.last_plan_offset
             self._set_last_plan(state.last_plan)
             self._journal_bytes = state.journal_bytes
             self._buckets = state.buckets
@@ -181,35 +195,41 @@ class TimerIndex:
             self._check_usable()
             if batch.offset <= self._added_through:
                 return
-            bucket = batch.due_ms // self.bucket_ms
-            state = self._buckets.get(bucket)
-            if state is None:
-                state = self._buckets[bucket] = BucketState()
-            self._buffer += encode_entry(ADDED, batch)
-            state.records += batch.record_count
-            state.batches += 1
-            if state.min_offset < 0 or batch.offset < state.min_offset:
-                state.min_offset = batch.offset
-            self._pending += batch.record_count
-            self._added_through = batch.offset
-            self._changed = True
+            self._add_locked(batch)
 
-    def planned(self, plan: Plan) -> None:
-        """A plan record committed in the timer log: its batches are fired; it is the last plan
-        (a repeat of an applied plan is ignored)."""
+    def _add_locked(self, batch: TimerBatch) -> None:
+        bucket = batch.due_ms // self.bucket_ms
+        state = self._buckets.get(bucket)
+        if state is None:
+            state = self._buckets[bucket] = BucketState()
+        self._buffer += encode_entry(ADDED, batch)
+        state.records += batch.record_count
+        state.batches += 1
+        if state.min_offset < 0 or batch.offset < state.min_offset:
+            state.min_offset = batch.offset
+        self._pending += batch.record_count
+        self._added_through = batch.offset
+        self._changed = True
+
+    def planned(self, plan: Plan, offset: int = -1) -> None:
+        """A plan record committed in the timer log at `offset`: its batches are fired; it is
+        the last plan (a repeat of an applied plan is ignored). The log keeps the last plan's
+        record (`min_pending_offset`): an index started past it would not know the sequence
+        the next plan continues."""
         with self._lock:
             self._check_usable()
             if plan.sequence < self._next_sequence:
                 return
             for batch in plan.batches:
                 state = self._buckets.get(batch.due_ms // self.bucket_ms)
-                if state is None or state.batches == 0:
+                if state is None or state.batches == 0 or batch.offset < self._start_offset:
                     continue  # nothing pending there to mark
                 self._buffer += encode_entry(FIRED, batch)
                 state.records -= batch.record_count
                 state.batches -= 1
                 self._pending -= batch.record_count
             self._set_last_plan(plan)
+            self._last_plan_offset = offset
             self._changed = True
 
     def rolled(self, roll: Rolled) -> None:
@@ -226,6 +246,9 @@ class TimerIndex:
         with self._lock:
             self._check_usable()
             if copy.offset <= self._added_through:
+                return
+            if roll.from_offset < self._start_offset:  # its original is outside: it is live
+                self._add_locked(copy)
                 return
             self._added_through = copy.offset
             self._changed = True
@@ -257,6 +280,16 @@ class TimerIndex:
         return self._last_plan
 
     @property
+    def last_plan_offset(self) -> int:
+        """Where the last plan's record is in the timer log (-1: not known)."""
+        return self._last_plan_offset
+
+    @property
+    def start_offset(self) -> int:
+        """The first timer-log offset this index folded (0: the whole log)."""
+        return self._start_offset
+
+    @property
     def pending(self) -> int:
         """Pending records, in every bucket."""
         return self._pending
@@ -269,12 +302,14 @@ class TimerIndex:
     def min_pending_offset(self) -> int:
         """The lowest timer-log offset this index still needs, for the log's retention (delete
         only below it): the durable `applied_offset` (a restart replays from there), pending
-        timers (a lower bound per bucket, exact once the bucket has been read) and the last
-        plan's batches (a new leader fires them again)."""
+        timers (a lower bound per bucket, exact once the bucket has been read), the last
+        plan's batches (a new leader fires them again) and its record (its sequence)."""
         with self._lock:
             offsets = [s.min_offset for s in self._buckets.values() if s.batches]
             if self._last_plan is not None:
                 offsets.extend(b.offset for b in self._last_plan.batches)
+            if self._last_plan_offset >= 0:
+                offsets.append(self._last_plan_offset)
             return min([*offsets, self._applied_offset])
 
     def buckets_below(self, offset: int) -> dict[int, int]:
@@ -340,6 +375,8 @@ class TimerIndex:
                     self._last_plan,
                     self._journal_bytes + len(appended),
                     {b: replace(s) for b, s in self._buckets.items() if s.batches},
+                    self._start_offset,
+                    self._last_plan_offset,
                 )
                 emptied = [b for b, s in self._buckets.items() if not s.batches]
             try:

@@ -282,6 +282,17 @@ class TimerBook:
             return None
         return Plan(self._next_sequence, ())
 
+    def remark(self) -> Plan | None:
+        """The done marker again (the empty plan at the next sequence) when the last plan is
+        one: a roll round appends it when the log is to be cut past the last plan's record,
+        so that the log keeps the sequence the next plan continues (an index started from
+        the cut log learns it there). None when there is no last plan, or it is not empty (its
+        own done marker comes once it fired)."""
+        plan = self._last_plan
+        if plan is None or plan.batches:
+            return None
+        return Plan(self._next_sequence, ())
+
     @property
     def last_plan(self) -> Plan | None:
         """The last plan in the log: a new leader fires its batches again (none if it is a

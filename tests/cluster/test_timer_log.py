@@ -1,4 +1,5 @@
-"""The timer log's batches read per batch (`cluster.timer_log`), and the delayed produce's edge
+"""The timer log's batches read per batch (`cluster.timer_log`: timer batches, plans, copies
+rolled forward, floors), an index behind its log's start replaced, and the delayed produce's edge
 checks (`cluster.delayed`): bounds naming the limit, the header rule, the version gate."""
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from cluster.delayed import (
     check_deliver_at_header,
 )
 from cluster.errors import Invalid
-from cluster.timer_log import classify, decode_plan, deliver_at_of, plan_batch
+from cluster.timer_log import (
+    classify,
+    copy_batch,
+    decode_plan,
+    deliver_at_of,
+    fired_bytes,
+    floor_batch,
+    open_index,
+    plan_batch,
+)
 from cluster.timers import fire_producer_id
 from cluster.versions import TIMERS_SINCE, VERSION, parse_version, reads_timers
 from proto.records import check_body, encode_batch, read_header
-from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Plan, TimerBatch
+from storage.timer_index import INDEX_DIRECTORY
+from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Floor, Plan, Rolled, TimerBatch
 
 NOW = 1_800_000_000_000
 
@@ -109,3 +120,42 @@ def test_a_delayed_produce_waits_for_the_rolling_upgrade(tmp_path: Path) -> None
 
 async def _never(*args: object) -> Any:
     raise AssertionError("not called")
+
+
+def test_a_copy_rolled_forward_and_a_floor_are_classified_and_a_copy_fires_the_original() -> None:
+    original = delayed(NOW + 5000, records=3)
+    copy = copy_batch(original, 7, NOW + 5000, NOW + 10)
+    check_body(copy)
+    assert classify(copy, 40, 1) == Rolled(TimerBatch(NOW + 5000, 40, 3), from_offset=7)
+    assert fired_bytes(copy) == original and fired_bytes(original) == original
+    again = copy_batch(fired_bytes(copy), 40, NOW + 5000, NOW + 20)  # wraps the producer's
+    assert fired_bytes(again) == original
+    assert classify(floor_batch(41, NOW), 50, 1) == Floor(41)
+    assert classify(plan_batch(Plan(3, ()), NOW), 51, 1) == Plan(3, ())
+
+
+def test_an_index_behind_its_log_start_is_replaced_by_one_folding_from_there(
+    tmp_path: Path,
+) -> None:
+    """A replica reset to its leader's log start (or rebuilt) past what its index folded: the
+    index misses what went, so a new one folds the log from its first offset; references below
+    it are outside it (a plan's batch there was pending and is fired; a copy of one is live)."""
+    directory = str(tmp_path / INDEX_DIRECTORY)
+    old = open_index(directory, 3_600_000, 0)
+    old.add(TimerBatch(NOW, 0, 1))  # the index of a log that has since moved on without it
+    old.flush(1)
+    old.close()
+    index = open_index(directory, 3_600_000, 100)
+    assert (index.start_offset, index.applied_offset, index.pending) == (100, 100, 0)
+    index.rolled(Rolled(TimerBatch(NOW + 9, 100, 2), from_offset=40))  # original went: live
+    index.add(TimerBatch(NOW + 5, 101, 1))
+    index.planned(Plan(8, (TimerBatch(NOW + 1, 60, 1), TimerBatch(NOW + 5, 101, 1))), 102)
+    index.planned(Plan(10, ()), 103)  # its done marker
+    assert index.pending == 2 and [b.offset for b in index.bucket(NOW // 3_600_000)] == [100]
+    assert index.min_pending_offset() == 100
+    index.flush(104)
+    index.close()
+    again = open_index(directory, 3_600_000, 100)  # caught up: kept as it is
+    assert (again.start_offset, again.pending, again.last_plan_offset) == (100, 2, 103)
+    assert again.last_plan == Plan(10, ()) and again.min_pending_offset() == 100
+    again.close()

@@ -67,6 +67,7 @@ class TimerChecker:
         self._landing: tuple[Plan, int] | None = None  # the plan landing now, and its next batch
         self.root: dict[int, int] = {}  # copy offset -> the offset of the timer's first batch
         self.superseded: dict[int, int] = {}  # original offset -> its copy's offset
+        self.last_plan_at = -1  # the offset of the last plan's record (its sequence)
 
     # -- the timer log (committed records, in order) -------------------------------------------
     def committed_batch(
@@ -131,7 +132,8 @@ class TimerChecker:
                 f"{what} needs offset {offset}, yet the log was cut to start at {log_start}",
             )
 
-    def committed_plan(self, plan: Plan) -> None:
+    def committed_plan(self, plan: Plan, offset: int = -1) -> None:
+        self.last_plan_at = offset
         for batch in plan.batches:
             self.pending.pop(batch.offset, None)
 
@@ -219,6 +221,8 @@ class TimerChecker:
         """`what` (an index folded up to the commit point, flushed up to `applied_offset`)
         lets the log go below `min_pending_offset`."""
         needed = [*self.pending, applied_offset]
+        if self.last_plan_at >= 0:
+            needed.append(self.last_plan_at)  # an index started past it would not know it
         if last_plan is not None:
             needed.extend(b.offset for b in last_plan.batches)
         if min_pending_offset > min(needed):

@@ -76,6 +76,8 @@ STAT_NAMES = (
     "floors",
     "rolls_lost",
     "crashes_mid_roll",
+    "index_rebuilds",
+    "remarks",
     "cut_records",
     "max_loaded",
     "max_lateness_ms",
@@ -137,6 +139,7 @@ class TimerSimulation:
         self.unacked: list[tuple[int, int, int, int]] = []  # (producer, sequence, due, count)
         self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
         make = stores or (lambda _: MemoryIndexStore(config.bucket_ms))
+        self._make_store = make
         self.replicas: list[_Replica] = []
         for number in range(replicas):
             store = make(number)
@@ -285,7 +288,7 @@ class TimerSimulation:
                 self.stats["floors"] += 1
             else:
                 assert record.plan is not None
-                self.checker.committed_plan(record.plan)
+                self.checker.committed_plan(record.plan, record.offset)
             self._event("commit", record.offset)
         self.commit = max(self.commit, position)
 
@@ -324,7 +327,7 @@ class TimerSimulation:
                     book.accepted(record.batch)
             else:
                 assert record.plan is not None
-                replica.index.planned(record.plan)
+                replica.index.planned(record.plan, record.offset)
                 if book is not None:
                     book.planned(record.plan)
         replica.applied = self.commit
@@ -341,15 +344,22 @@ class TimerSimulation:
             leader.firing, leader.next_batch = plan, 0
             self._fire(leader, limit=rng.randint(0, max(0, len(plan.batches) - 1)))
             self._failover()
-        elif leader is not None and leader.rolling is not None and rng.random() < 0.2:
-            # the copies commit, then a crash before the floor record does: no cut yet
+        elif (
+            leader is not None
+            and leader.rolling is not None
+            and leader.rolling >= self.commit
+            and rng.random() < 0.3
+        ):
+            # some or all of the copies commit, then a crash before the floor record does
             self.stats["crashes_mid_roll"] += 1
-            self._commit_to(leader.rolling)
+            self._commit_to(rng.randint(self.commit, leader.rolling))
             self._apply(self.replicas[leader.replica], leader.book)
             self._drop_tail()
             self._failover()
         elif leader is not None and rng.random() < 0.03:
             self._failover()
+        if rng.random() < 0.01:
+            self._rebuild_index(rng.randrange(len(self.replicas)))
         if rng.random() < 0.03:
             number = rng.randrange(len(self.replicas))
             if self.leader is not None and self.leader.replica == number:
@@ -372,11 +382,25 @@ class TimerSimulation:
             self._crash_index(leader.replica)
         self._event("failover", leader.replica)
 
+    def _rebuild_index(self, number: int) -> None:
+        """A follower's index is lost (a rebuilt replica, or one reset to its leader's log
+        start): a new one folds the log from where it now starts, references below it
+        (plans' batches, copies' originals) outside it."""
+        if self.leader is not None and self.leader.replica == number:
+            return
+        self.stats["index_rebuilds"] += 1
+        store = self._make_store(number)
+        self.replicas[number] = _Replica(store, store.open(self.log_start))
+        self.replicas[number].applied = bisect.bisect_left(
+            self.offsets, self.log_start, 0, self.commit
+        )
+        self._event("index-rebuild", number, self.log_start)
+
     def _crash_index(self, number: int) -> None:
         replica = self.replicas[number]
         self.stats["index_crashes"] += 1
         replica.store.crash()
-        replica.index = replica.store.open()
+        replica.index = replica.store.open(self.log_start)  # (a new one starts there)
         applied = replica.index.applied_offset
         replica.applied = bisect.bisect_left(self.offsets, applied, 0, self.commit)
         self._event("index-crash", number, applied)
@@ -450,7 +474,7 @@ class TimerSimulation:
                     progress = True
             # a roll round commits more slowly: crashes between its copies and its floor
             if self.commit < len(self.log) and self.rng.random() < (
-                0.6 if leader.rolling is not None else 0.9
+                0.8 if leader.rolling is not None else 0.9
             ):
                 self._commit_all()
                 progress = True
@@ -496,14 +520,26 @@ class TimerSimulation:
         read = sorted(bounds, key=lambda b: (bounds[b], b))[: self.config.max_roll_buckets]
         pending = [batch for bucket in read for batch in index.bucket(bucket)]
         unread = [bound for bucket, bound in bounds.items() if bucket not in read]
-        chosen = roll_round(cut, pending, unread, self.config.max_roll_batches)
-        if not chosen.copies and chosen.floor <= self.floor_offset:
+        chosen = roll_round(
+            cut,
+            pending,
+            unread,
+            self.config.max_roll_batches,
+            due_after_ms=self.now + self.roll_age_ms,
+        )
+        plan_at = index.last_plan_offset
+        marker = leader.book.remark() if 0 <= plan_at < cut else None
+        if not chosen.copies and marker is None and chosen.floor <= self.floor_offset:
             return False
         for original in chosen.copies:
             self.checker.needed("a copy rolled forward", original.offset, self.log_start)
             offset = self._next_offset()
             copy = TimerBatch(original.due_ms, offset, original.record_count)
             self._append(LogRecord(offset, copy, None, rolled_from=original.offset, at_ms=self.now))
+        if marker is not None:  # the last plan's record is to go: its sequence goes on here
+            self.checker.plan_made(marker, self.now)
+            self._append(LogRecord(self._next_offset(), None, marker, at_ms=self.now))
+            self.stats["remarks"] += 1
         self._append(LogRecord(self._next_offset(), None, None, floor=chosen.floor, at_ms=self.now))
         leader.rolling = len(self.log) - 1
         self.stats["roll_rounds"] += 1
