@@ -26,15 +26,15 @@ import bisect
 import hashlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from timers.book import TimerBook, bucket_of
 from timers.faults import NO_FAULTS, TimerFaults
-from timers.rolls import roll_round
 from timers.sim.checker import TimerChecker
-from timers.sim.index_model import IndexLike, IndexStore, MemoryIndexStore
+from timers.sim.index_model import IndexStore, MemoryIndexStore
 from timers.sim.parts import LogRecord, SourcePartition
-from timers.types import Plan, Rolled, TimerBatch, TimerConfig
+from timers.sim.retention import Retention
+from timers.sim.state import STAT_NAMES, Leader, Replica
+from timers.types import Rolled, TimerBatch, TimerConfig
 
 __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
 
@@ -49,65 +49,9 @@ LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
 FIRE_PRODUCER = 7_000_001
 PRODUCERS = 3
-STAT_NAMES = (
-    "batches",
-    "records",
-    "past_timers",
-    "far_timers",
-    "bursts",
-    "plans",
-    "landed",
-    "duplicates",
-    "derived_sends",
-    "done_markers",
-    "forgotten_producers",
-    "quiet_stretches",
-    "failovers",
-    "tails_lost",
-    "crashes_mid_fire",
-    "index_crashes",
-    "producer_retries",
-    "refused_at_acceptance",
-    "bucket_loads",
-    "slow_reads",
-    "failed_reads",
-    "roll_rounds",
-    "rolls",
-    "floors",
-    "rolls_lost",
-    "crashes_mid_roll",
-    "index_rebuilds",
-    "remarks",
-    "cut_records",
-    "max_loaded",
-    "max_lateness_ms",
-    "max_retained",
-)
 
 
-@dataclass
-class _Replica:
-    store: IndexStore
-    index: IndexLike
-    applied: int = 0  # log position: records [0, applied) are in the index
-
-
-@dataclass
-class _Leader:
-    replica: int
-    book: TimerBook
-    ready_at_ms: int
-    inflight: Plan | None = None  # appended, not committed yet
-    inflight_position: int = -1  # its place in the log
-    firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
-    next_batch: int = 0
-    rolling: int | None = None  # a roll round appended: the log position of its last record
-    # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
-    # the step it was asked for in)
-    reads: list[tuple[int, list[TimerBatch] | None, int]] = field(default_factory=list)
-
-
-class TimerSimulation:
+class TimerSimulation(Retention):
     def __init__(
         self,
         seed: int,
@@ -140,11 +84,11 @@ class TimerSimulation:
         self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
         make = stores or (lambda _: MemoryIndexStore(config.bucket_ms))
         self._make_store = make
-        self.replicas: list[_Replica] = []
+        self.replicas: list[Replica] = []
         for number in range(replicas):
             store = make(number)
-            self.replicas.append(_Replica(store, store.open()))
-        self.leader: _Leader | None = None
+            self.replicas.append(Replica(store, store.open()))
+        self.leader: Leader | None = None
         self.election_steps = 1
         self.quiet_until = 0
         self.trace = hashlib.blake2b(digest_size=16)
@@ -310,7 +254,7 @@ class TimerSimulation:
         del self.log[self.commit :]
         del self.offsets[self.commit :]
 
-    def _apply(self, replica: _Replica, book: TimerBook | None) -> None:
+    def _apply(self, replica: Replica, book: TimerBook | None) -> None:
         """Folds the committed records the replica has not applied into its index (and book)."""
         for record in self.log[replica.applied : self.commit]:
             self.checker.needed("a replica folding its log", record.offset, self.log_start)
@@ -382,20 +326,6 @@ class TimerSimulation:
             self._crash_index(leader.replica)
         self._event("failover", leader.replica)
 
-    def _rebuild_index(self, number: int) -> None:
-        """A follower's index is lost (a rebuilt replica, or one reset to its leader's log
-        start): a new one folds the log from where it now starts, references below it
-        (plans' batches, copies' originals) outside it."""
-        if self.leader is not None and self.leader.replica == number:
-            return
-        self.stats["index_rebuilds"] += 1
-        store = self._make_store(number)
-        self.replicas[number] = _Replica(store, store.open(self.log_start))
-        self.replicas[number].applied = bisect.bisect_left(
-            self.offsets, self.log_start, 0, self.commit
-        )
-        self._event("index-rebuild", number, self.log_start)
-
     def _crash_index(self, number: int) -> None:
         replica = self.replicas[number]
         self.stats["index_crashes"] += 1
@@ -412,14 +342,14 @@ class TimerSimulation:
         self._apply(replica, None)  # every earlier entry is committed: index up to date
         book = TimerBook(self.config, faults=self.faults)
         book.restore(replica.index.summary(), replica.index.last_plan)
-        leader = _Leader(number, book, self.now)
+        leader = Leader(number, book, self.now)
         self._load(leader)
         if book.last_plan is not None:
             leader.firing = book.last_plan  # its outcome is unknown: fire it again
         self.leader = leader
         self._event("elected", number)
 
-    def _load(self, leader: _Leader) -> None:
+    def _load(self, leader: Leader) -> None:
         """Reads the buckets the book asks for as a node does, off its event loop: what the
         index holds now reaches the book later (this cycle or a later one), after more records
         may have committed and plans fired."""
@@ -444,7 +374,7 @@ class TimerSimulation:
         for bucket in leader.book.buckets_to_load(self.now):
             leader.reads.append((bucket, None, self.step_count))
 
-    def _lead(self, leader: _Leader) -> None:
+    def _lead(self, leader: Leader) -> None:
         replica = self.replicas[leader.replica]
         roll = self.roll_age_ms is not None and self.rng.random() < ROLL_CHANCE
         for _ in range(CYCLES):
@@ -482,7 +412,7 @@ class TimerSimulation:
                 break
         self._apply(replica, leader.book)
 
-    def _fire(self, leader: _Leader, limit: int | None = None) -> None:
+    def _fire(self, leader: Leader, limit: int | None = None) -> None:
         plan = leader.firing
         assert plan is not None
         end = len(plan.batches) if limit is None else min(limit, len(plan.batches))
@@ -505,58 +435,7 @@ class TimerSimulation:
         if end == len(plan.batches):
             leader.firing, leader.next_batch = None, 0
 
-    # -- retention -------------------------------------------------------------------------------
-    def _roll(self, leader: _Leader) -> bool:
-        """One roll round: copies of the pending timers below the retention point (the first
-        committed record younger than `roll_age_ms`), then a floor record. False: nothing to
-        do."""
-        assert self.roll_age_ms is not None
-        young = next(
-            (r for r in self.log[: self.commit] if r.at_ms >= self.now - self.roll_age_ms), None
-        )
-        cut = young.offset if young is not None else self._offset_after(self.commit)
-        index = self.replicas[leader.replica].index
-        bounds = index.buckets_below(cut)
-        read = sorted(bounds, key=lambda b: (bounds[b], b))[: self.config.max_roll_buckets]
-        pending = [batch for bucket in read for batch in index.bucket(bucket)]
-        unread = [bound for bucket, bound in bounds.items() if bucket not in read]
-        chosen = roll_round(
-            cut,
-            pending,
-            unread,
-            self.config.max_roll_batches,
-            due_after_ms=self.now + self.roll_age_ms,
-        )
-        plan_at = index.last_plan_offset
-        marker = leader.book.remark() if 0 <= plan_at < cut else None
-        if not chosen.copies and marker is None and chosen.floor <= self.floor_offset:
-            return False
-        for original in chosen.copies:
-            self.checker.needed("a copy rolled forward", original.offset, self.log_start)
-            offset = self._next_offset()
-            copy = TimerBatch(original.due_ms, offset, original.record_count)
-            self._append(LogRecord(offset, copy, None, rolled_from=original.offset, at_ms=self.now))
-        if marker is not None:  # the last plan's record is to go: its sequence goes on here
-            self.checker.plan_made(marker, self.now)
-            self._append(LogRecord(self._next_offset(), None, marker, at_ms=self.now))
-            self.stats["remarks"] += 1
-        self._append(LogRecord(self._next_offset(), None, None, floor=chosen.floor, at_ms=self.now))
-        leader.rolling = len(self.log) - 1
-        self.stats["roll_rounds"] += 1
-        self._event("roll", len(chosen.copies), chosen.floor)
-        return True
-
-    def _cut(self) -> None:
-        """Each replica may drop what its index no longer needs; the simulation has one log,
-        so it is cut to what every index still needs (and never past the commit point)."""
-        needed = min(replica.index.min_pending_offset() for replica in self.replicas)
-        cut = min(needed, self._offset_after(self.commit))
-        if cut > self.log_start:
-            self.stats["cut_records"] += cut - self.log_start
-            self.log_start = cut
-            self._event("cut", cut)
-
-    def _check(self, leader: _Leader) -> None:
+    def _check(self, leader: Leader) -> None:
         self.checker.both_live("the leader's book", leader.book.holds)
         self.checker.counts("the leader's book", leader.book.pending)
         self.checker.counts("the leader's index", self.replicas[leader.replica].index.pending)
