@@ -88,13 +88,15 @@ class Rolling:
         read = sorted(bounds, key=lambda b: (bounds[b], b))[: config.max_roll_buckets]
         fired = {b.offset for b in book.last_plan.batches} if book.last_plan else set()
         loaded = book.loaded_buckets()
-        pending = []
+        pending, unread = [], [bound for bucket, bound in bounds.items() if bucket not in read]
         for bucket in read:
             for batch in await asyncio.to_thread(index.bucket, bucket):
-                # the book is the leader's truth for a bucket it holds
+                # the book is the leader's truth for a bucket it holds; a batch the two do not
+                # agree on is not copied, and the floor stays below it
                 if batch.offset not in fired and (bucket not in loaded or book.holds(batch.offset)):
                     pending.append(batch)
-        unread = [bound for bucket, bound in bounds.items() if bucket not in read]
+                else:
+                    unread.append(batch.offset)
         retention_ms = self.host.timer_log_retention_ms
         chosen = roll_round(
             cut, pending, unread, config.max_roll_batches, due_after_ms=_now_ms() + retention_ms
@@ -111,6 +113,7 @@ class Rolling:
                 continue
             copy = copy_batch(data, original.offset, original.due_ms, now_ms)
             proposals.append(self._propose(copy, now_ms))
+        copied = len(proposals)
         if marker is not None:  # the last plan's record is to go: its sequence goes on here
             proposals.append(self._propose(plan_batch(marker, now_ms), now_ms))
         if not proposals and floor <= self._floor:
@@ -126,7 +129,7 @@ class Rolling:
         # every copy folded into the index and the book before the next plan
         await self.follower.caught_up(replica.high_watermark)
         log.info("timer log %s: %d pending timer batches rolled forward; none pending below %d",
-                 replica.group, len(proposals), floor)  # fmt: skip
+                 replica.group, copied, floor)  # fmt: skip
         return True
 
     def _propose(self, batch: bytes, now_ms: int) -> asyncio.Future[object]:

@@ -156,9 +156,12 @@ class Slot(Firing, Rolling):
         assert index is not None  # caught up: opened
         book = TimerBook(self.host.config, faults=self.host.faults)
         book.restore(index.summary(), index.last_plan)
-        await self._load_buckets(book)
+        # folding goes on while the buckets are read (off the loop): from the summary on, the
+        # book takes every item (one accepted into a bucket being read is held at once), or a
+        # batch folded after the read's snapshot would be in the index and never in the book
         self.book = book
         self.follower.on_item = self._on_item
+        await self._load_buckets(book)
         log.info(
             "firing the timers of %s (into %s/%d): term=%d pending=%d", replica.group,
             self.source.name, replica.partition, self.term, book.pending,
