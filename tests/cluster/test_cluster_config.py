@@ -69,6 +69,7 @@ def test_controllers_require_a_secret() -> None:
             "produce_timeout_ms=200000 must be at most max_produce_timeout_ms=120000",
         ),
         ({"max_streams_per_connection": -1}, "max_streams_per_connection=-1 must be > 0"),
+        ({"timer_log_retention_ms": 999}, "timer_log_retention_ms=999 must be >= 1000"),
     ],
 )
 def test_bad_settings_name_the_field(overrides: dict[str, object], message: str) -> None:
