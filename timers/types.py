@@ -21,8 +21,10 @@ seconds of it), and `last_plan` of an empty plan fires nothing.
 *Roll-forward* (retention never pins disk for long timers): a timer log's segment older than the
 timer log's retention goes, but a pending timer in it must not. Its leader appends a *copy* of
 each pending batch there (ROLLED_HEADER = the original's offset; DELIVER_AT_HEADER = its due
-time; value = the original's stored bytes), then a *floor* record (FLOOR_HEADER = offset F: no
-pending timer lies below F any more), and the log may then go below F. Identity: a timer is
+time; value = the producer's batch, as the original holds it), then a *floor* record
+(FLOOR_HEADER = offset F: no pending timer lies below F any more), and the log may then go below
+F. It never goes below the last plan's record (an index folding the log from its start learns
+the next plan's sequence there): a round whose cut would pass it appends the done marker again. Identity: a timer is
 fired by the plan that names it, at the plan's sequence; a copy is the same timer at a new
 place. The supersede rule, applied by every fold in log order: a copy takes its original's
 place at once (the original is no longer pending, the copy is, with the same due time and
