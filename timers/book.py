@@ -233,10 +233,6 @@ class TimerBook:
         """The batch at `offset` is held pending in memory (the near window)."""
         return offset in self._held
 
-    def held_below(self, offset: int) -> list[TimerBatch]:
-        """The held pending batches at offsets below `offset` (a roll's candidates)."""
-        return sorted((b for b in self._held.values() if b.offset < offset), key=_by_offset)
-
     def loaded_buckets(self) -> set[int]:
         """Buckets whose pending batches are all held (or being read into the book)."""
         return set(self._loaded) | self._loading
@@ -357,10 +353,6 @@ class TimerBook:
         self._last_plan = plan
         self._last_offsets = frozenset(b.offset for b in plan.batches) if plan else frozenset()
         self._next_sequence = 0 if plan is None else _after(plan)
-
-
-def _by_offset(batch: TimerBatch) -> int:
-    return batch.offset
 
 
 def _after(plan: Plan) -> int:
