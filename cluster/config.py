@@ -62,6 +62,30 @@ class NodeConfig:
     dial_map: str = ""  # JSON file {member id: HOST:PORT to dial}, re-read when it changes
     metrics: str = ""  # HOST:PORT of the Prometheus text endpoint; empty: off
     cluster_secret: str = ""  # control-plane password (env FLOTILLA_CLUSTER_SECRET)
+    # security (issue 27; cluster/tls.py, cluster/peer_auth.py, cluster/identity.py, cluster/authz.py)
+    # the secret before a rotation, still accepted from peers (their gossip and calls) until
+    # every node has the new one; never used to sign
+    cluster_secret_previous: str = ""
+    # PEM files: the cluster CA, this node's certificate (chain) and key. All three or none; with
+    # them every connection to and from this node is TLS, reloaded when the files change or on
+    # SIGHUP
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    # with TLS: every connection must present a certificate the CA signed (mutual TLS): a node
+    # certificate for a peer, a client certificate for a client. False: clients connect with
+    # TLS alone and prove themselves with a token; peers with the cluster secret only
+    tls_client_auth: bool = True
+    # listen on a non-loopback address without TLS (refused otherwise; warned at every start)
+    insecure: bool = False
+    # ACL enforcement: "auto" (on with TLS, off without), "on", "off". Off: every caller may do
+    # everything (today's behaviour on loopback)
+    authorization: str = "auto"
+    # principals allowed everything, whatever the ACLs say (Kafka's super.users)
+    superusers: tuple[str, ...] = ("admin",)
+    # a bearer token that authenticates as superusers[0] (env FLOTILLA_BOOTSTRAP_TOKEN): how the
+    # first ACLs and tokens are made where there are no client certificates; kept hashed in memory
+    bootstrap_token: str = ""
     # Raft
     tick_ms: int = 50  # one Raft tick
     election_ticks: int = 10  # election timeout = election_ticks * tick_ms (randomized up to 2x)
@@ -230,7 +254,7 @@ def _coerce(name: str, value: Any, cls: type[NodeConfig]) -> Any:
     try:
         if name == "controllers":
             return parse_controllers(value) if isinstance(value, str) else dict(value)
-        if name == "join":
+        if name in ("join", "superusers"):
             if isinstance(value, str):
                 return tuple(filter(None, (part.strip() for part in value.split(","))))
             return tuple(value)
