@@ -12,6 +12,8 @@ import os
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 from cryptography import x509
 from harness import wait_until
 
+from cluster import healthcheck
 from cluster.certs import init_ca, issue_client, issue_node
 from cluster.local import LocalCluster
 from proto import flotilla_pb2 as pb
@@ -90,7 +93,7 @@ def _health_code(address: str, credentials: grpc.ChannelCredentials | None) -> g
         try:
             flotilla_pb2_grpc.FlotillaStub(channel).Health(pb.HealthRequest(), timeout=5)
         except grpc.RpcError as error:
-            return error.code()  # type: ignore[no-any-return]
+            return error.code()
     return grpc.StatusCode.OK
 
 
@@ -165,3 +168,28 @@ def test_certificates_rotate_without_a_restart(setup: Setup) -> None:
     for node_id in ("n1", "n2"):
         log_path = cluster.nodes[node_id].log_path
         assert log_path is not None and "event=tls_reloaded" in log_path.read_text()
+
+
+def test_the_container_healthcheck_speaks_tls(setup: Setup) -> None:
+    """`python -m cluster.healthcheck` in a node's container connects with the node's own files
+    (its FLOTILLA_TLS_* settings): healthy; plaintext to a TLS port is not."""
+    spec = setup.cluster.nodes["n3"]
+    paths = setup.cluster.node_tls("n3")
+    assert paths is not None
+    healthy, reason = healthcheck.check(
+        spec.address, tls=(str(paths.ca), str(paths.cert), str(paths.key))
+    )
+    assert healthy, reason
+    healthy, reason = healthcheck.check(spec.address)
+    assert not healthy and "UNAVAILABLE" in reason
+    env = {
+        **os.environ,
+        "FLOTILLA_TLS_CA": str(paths.ca),
+        "FLOTILLA_TLS_CERT": str(paths.cert),
+        "FLOTILLA_TLS_KEY": str(paths.key),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "cluster.healthcheck", spec.address],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
