@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
-from harness import wait_until
+from harness import free_port, wait_until
 
 from cluster import healthcheck
 from cluster.certs import init_ca, issue_client, issue_node
@@ -193,3 +193,55 @@ def test_the_container_healthcheck_speaks_tls(setup: Setup) -> None:
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_tls_without_client_certificates_peers_prove_themselves_by_the_secret(
+    tmp_path: Path,
+) -> None:
+    """`--tls-client-auth off`: clients connect with the CA alone (they would bring a token);
+    the nodes still elect and replicate, proving themselves by the cluster secret."""
+    with LocalCluster(tmp_path, 2, tls=True, node_args=["--tls-client-auth", "off"]) as cluster:
+        cluster.start()
+        tls = cluster.tls
+        assert tls is not None
+        address = cluster.nodes["n1"].address
+        assert _health_code(address, grpc.ssl_channel_credentials(tls.ca.read_bytes())) is (
+            grpc.StatusCode.OK
+        )
+        assert _health_code(address, None) is grpc.StatusCode.UNAVAILABLE  # still TLS
+        setup = Setup(cluster)
+        setup.stub("n1").CreateTopic(
+            pb.CreateTopicRequest(name="t", partitions=1, replication_factor=2), timeout=30
+        )
+        assert setup.produce_everywhere("t", b"x") == 0
+
+
+def _run_node(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLOTILLA_CLUSTER_SECRET": "s3cret"}
+    command = [sys.executable, "-m", "flotilla", "node", "--data-dir", str(tmp_path / "d"), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_bad_tls_files_and_a_public_address_without_tls_refuse_to_start(tmp_path: Path) -> None:
+    init_ca(tmp_path / "certs")
+    n1 = issue_node(tmp_path / "certs", "n1")
+    n2 = issue_node(tmp_path / "certs", "n2")
+    listen = f"127.0.0.1:{free_port()}"
+    mismatched = ["--tls-ca", str(n1.ca), "--tls-cert", str(n1.cert), "--tls-key", str(n2.key)]
+    result = _run_node(["--id", "n1", "--listen", listen, *mismatched], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "tls_key=" in result.stderr and "is not the key of tls_cert=" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = _run_node(["--id", "n1", "--listen", f"0.0.0.0:{free_port()}"], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "without TLS" in result.stderr and "--insecure" in result.stderr
+
+
+def test_insecure_warns_at_every_start(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, 1, node_args=["--insecure"]) as cluster:
+        cluster.start()
+        log_path = cluster.nodes["n1"].log_path
+        assert log_path is not None
+        wait_until(lambda: "event=insecure" in log_path.read_text(), 10, "the warning")
+        line = next(x for x in log_path.read_text().splitlines() if "event=insecure" in x)
+        assert "level=warning" in line
