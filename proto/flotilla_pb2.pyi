@@ -599,3 +599,101 @@ class QueueSettleResponse(_message.Message):
     applied: _containers.RepeatedCompositeFieldContainer[QueueLease]
     lost: _containers.RepeatedCompositeFieldContainer[QueueLease]
     def __init__(self, applied: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ..., lost: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
+
+class AclBinding(_message.Message):
+    __slots__ = ("principal", "operation", "resource", "permission")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    operation: str
+    resource: str
+    permission: str
+    def __init__(self, principal: _Optional[str] = ..., operation: _Optional[str] = ..., resource: _Optional[str] = ..., permission: _Optional[str] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class RemoveAclResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("principal", "token", "token_id")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    token: str
+    token_id: str
+    def __init__(self, principal: _Optional[str] = ..., token: _Optional[str] = ..., token_id: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class TokenInfo(_message.Message):
+    __slots__ = ("principal", "token_id", "created_ms")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    token_id: str
+    created_ms: int
+    def __init__(self, principal: _Optional[str] = ..., token_id: _Optional[str] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("token_id",)
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    def __init__(self, token_id: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
+    __slots__ = ("revoked",)
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    revoked: int
+    def __init__(self, revoked: _Optional[int] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal", "authenticated", "superuser", "via", "authorization")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
+    SUPERUSER_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    authenticated: bool
+    superuser: bool
+    via: str
+    authorization: bool
+    def __init__(self, principal: _Optional[str] = ..., authenticated: _Optional[bool] = ..., superuser: _Optional[bool] = ..., via: _Optional[str] = ..., authorization: _Optional[bool] = ...) -> None: ...

@@ -129,6 +129,41 @@ class FlotillaStub:
                 request_serializer=proto_dot_flotilla__pb2.QueueSettleRequest.SerializeToString,
                 response_deserializer=proto_dot_flotilla__pb2.QueueSettleResponse.FromString,
                 _registered_method=True)
+        self.AddAcl = channel.unary_unary(
+                '/flotilla.v1.Flotilla/AddAcl',
+                request_serializer=proto_dot_flotilla__pb2.AclBinding.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.AclBinding.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/flotilla.v1.Flotilla/ListAcls',
+                request_serializer=proto_dot_flotilla__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
+        self.RemoveAcl = channel.unary_unary(
+                '/flotilla.v1.Flotilla/RemoveAcl',
+                request_serializer=proto_dot_flotilla__pb2.AclBinding.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.RemoveAclResponse.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/flotilla.v1.Flotilla/CreateToken',
+                request_serializer=proto_dot_flotilla__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/flotilla.v1.Flotilla/ListTokens',
+                request_serializer=proto_dot_flotilla__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/flotilla.v1.Flotilla/RevokeToken',
+                request_serializer=proto_dot_flotilla__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/flotilla.v1.Flotilla/WhoAmI',
+                request_serializer=proto_dot_flotilla__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=proto_dot_flotilla__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class FlotillaServicer:
@@ -291,6 +326,61 @@ class FlotillaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddAcl(self, request, context):
+        """Security: who may do what. With authorization on (NodeConfig.authorization; on by default
+        when TLS is), every call names a principal: the bearer token in metadata `authorization`
+        ("Bearer <token>") if any, else the client certificate's name (mTLS); a call with neither, or
+        with a token the cluster does not know, is UNAUTHENTICATED. A principal may do what an ACL
+        allows and none denies (deny wins); superusers (NodeConfig.superusers) and the cluster's own
+        nodes may do everything. Not allowed: PERMISSION_DENIED naming the principal, the operation
+        and the resource; nothing changed. ACLs and token hashes live in the replicated control plane
+        (forwarded to a controller like topic changes); changing them is an admin operation on "*".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveAcl(self, request, context):
+        """Removes the bindings equal to the one given (all four fields); `removed` counts them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateToken(self, request, context):
+        """Makes a bearer token for a principal; the answer is the only place the token appears (the
+        cluster keeps only its SHA-256 hash).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """The caller's principal as this node sees it (any caller may ask; unauthenticated callers get
+        authenticated=false rather than an error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FlotillaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -388,6 +478,41 @@ def add_FlotillaServicer_to_server(servicer, server):
                     servicer.QueueSettle,
                     request_deserializer=proto_dot_flotilla__pb2.QueueSettleRequest.FromString,
                     response_serializer=proto_dot_flotilla__pb2.QueueSettleResponse.SerializeToString,
+            ),
+            'AddAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddAcl,
+                    request_deserializer=proto_dot_flotilla__pb2.AclBinding.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.AclBinding.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=proto_dot_flotilla__pb2.ListAclsRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'RemoveAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveAcl,
+                    request_deserializer=proto_dot_flotilla__pb2.AclBinding.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.RemoveAclResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=proto_dot_flotilla__pb2.CreateTokenRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=proto_dot_flotilla__pb2.ListTokensRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=proto_dot_flotilla__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=proto_dot_flotilla__pb2.WhoAmIRequest.FromString,
+                    response_serializer=proto_dot_flotilla__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -903,6 +1028,195 @@ class Flotilla:
             '/flotilla.v1.Flotilla/QueueSettle',
             proto_dot_flotilla__pb2.QueueSettleRequest.SerializeToString,
             proto_dot_flotilla__pb2.QueueSettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/AddAcl',
+            proto_dot_flotilla__pb2.AclBinding.SerializeToString,
+            proto_dot_flotilla__pb2.AclBinding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/ListAcls',
+            proto_dot_flotilla__pb2.ListAclsRequest.SerializeToString,
+            proto_dot_flotilla__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/RemoveAcl',
+            proto_dot_flotilla__pb2.AclBinding.SerializeToString,
+            proto_dot_flotilla__pb2.RemoveAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/CreateToken',
+            proto_dot_flotilla__pb2.CreateTokenRequest.SerializeToString,
+            proto_dot_flotilla__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/ListTokens',
+            proto_dot_flotilla__pb2.ListTokensRequest.SerializeToString,
+            proto_dot_flotilla__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/RevokeToken',
+            proto_dot_flotilla__pb2.RevokeTokenRequest.SerializeToString,
+            proto_dot_flotilla__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flotilla.v1.Flotilla/WhoAmI',
+            proto_dot_flotilla__pb2.WhoAmIRequest.SerializeToString,
+            proto_dot_flotilla__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

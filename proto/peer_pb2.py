@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/peer.proto\x12\x0b\x66lotilla.v1\"\x1a\n\tRaftFrame\x12\r\n\x05\x66rame\x18\x01 \x01(\x0c\"\x1b\n\x07RaftAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\"F\n\nSwimPacket\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_address\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\t\n\x07SwimAck2w\n\x04Peer\x12\x38\n\x04Raft\x12\x16.flotilla.v1.RaftFrame\x1a\x14.flotilla.v1.RaftAck(\x01\x30\x01\x12\x35\n\x04Swim\x12\x17.flotilla.v1.SwimPacket\x1a\x14.flotilla.v1.SwimAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/peer.proto\x12\x0b\x66lotilla.v1\"\x1a\n\tRaftFrame\x12\r\n\x05\x66rame\x18\x01 \x01(\x0c\"\x1b\n\x07RaftAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\"g\n\nSwimPacket\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_address\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x12\n\nsent_at_ms\x18\x04 \x01(\x04\x12\x0b\n\x03mac\x18\x05 \x01(\x0c\"\t\n\x07SwimAck2w\n\x04Peer\x12\x38\n\x04Raft\x12\x16.flotilla.v1.RaftFrame\x1a\x14.flotilla.v1.RaftAck(\x01\x30\x01\x12\x35\n\x04Swim\x12\x17.flotilla.v1.SwimPacket\x1a\x14.flotilla.v1.SwimAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,9 +36,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RAFTACK']._serialized_start=61
   _globals['_RAFTACK']._serialized_end=88
   _globals['_SWIMPACKET']._serialized_start=90
-  _globals['_SWIMPACKET']._serialized_end=160
-  _globals['_SWIMACK']._serialized_start=162
-  _globals['_SWIMACK']._serialized_end=171
-  _globals['_PEER']._serialized_start=173
-  _globals['_PEER']._serialized_end=292
+  _globals['_SWIMPACKET']._serialized_end=193
+  _globals['_SWIMACK']._serialized_start=195
+  _globals['_SWIMACK']._serialized_end=204
+  _globals['_PEER']._serialized_start=206
+  _globals['_PEER']._serialized_end=325
 # @@protoc_insertion_point(module_scope)
