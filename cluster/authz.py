@@ -82,7 +82,7 @@ class Acl:
 
     def matches(self, principal: str, operation: Operation, topic: str) -> bool:
         return (
-            (self.principal == principal or self.principal == ANY_PRINCIPAL)
+            self.principal in (principal, ANY_PRINCIPAL)
             and (self.operation is operation or self.operation is Operation.ALL)
             and resource_matches(self.resource, topic)
         )

@@ -46,7 +46,13 @@ CASES = (
     ("zed", C, "public", True, ""),
     ("zed", C, "publicity", False, "no ACL allows it"),
     ("bob", P, "orders.eu", False, "denied by ACL deny produce on 'orders.eu'"),  # deny wins
-    ("dave", P, "orders.eu", False, "denied by ACL deny produce on 'orders.eu'"),  # over an exact allow
+    (
+        "dave",
+        P,
+        "orders.eu",
+        False,
+        "denied by ACL deny produce on 'orders.eu'",
+    ),  # over an exact allow
     ("erin", A, "*", True, "allow admin on '*'"),
     ("erin", A, "anything", True, ""),
     ("erin", P, "anything", False, "no ACL"),
@@ -67,9 +73,9 @@ class AllowWins(AclTable):
         if self.is_superuser(principal):
             return Decision(True, "superuser")
         for acl in self.acls:
-            if acl.principal in (principal, "*") and acl.operation in (operation, ALL):
-                if acl.resource == topic:
-                    return Decision(acl.permission is Permission.ALLOW, acl.describe())
+            same = acl.principal in (principal, "*") and acl.operation in (operation, ALL)
+            if same and acl.resource == topic:
+                return Decision(acl.permission is Permission.ALLOW, acl.describe())
         return Decision(False, "no ACL allows it")
 
 
