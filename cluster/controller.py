@@ -384,6 +384,11 @@ class MetadataStore:
     def version(self) -> int:
         return int(self._sync.version)
 
+    @property
+    def security_version(self) -> int:
+        """Moves with every ACL or token change (`security`)."""
+        return int(self._sync.security_version)
+
     def security(self) -> tuple[int, list[dict[str, str]], dict[str, list[Any]]]:
         """(its version, the ACL bindings, the token hashes): copies, read on the caller's
         thread while pysyncobj's may apply a change (a copy of a dict being changed can fail:

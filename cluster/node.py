@@ -40,6 +40,7 @@ from functools import partial
 
 import grpc
 
+from cluster.acl_state import Authorizer
 from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
@@ -181,6 +182,8 @@ class Node:
             controller=lambda: self.controller,
             serving=self.started.is_set,
         )
+        # who may do what: every client call asks it first (`cluster.acl_state`)
+        self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
         self.topic_admin = TopicAdmin(
             config,
             self.transport,
@@ -323,6 +326,8 @@ class Node:
                     raise
                 raise AddressInUse("metrics", config.metrics) from None
         self._tasks.append(asyncio.get_running_loop().create_task(self.partitions.run()))
+        if self.authorizer.enabled:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.authorizer.run()))
         self.started.set()
         event(
             log, "node_started", listen=config.listen, advertise=config.advertised,
