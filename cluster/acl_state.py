@@ -33,8 +33,10 @@ from cluster.config import NodeConfig
 from cluster.controller import ControlPlaneError, MetadataStore
 from cluster.errors import ClusterError, ControlPlaneUnavailable
 from cluster.identity import (
+    NO_CREDENTIALS,
     CallerCertificate,
     Identity,
+    PeerRefused,
     TokenEntry,
     Unauthenticated,
     identify,
@@ -88,6 +90,8 @@ class Authorizer:
         # set by the node once its peer proof and TLS are up (`cluster.peer_auth`, `cluster.tls`)
         self.peer_check: Callable[[str], str] | None = None
         self.certificate: Callable[[Any], CallerCertificate | None] | None = None
+        # counts and logs a refused peer proof (`PeerAuth.reject(kind, source, reason)`)
+        self.peer_rejected: Callable[[str, str, str], None] | None = None
         self.table = AclTable((), config.superusers)
         self.tokens: dict[str, TokenEntry] = {}  # the control plane's
         self._bootstrap: dict[str, TokenEntry] = {}
@@ -107,9 +111,14 @@ class Authorizer:
     # -- checks ---------------------------------------------------------------------------------
     def identify(self, context: Any) -> Identity:
         self._sync_from_controller()
-        if self.certificate is None:
-            return identify(context, self.peer_check, self._known)
-        return identify(context, self.peer_check, self._known, self.certificate)
+        try:
+            if self.certificate is None:
+                return identify(context, self.peer_check, self._known)
+            return identify(context, self.peer_check, self._known, self.certificate)
+        except PeerRefused as error:
+            if self.peer_rejected is not None:
+                self.peer_rejected("call", context.peer(), str(error))
+            raise
 
     def authorize(self, context: Any, operation: Operation | None, topic: str = "*") -> Identity:
         """The caller, if it may do `operation` on `topic` (None: anything an authenticated
@@ -119,10 +128,7 @@ class Authorizer:
             return Identity("", "", False)
         who = self.identify(context)
         if not who.authenticated:
-            raise Unauthenticated(
-                "no credentials: present a client certificate signed by the cluster's CA or a "
-                "token (Client(..., token=) / FLOTILLA_TOKEN)"
-            )
+            raise Unauthenticated(NO_CREDENTIALS)
         if operation is not None:
             decision = self.check(who.principal, operation, topic)
             if not decision.allowed:

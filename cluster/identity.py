@@ -37,6 +37,7 @@ __all__ = [
     "NO_CREDENTIALS",
     "PEER_KEY",
     "Identity",
+    "PeerRefused",
     "TokenEntry",
     "Unauthenticated",
     "identify",
@@ -58,6 +59,10 @@ NO_CREDENTIALS = (
 
 class Unauthenticated(ClusterError):
     """The call proves no principal, or a wrong one: UNAUTHENTICATED, nothing changed."""
+
+
+class PeerRefused(Unauthenticated):
+    """A call's `flotilla-peer` proof failed (counted and logged as a rejected peer call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +140,14 @@ def _peer(
 ) -> Identity:
     text = value.decode(errors="replace") if isinstance(value, bytes) else value
     if peer_check is None:
-        raise Unauthenticated(f"{PEER_KEY} metadata is refused: this node has no cluster secret")
+        raise PeerRefused(f"{PEER_KEY} metadata is refused: this node has no cluster secret")
     try:
         node_id = peer_check(text)
     except ClusterError as error:
-        raise Unauthenticated(str(error)) from None
+        raise PeerRefused(str(error)) from None
     presented = certificate(context)
     if presented is not None and (presented.kind, presented.name) != ("node", node_id):
-        raise Unauthenticated(
+        raise PeerRefused(
             f"{PEER_KEY} metadata names node {node_id!r} but the caller's certificate is the "
             f"{presented.kind} certificate of {presented.name!r}: a node calls with its own "
             "node certificate"

@@ -59,6 +59,7 @@ from cluster.multiraft import MultiRaft, Proposal
 from cluster.opener import ReplicaOpener
 from cluster.ownership import AddressInUse, DataDirLock
 from cluster.partitions import PartitionManager
+from cluster.peer_auth import PeerAuth
 from cluster.peer_service import PeerService
 from cluster.placement import Candidate
 from cluster.replica import Replica
@@ -67,6 +68,7 @@ from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.timers import TimerHost, timer_faults_from_env
+from cluster.tls import caller_certificate
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -139,6 +141,20 @@ class Node:
             groups=lambda: self.groups.gauges,
             pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
+        # every call this node makes to a peer carries its proof (`cluster.peer_auth`), and a
+        # call that carries one is checked with it (`cluster.acl_state`)
+        self.peer_auth = (
+            PeerAuth(
+                config.node_id,
+                config.cluster_secret,
+                config.cluster_secret_previous,
+                on_rejected=self.metrics.peer_auth_rejected,
+            )
+            if config.cluster_secret
+            else None
+        )
+        if self.peer_auth is not None:
+            self.transport.sign = self.peer_auth.sign_call
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
         self.controller: MetadataStore | None = None
@@ -184,6 +200,10 @@ class Node:
         )
         # who may do what: every client call asks it first (`cluster.acl_state`)
         self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
+        if self.peer_auth is not None:
+            self.authorizer.peer_check = self.peer_auth.verify_call
+            self.authorizer.peer_rejected = self.peer_auth.reject
+        self.authorizer.certificate = caller_certificate
         self.topic_admin = TopicAdmin(
             config,
             self.transport,

@@ -183,7 +183,8 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
-        await self._allow(context)
+        # open to every caller, authenticated or not: liveness for probes and load balancers
+        # (members alive, serving), which hold no credentials; it names no topic
         return self.node.health()
 
     # -- data -------------------------------------------------------------------------------------
