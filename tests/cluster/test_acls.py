@@ -18,8 +18,10 @@ import pytest
 from harness import wait_until
 from queue_calls import Member, Router, take
 
+from cluster.certs import CertPaths, issue_client
 from cluster.delayed import TIMER_FORWARD_KEY
 from cluster.local import LocalCluster
+from cluster.peer_auth import PEER_KEY, PeerAuth
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.records import encode_batch
@@ -234,7 +236,8 @@ def _may_produce(calls: Calls, topic: str) -> bool:
         _produce(calls, topic)
         return True
     except grpc.RpcError as error:
-        if error.code() not in (DENIED, grpc.StatusCode.FAILED_PRECONDITION):
+        retry = (DENIED, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE)
+        if error.code() not in retry:  # a leader moving, an ACL not polled yet
             raise
         return False
 
@@ -377,3 +380,79 @@ def test_the_nodes_own_calls_pass_for_a_client_s_delayed_produce_and_queue(
         )
     finally:
         router.close()
+
+
+# -- with TLS: client certificates name principals ---------------------------------------------
+
+
+def _tls_stub(
+    cluster: LocalCluster, node_id: str, paths: CertPaths
+) -> flotilla_pb2_grpc.FlotillaStub:
+    credentials = grpc.ssl_channel_credentials(
+        paths.ca.read_bytes(), paths.key.read_bytes(), paths.cert.read_bytes()
+    )
+    channel = grpc.secure_channel(cluster.nodes[node_id].address, credentials)
+    return flotilla_pb2_grpc.FlotillaStub(channel)
+
+
+def test_with_mutual_tls_a_client_certificate_is_the_principal(tmp_path: Path) -> None:
+    """authorization "auto" is on with TLS: the admin certificate (a superuser) makes a topic
+    through the non-controller (its forward goes as the node, over mutual TLS) and an ACL; the
+    certificate of client bob may produce and nothing else; a token beats a certificate, and a
+    valid peer proof presented with a client certificate is no node."""
+    with LocalCluster(tmp_path, nodes=2, controllers=1, tls=True) as cluster:
+        cluster.start()
+        assert cluster.tls is not None and cluster.tls_dir is not None
+        admin = _tls_stub(cluster, "n2", cluster.tls)
+        bob_paths = issue_client(cluster.tls_dir, "bob")
+        bob = {n: _tls_stub(cluster, n, bob_paths) for n in ("n1", "n2")}
+        who = admin.WhoAmI(pb.WhoAmIRequest(), timeout=10)
+        assert (who.principal, who.via, who.superuser, who.authorization) == (
+            "admin", "certificate", True, True,
+        )  # fmt: skip
+        request = pb.CreateTopicRequest(name="orders.eu", partitions=1, replication_factor=2)
+        admin.CreateTopic(request, timeout=15)
+        binding = pb.AclBinding(principal="bob", operation="produce", resource="orders.*")
+        admin.AddAcl(binding, timeout=15)
+        assert bob["n2"].WhoAmI(pb.WhoAmIRequest(), timeout=10).via == "certificate"
+
+        def produced() -> bool:
+            for stub in bob.values():
+                try:
+                    stub.Produce(_request("orders.eu"), timeout=10)
+                    return True
+                except grpc.RpcError as error:
+                    retry = (
+                        DENIED,
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        grpc.StatusCode.UNAVAILABLE,
+                    )
+                    if error.code() not in retry:  # a leader not elected, an ACL not polled
+                        raise
+            return False
+
+        wait_until(produced, what="bob's produce over TLS")
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n1"].Fetch(pb.FetchRequest(topic="orders.eu", partition=0), timeout=10)
+        assert caught.value.code() is DENIED
+        assert "principal 'bob' may not consume from topic 'orders.eu'" in caught.value.details()
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].DeleteTopic(pb.DeleteTopicRequest(name="orders.eu"), timeout=10)
+        assert caught.value.code() is DENIED
+        # a token is looked at before the certificate: an unknown one is refused outright
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].ListTopics(
+                pb.ListTopicsRequest(), timeout=10, metadata=(("authorization", "Bearer flt_x"),)
+            )
+        assert caught.value.code() is UNAUTHENTICATED
+        # the cluster's secret (stolen) signs a proof of n1, but bob's certificate is no node's
+        forged = PeerAuth("n1", cluster.secret).sign_call()
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].ListTopics(pb.ListTopicsRequest(), timeout=10, metadata=((PEER_KEY, forged),))
+        assert caught.value.code() is UNAUTHENTICATED
+        assert "the client certificate of 'bob'" in caught.value.details()
+        # and a node's certificate without the proof is nobody
+        as_node = _tls_stub(cluster, "n1", cluster.node_tls("n2") or cluster.tls)
+        with pytest.raises(grpc.RpcError) as caught:
+            as_node.ListTopics(pb.ListTopicsRequest(), timeout=10)
+        assert caught.value.code() is UNAUTHENTICATED
