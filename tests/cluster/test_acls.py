@@ -105,16 +105,15 @@ def _high_watermark(calls: Calls, topic: str, node_id: str = "n1") -> int:
 
 def _settled_high_watermark(calls: Calls, topic: str) -> int:
     """The high watermark once every node reports the same (a follower's may trail a moment)."""
-    seen: list[set[int]] = []
-    wait_until(
-        lambda: (
-            seen.append({_high_watermark(calls, topic, n) for n in ("n1", "n2", "n3")})
-            or len(seen[-1]) == 1
-        ),
-        what=f"the nodes agreeing on {topic}'s high watermark",
-        detail=lambda: seen[-1],
-    )
-    return seen[-1].pop()
+    seen: set[int] = set()
+
+    def agreed() -> bool:
+        seen.clear()
+        seen.update(_high_watermark(calls, topic, n) for n in ("n1", "n2", "n3"))
+        return len(seen) == 1
+
+    wait_until(agreed, what=f"the nodes agreeing on {topic}'s high watermark", detail=lambda: seen)
+    return seen.pop()
 
 
 def _produce(calls: Calls, topic: str) -> Any:
