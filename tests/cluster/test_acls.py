@@ -18,6 +18,7 @@ import pytest
 from harness import wait_until
 from queue_calls import Member, Router, take
 
+from cluster.acl_state import TOKEN_HASHES_KEY
 from cluster.certs import CertPaths, issue_client
 from cluster.delayed import TIMER_FORWARD_KEY
 from cluster.local import LocalCluster
@@ -307,6 +308,12 @@ def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_
     wait_until(lambda: _answers(admin, "n1", "ListTokens", pb.ListTokensRequest()))
     listed = admin("n1", "ListTokens", pb.ListTokensRequest(principal="dave")).tokens
     assert [(t.principal, t.token_id) for t in listed] == [("dave", made.token_id)]
+    # the full hashes go to the cluster's nodes only (a client asking as a node does gets ids)
+    curious = Calls(cluster, BOOTSTRAP)
+    curious.metadata = (*curious.metadata, (TOKEN_HASHES_KEY, "1"))
+    assert {
+        len(t.token_id) for t in curious("n1", "ListTokens", pb.ListTokensRequest()).tokens
+    } == {12}
     acls = admin("n1", "ListAcls", pb.ListAclsRequest(principal="dave")).acls
     assert [(a.operation, a.resource) for a in acls] == [("consume", "*")]
     wait_until(
