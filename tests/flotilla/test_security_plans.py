@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import grpc
 import pytest
 
 from flotilla import aio
-from flotilla._core import ClientCore, Failed, Rpc
+from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
 from flotilla._credentials import Credentials, is_loopback
 from flotilla._security_plans import SecurityCalls, check_binding, token_id_of
 from flotilla.certs import init_ca, issue_client
@@ -30,12 +31,24 @@ from flotilla.errors import (
 )
 from flotilla.types import AclBinding, Token, TokenInfo, WhoAmI
 from proto import flotilla_pb2 as pb
-from tests.flotilla.test_client_surface_core import drive
 
 NO_ENV: dict[str, str] = {}
 
 
-class StatusError(grpc.RpcError):
+def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[Any, list[Rpc | Sleep]]:
+    """Runs `plan` as a client would, `answer` standing in for the network (as in
+    test_client_surface_core): its value and the steps it asked for."""
+    steps: list[Rpc | Sleep] = []
+    try:
+        step = next(plan)
+        while True:
+            steps.append(step)
+            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
+    except StopIteration as done:
+        return done.value, steps
+
+
+class StatusError(grpc.RpcError):  # type: ignore[misc]
     """A status as a node sends it (the parts `from_rpc_error` reads)."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
@@ -103,7 +116,7 @@ def test_a_bad_setting_is_named_before_anything_is_sent(
     (certs / "junk").write_text("not a certificate\n")
     given = {key: value.format(certs=certs) for key, value in settings.items()}
     with pytest.raises(InvalidArgument, match=named.replace(".", r"\.")):
-        Credentials.load(**given, env=NO_ENV)  # type: ignore[arg-type]
+        Credentials.load(**given, env=NO_ENV)
     with pytest.raises(InvalidArgument, match=named.replace(".", r"\.")):
         Client("127.0.0.1:1", **given)  # type: ignore[arg-type]
 
