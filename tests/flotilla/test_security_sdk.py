@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from harness import wait_until
@@ -152,6 +153,13 @@ def test_a_consumer_subscriber_and_asyncio_client_carry_the_token(
             consumer.commit()
             assert got[:3] == [b"p0", b"p1", b"p2"]
             assert consumer.committed("payments", 0) == sent[-1].offset + 1
+        with client.queue("carol-queue", "payments") as receiver:  # its joins and receives
+            leased: list[Any] = []
+            deadline = time.monotonic() + 20
+            while len(leased) < 3 and time.monotonic() < deadline:
+                leased += receiver.receive(10, timeout_s=1)
+            receiver.ack(leased)
+            assert {d.record.value for d in leased} >= {b"p0", b"p1", b"p2"}
 
     async def asyncio_side() -> None:
         async with aio.Client(cluster.bootstrap, token=carol) as client:
@@ -162,6 +170,12 @@ def test_a_consumer_subscriber_and_asyncio_client_carry_the_token(
             async with client.producer(linger_ms=1) as producer:  # a sync sender, same token
                 future = await producer.send("payments", b"batched", partition=0)
                 assert (await future).topic == "payments"
+            async with client.consumer("carol-async", "payments") as consumer:
+                got: list[bytes] = []
+                deadline = time.monotonic() + 20
+                while b"async" not in got and time.monotonic() < deadline:
+                    got += [r.value for r in await consumer.poll(100, timeout_s=1)]
+                assert b"async" in got
             with pytest.raises(AuthorizationError, match="principal 'carol' may not produce"):
                 await client.produce("orders.eu", b"v")
             with pytest.raises(AuthorizationError):
