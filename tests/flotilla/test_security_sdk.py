@@ -1,7 +1,7 @@
-"""The SDK and CLI against real nodes that enforce ACLs: one cluster for the module (three nodes,
-one controller, authorization on, a bootstrap token for the `admin` superuser; tokens over
-loopback, no TLS: the TLS handshake itself is tests/flotilla/test_security_plans.py's and, with
-real nodes, `test_a_tls_cluster_...` below when `LocalCluster(tls=True)` is there).
+"""The SDK and CLI against real nodes that enforce ACLs: a cluster with tokens (three nodes, one
+controller, authorization on, a bootstrap token for the `admin` superuser; tokens over loopback,
+no TLS), and a two-node cluster with mutual TLS (ACLs on because TLS is; clients named by their
+certificates; the admin certificate a superuser's).
 
 What is checked here is the client's side: the token reaches the node on every kind of call
 (unary, the Subscribe stream, the batching producer's threads, a consumer's heartbeats and
@@ -23,8 +23,9 @@ from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import aio, cli
+from flotilla.certs import issue_client
 from flotilla.client import Client
-from flotilla.errors import AuthenticationError, AuthorizationError, FlotillaError
+from flotilla.errors import AuthenticationError, AuthorizationError, FlotillaError, Unavailable
 from flotilla.types import AclBinding, TokenInfo
 
 pytestmark = pytest.mark.integration
@@ -276,3 +277,90 @@ def test_the_cli_manages_acls_and_tokens(
     assert status == 0
     status, _, err = run("topic", "list", token="")
     assert status == 1 and err.startswith("flotilla: no credentials") and err.count("\n") == 1
+
+
+# -- a cluster with mutual TLS (its ACLs on because TLS is) -------------------------------------
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("sdk-tls")
+    with LocalCluster(root, 2, controllers=1, tls=True) as local:
+        local.start()
+        yield local
+
+
+def tls_settings(cluster: LocalCluster, name: str = "admin") -> dict[str, str]:
+    assert cluster.tls_dir is not None
+    if name != "admin" and not (cluster.tls_dir / f"{name}.pem").exists():
+        issue_client(cluster.tls_dir, name)
+    return {
+        "tls_ca": str(cluster.tls_dir / "ca.pem"),
+        "tls_cert": str(cluster.tls_dir / f"{name}.pem"),
+        "tls_key": str(cluster.tls_dir / f"{name}.key"),
+    }
+
+
+def test_a_tls_client_with_the_admin_certificate_works_and_others_are_held_to_acls(
+    tls_cluster: LocalCluster,
+) -> None:
+    bootstrap = tls_cluster.addresses()
+    with Client(bootstrap, timeout_s=30, **tls_settings(tls_cluster)) as admin:
+        who = admin.whoami()
+        assert (who.principal, who.via, who.superuser, who.authorization) == (
+            "admin", "certificate", True, True,
+        )  # fmt: skip
+        admin.create_topic("orders.tls", partitions=1, replication_factor=2)
+        written = admin.produce("orders.tls", b"over tls")
+        assert admin.read("orders.tls", 0, written.offset)[0].value == b"over tls"
+        streamed = admin.subscribe("orders.tls", 0, written.offset, stop_after_idle_s=1)
+        assert next(streamed).value == b"over tls"
+        admin.add_acl("alice", "produce", "orders.*")
+    with Client(bootstrap, timeout_s=30, **tls_settings(tls_cluster, "alice")) as alice:
+        assert alice.whoami().principal == "alice"
+        wait_until(lambda: _may_produce(alice, "orders.tls"), what="alice's ACL on both nodes")
+        error = refused_at_once(AuthorizationError, lambda: alice.read("orders.tls", 0, 0))
+        assert "principal 'alice' may not consume from topic 'orders.tls'" in str(error)
+    with Client(bootstrap, timeout_s=30, **tls_settings(tls_cluster, "mallory")) as mallory:
+        refused_at_once(AuthorizationError, lambda: mallory.produce("orders.tls", b"v"))
+
+    async def asyncio_side() -> None:
+        async with aio.Client(bootstrap, timeout_s=30, **tls_settings(tls_cluster)) as client:
+            assert (await client.whoami()).principal == "admin"
+            assert (await client.read("orders.tls", 0, written.offset))[0].value == b"over tls"
+
+    asyncio.run(asyncio_side())
+
+
+def _may_produce(client: Client, topic: str) -> bool:
+    try:
+        client.produce(topic, b"probe")
+        return True
+    except AuthorizationError:
+        return False
+
+
+def test_a_client_without_a_certificate_or_without_tls_is_told_why(
+    tls_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tls_settings(tls_cluster)
+    for missing, named in (
+        ({"tls_ca": settings["tls_ca"]}, "without a client certificate its CA signed"),
+        ({"tls_ca": ""}, "a TLS node closes a plaintext connection"),
+    ):
+        started = time.monotonic()
+        client = Client(tls_cluster.addresses(), timeout_s=30, **missing)
+        with client, pytest.raises(Unavailable, match=named):
+            client.list_topics()
+        assert time.monotonic() - started < 15  # not the 30 s timeout
+    # the CLI, with the options (or the variables)
+    address = tls_cluster.addresses()[0]
+    flags = ["--tls-ca", settings["tls_ca"], "--tls-cert", settings["tls_cert"]]
+    flags += ["--tls-key", settings["tls_key"]]
+    capsys.readouterr()
+    assert cli.main([*flags, "whoami", "--bootstrap", address]) == 0
+    assert capsys.readouterr().out == "admin (via certificate, superuser, authorization on)\n"
+    assert cli.main(["status", "--bootstrap", address, *flags]) == 0
+    out = capsys.readouterr().out
+    assert "ACLs" in out and "alice" in out and "(no answer)" not in out  # every member asked
+    assert cli.main(["whoami", "--bootstrap", address, "--tls-ca", settings["tls_ca"]]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "check the client's TLS settings" in err
