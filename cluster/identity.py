@@ -40,6 +40,7 @@ __all__ = [
     "PeerRefused",
     "TokenEntry",
     "Unauthenticated",
+    "UnknownToken",
     "identify",
     "new_token",
     "token_hash",
@@ -59,6 +60,10 @@ NO_CREDENTIALS = (
 
 class Unauthenticated(ClusterError):
     """The call proves no principal, or a wrong one: UNAUTHENTICATED, nothing changed."""
+
+
+class UnknownToken(Unauthenticated):
+    """A bearer token whose hash the table does not hold."""
 
 
 class PeerRefused(Unauthenticated):
@@ -168,7 +173,7 @@ def _token(value: str | bytes, tokens: Mapping[str, TokenEntry]) -> Identity:
     entry = tokens.get(hashed)
     if entry is None:
         shown = token[: len(TOKEN_PREFIX)] if token.startswith(TOKEN_PREFIX) else ""
-        raise Unauthenticated(
+        raise UnknownToken(
             f"token {shown}… (id {token_id(hashed)}) is not known to the cluster: it was "
             "revoked, or never made by this cluster"
         )
