@@ -246,10 +246,14 @@ class SecurityCalls:
         self, request: pb.WhoAmIRequest, context: grpc.aio.ServicerContext
     ) -> pb.WhoAmIResponse:
         authorizer = self._authorizer
+        if not authorizer.loaded:  # where authorization is off, nothing polls the table
+            await authorizer.refresh(now=True)
         try:
             who = authorizer.identify(context)
         except Unauthenticated:
             who = Identity("", "", False)
+        except ClusterError as error:  # the table not loaded yet: UNAVAILABLE
+            await refuse(context, error)
         principal = who.principal if who.authenticated else ""
         return pb.WhoAmIResponse(
             principal=principal,

@@ -132,9 +132,15 @@ def identify(
     if bearer is not None:
         return _token(bearer, tokens)
     presented = certificate(context)
-    if presented is not None and presented.kind != "node":
-        return Identity(presented.name, "certificate", True)
-    return Identity(ANONYMOUS, "", False)
+    if presented is None or presented.kind == "node":
+        return Identity(ANONYMOUS, "", False)
+    if presented.name.startswith(NODE_PRINCIPAL_PREFIX):  # a CA of the operator's may say so
+        raise Unauthenticated(
+            f"the client certificate names {presented.name!r}: names starting with "
+            f"{NODE_PRINCIPAL_PREFIX!r} are the cluster's nodes, proven by a node certificate "
+            "and the cluster secret, never by a client certificate"
+        )
+    return Identity(presented.name, "certificate", True)
 
 
 def _peer(

@@ -58,6 +58,9 @@ def test_each_kind_of_proof_names_its_principal() -> None:
     assert who() == Identity("anonymous", "", False)
     # a node certificate without the peer proof is no node, and no client either
     assert who(cert=node_cert) == Identity("anonymous", "", False)
+    # nor may a client certificate (of a CA the operator runs) name a node
+    with pytest.raises(Unauthenticated, match="names 'node:n1': names starting with 'node:'"):
+        who(cert=Cert("client", "node:n1"))
 
 
 def test_a_token_wins_over_a_certificate_and_an_unknown_one_is_refused_even_with_one() -> None:
