@@ -14,6 +14,7 @@ the only place a token appears; the cluster keeps its SHA-256.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ from cluster.acl_state import TOKEN_HASHES_KEY, Authorizer, PermissionDenied, Ta
 from cluster.authz import Acl, Operation, check_principal, parse_acl
 from cluster.errors import ClusterError, ControlPlaneUnavailable, Invalid
 from cluster.identity import Identity, Unauthenticated, new_token, token_hash, token_id
+from cluster.logs import event
 from cluster.node_api import NodeApi
 from cluster.statuses import abort
 from proto import flotilla_pb2 as pb
@@ -32,6 +34,8 @@ from proto import flotilla_pb2_grpc
 from proto.groups import INTERNAL_PREFIX, is_internal
 
 __all__ = ["SecurityCalls"]
+
+log = logging.getLogger("flotilla.acl")
 
 _STATUS: tuple[tuple[type[ClusterError], grpc.StatusCode], ...] = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
@@ -49,6 +53,13 @@ async def refuse(context: grpc.aio.ServicerContext, error: ClusterError) -> NoRe
         if isinstance(error, kind):
             await abort(context, code, str(error))
     await abort(context, grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+
+
+def _audit(name: str, who: Identity, context: grpc.aio.ServicerContext, **fields: Any) -> None:
+    """One log line per change, on the node the client called (a controller making a change a
+    node forwarded does not log it again): who asked, from where, and what changed."""
+    if who.via != "peer":
+        event(log, name, **fields, by=who.principal or "-", client=context.peer())
 
 
 async def _not_forwarded(stub: flotilla_pb2_grpc.FlotillaStub) -> None:
@@ -116,19 +127,20 @@ class SecurityCalls:
     async def AddAcl(
         self, request: pb.AclBinding, context: grpc.aio.ServicerContext
     ) -> pb.AclBinding:
-        await self._allow(context, ADMIN)
+        who = await self._allow(context, ADMIN)
         acl = await self._parsed(request, context)
         await self._change(
             context,
             {"op": "add_acl", "acl": acl.to_wire()},
             lambda stub: stub.AddAcl(request, timeout=15),
         )
+        _audit("acl_added", who, context, **acl.to_wire())
         return _binding(acl)
 
     async def RemoveAcl(
         self, request: pb.AclBinding, context: grpc.aio.ServicerContext
     ) -> pb.RemoveAclResponse:
-        await self._allow(context, ADMIN)
+        who = await self._allow(context, ADMIN)
         acl = await self._parsed(request, context)
         answer = await self._change(
             context,
@@ -136,6 +148,7 @@ class SecurityCalls:
             lambda stub: stub.RemoveAcl(request, timeout=15),
         )
         removed = answer.removed if isinstance(answer, pb.RemoveAclResponse) else int(answer)
+        _audit("acl_removed", who, context, removed=removed, **acl.to_wire())
         return pb.RemoveAclResponse(removed=removed)
 
     async def ListAcls(
@@ -170,7 +183,7 @@ class SecurityCalls:
     async def CreateToken(
         self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTokenResponse:
-        await self._allow(context, ADMIN)
+        who = await self._allow(context, ADMIN)
         try:
             check_principal(request.principal, wildcard=False)
         except Invalid as error:
@@ -180,6 +193,7 @@ class SecurityCalls:
                 context, {}, lambda stub: stub.CreateToken(request, timeout=15)
             )
             assert isinstance(answer, pb.CreateTokenResponse)
+            _audit("token_created", who, context, principal=answer.principal, id=answer.token_id)
             return answer
         token = new_token()
         hashed = token_hash(token)
@@ -191,6 +205,7 @@ class SecurityCalls:
             "created_ms": int(time.time() * 1000),
         }
         await self._change(context, change, _not_forwarded)
+        _audit("token_created", who, context, principal=request.principal, id=token_id(hashed))
         return pb.CreateTokenResponse(
             principal=request.principal, token=token, token_id=token_id(hashed)
         )
@@ -224,7 +239,7 @@ class SecurityCalls:
     async def RevokeToken(
         self, request: pb.RevokeTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeTokenResponse:
-        await self._allow(context, ADMIN)
+        who = await self._allow(context, ADMIN)
         if not _TOKEN_ID.match(request.token_id):
             await refuse(
                 context,
@@ -239,6 +254,7 @@ class SecurityCalls:
             lambda stub: stub.RevokeToken(request, timeout=15),
         )
         revoked = answer.revoked if isinstance(answer, pb.RevokeTokenResponse) else int(answer)
+        _audit("token_revoked", who, context, id=request.token_id, revoked=revoked)
         return pb.RevokeTokenResponse(revoked=revoked)
 
     # -- who -----------------------------------------------------------------------------------

@@ -181,6 +181,16 @@ def test_a_principal_allowed_only_to_produce_on_a_prefix_can_do_nothing_else(
     binding = pb.AclBinding(principal="bob", operation="produce", resource="orders.*")
     added = admin("n3", "AddAcl", binding)
     assert (added.principal, added.permission) == ("bob", "allow")
+    log_path = cluster.nodes["n3"].log_path
+    assert log_path is not None
+    wait_until(
+        lambda: any(
+            "acl_added" in line and "by=admin" in line and "resource=orders.*" in line
+            for line in log_path.read_text().splitlines()
+        ),
+        what="the change in the log of the node the client called",
+    )
+    assert made.token not in (cluster.root / "n2.log").read_text()  # tokens are never logged
     bob = _known_everywhere(cluster, made.token)
     wait_until(lambda: _may_produce(bob, "orders.eu"), what="bob's ACL on every node")
     assert bob("n3", "WhoAmI", pb.WhoAmIRequest()).principal == "bob"
