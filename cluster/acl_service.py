@@ -98,7 +98,8 @@ class SecurityCalls:
                 for topic in topics:
                     if is_internal(topic):
                         raise PermissionDenied(
-                            f"principal {who.principal!r} may not {operation.value} "
+                            f"principal {who.principal!r} may not "
+                            f"{'produce to' if operation is PRODUCE else 'administer'} "
                             f"topic {topic!r}: it is the cluster's own (names starting with "
                             f"{INTERNAL_PREFIX!r}); only its nodes may"
                         )
