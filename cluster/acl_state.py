@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from cluster.authz import Acl, AclTable, Decision, InvalidAcl, Operation
-from cluster.config import NodeConfig
+from cluster.config import ConfigError, NodeConfig
 from cluster.controller import ControlPlaneError, MetadataStore
 from cluster.errors import ClusterError, ControlPlaneUnavailable
 from cluster.identity import (
@@ -55,6 +55,7 @@ __all__ = [
     "PermissionDenied",
     "TableNotLoaded",
     "authorization_enabled",
+    "check_bootstrap_token",
 ]
 
 log = logging.getLogger("flotilla.acl")
@@ -84,6 +85,25 @@ class TableNotLoaded(ControlPlaneUnavailable):
         )
 
 
+MIN_BOOTSTRAP_TOKEN_CHARS = 16
+
+
+def check_bootstrap_token(config: NodeConfig) -> None:
+    """A bootstrap token is a superuser's password: refuse one anyone could guess, and one with
+    no superuser to be (`ConfigError`: the node does not start)."""
+    if not config.superusers:
+        raise ConfigError(
+            "bootstrap_token (FLOTILLA_BOOTSTRAP_TOKEN) authenticates as superusers[0], but "
+            "superusers is empty: name one (--superusers admin) or drop the token"
+        )
+    if len(config.bootstrap_token) < MIN_BOOTSTRAP_TOKEN_CHARS:
+        raise ConfigError(
+            f"bootstrap_token (FLOTILLA_BOOTSTRAP_TOKEN) has {len(config.bootstrap_token)} "
+            f"characters: use at least {MIN_BOOTSTRAP_TOKEN_CHARS} random ones (e.g. python -c "
+            "'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
 def authorization_enabled(config: NodeConfig) -> bool:
     mode = config.authorization
     return mode == "on" or (mode == "auto" and bool(config.tls_cert))
@@ -108,7 +128,8 @@ class Authorizer:
         self.table = AclTable((), config.superusers)
         self.tokens: dict[str, TokenEntry] = {}  # the control plane's
         self._bootstrap: dict[str, TokenEntry] = {}
-        if config.bootstrap_token and config.superusers:
+        if config.bootstrap_token:
+            check_bootstrap_token(config)
             hashed = token_hash(config.bootstrap_token)
             self._bootstrap[hashed] = TokenEntry(config.superusers[0], token_id(hashed), 0)
         self._known: dict[str, TokenEntry] = dict(self._bootstrap)

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from cluster.acl_state import Authorizer
+from cluster.config import ConfigError, NodeConfig
 from cluster.identity import (
     Identity,
     PeerRefused,
@@ -94,3 +96,18 @@ def test_tokens_are_long_random_and_named_by_their_hash() -> None:
     a, b = new_token(), new_token()
     assert a != b and a.startswith("flt_") and len(a) == 47
     assert token_id(token_hash(a)) == token_hash(a)[:12]
+
+
+def test_a_bootstrap_token_anyone_could_guess_or_without_a_superuser_is_refused() -> None:
+    def authorizer(**settings: Any) -> Authorizer:
+        config = NodeConfig(node_id="n1", data_dir="/nonexistent", **settings)
+        return Authorizer(config, transport=None, controller=lambda: None)  # type: ignore[arg-type]
+
+    with pytest.raises(ConfigError, match=r"bootstrap_token .* has 6 characters: use at least 16"):
+        authorizer(bootstrap_token="secret")
+    with pytest.raises(ConfigError, match="superusers is empty"):
+        authorizer(bootstrap_token=TOKEN, superusers=())
+    made = authorizer(bootstrap_token=TOKEN, superusers=("root", "ops"), authorization="on")
+    context = Context(("authorization", f"Bearer {TOKEN}"))
+    assert made.authorize(context, None) == Identity("root", "token", True)
+    assert authorizer().authorize(Context(), None) == Identity("", "", False)  # off: unexamined
