@@ -41,6 +41,7 @@ from functools import partial
 
 import grpc
 
+from cluster.acl_state import Authorizer
 from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
@@ -68,7 +69,7 @@ from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.timers import TimerHost, timer_faults_from_env
-from cluster.tls import TlsFiles, TlsReloader
+from cluster.tls import TlsFiles, TlsReloader, caller_certificate
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -202,6 +203,12 @@ class Node:
             controller=lambda: self.controller,
             serving=self.started.is_set,
         )
+        # who may do what: every client call asks it first (`cluster.acl_state`)
+        self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
+        # a call carrying a node's proof is that node's (`cluster.identity`)
+        self.authorizer.peer_check = self.peer_auth.verify_call
+        self.authorizer.peer_rejected = self.peer_auth.reject
+        self.authorizer.certificate = caller_certificate
         self.topic_admin = TopicAdmin(
             config,
             self.transport,
@@ -359,6 +366,8 @@ class Node:
                     raise
                 raise AddressInUse("metrics", config.metrics) from None
         self._tasks.append(asyncio.get_running_loop().create_task(self.partitions.run()))
+        if self.authorizer.enabled:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.authorizer.run()))
         self.started.set()
         event(
             log, "node_started", listen=config.listen, advertise=config.advertised,

@@ -200,7 +200,11 @@ def test_tls_without_client_certificates_peers_prove_themselves_by_the_secret(
 ) -> None:
     """`--tls-client-auth off`: clients connect with the CA alone (they would bring a token);
     the nodes still elect and replicate, proving themselves by the cluster secret."""
-    with LocalCluster(tmp_path, 2, tls=True, node_args=["--tls-client-auth", "off"]) as cluster:
+    # authorization "auto" is on with TLS, and these clients bring no token: off, to test the
+    # transport alone (tests/cluster/test_acls.py tests tokens and ACLs)
+    env = {"FLOTILLA_AUTHORIZATION": "off"}
+    args = ["--tls-client-auth", "off"]
+    with LocalCluster(tmp_path, 2, tls=True, node_args=args, env=env) as cluster:
         cluster.start()
         tls = cluster.tls
         assert tls is not None
