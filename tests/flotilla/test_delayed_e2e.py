@@ -126,6 +126,40 @@ def test_the_batching_producer_sends_delayed_records_by_due_time_each_once(
         assert early == [n for n in range(30) if n % 3] and late == list(range(0, 30, 3))
 
 
+def test_a_delayed_batch_refused_fails_alone_and_the_batches_behind_it_are_accepted(
+    cluster: LocalCluster,
+) -> None:
+    """A delayed batch refused as past (a producer fallen behind) wrote nothing: the batches
+    pipelined behind it under the same producer id go on under the sequences they need (a new
+    id, no gap), each accepted and fired once, in due order; only the refused one fails (before,
+    every batch in flight behind it failed: "an earlier batch ... failed for good")."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("later-refused", partitions=1, replication_factor=3)
+        with client.producer(linger_ms=1) as producer:
+            # acknowledged first: the partition's delayed lane then pipelines 4 batches
+            first = producer.send("later-refused", b"first", delay_ms=DELAY_MS).result(30)
+            due = now_ms() + DELAY_MS
+            rounds = []
+            for n in range(3):  # a past batch, then six due at distinct times, in flight at once
+                past = producer.send("later-refused", b"past", deliver_at_ms=now_ms() - 60_000)
+                behind = [
+                    producer.send(
+                        "later-refused", b"%d" % (n * 6 + k), deliver_at_ms=due + n * 6 + k
+                    )
+                    for k in range(6)
+                ]
+                rounds.append((past, behind))
+            producer.flush(30)
+        for past, behind in rounds:
+            with pytest.raises(InvalidArgument, match="in the past"):
+                past.result(0)
+            outcomes = [f.exception(0) for f in behind]
+            assert outcomes == [None] * 6, outcomes
+        records = watch(client, "later-refused", 0, due + 17, 19)
+        assert [r.value for r in records] == [b"first", *(b"%d" % n for n in range(18))]
+        assert first.deliver_at_ms is not None and due_of(records[0]) == first.deliver_at_ms
+
+
 def test_the_asyncio_client_and_producer_delay_alike(cluster: LocalCluster) -> None:
     async def scenario() -> tuple[int, int]:
         async with flotilla_aio.Client(cluster.bootstrap, timeout_s=30) as client:
