@@ -280,10 +280,10 @@ class TimerHost:
         self.slots.clear()
         self.followers.clear()
 
-    def pending(self, source: TopicSpec, partition: int) -> int | None:
-        """Pending timers of a source partition, as this node's replica of its timer log
-        indexes them (None: this node holds none)."""
-        follower = self.followers.get(f"{TIMER_TOPIC_PREFIX}{source.uid}/{partition}")
+    def pending(self, group: str) -> int | None:
+        """Pending timers in the timer log partition `group` ("__timers.<uid>/<p>"), as this
+        node's replica of it indexes them (None: this node holds none)."""
+        follower = self.followers.get(group)
         return None if follower is None else follower.pending
 
     def gauges(self) -> dict[tuple[str, int], int]:

@@ -55,6 +55,7 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
                 p.high_watermark,
                 p.log_start,
                 p.pending_timers,
+                not p.pending_timers_unknown,
             )
             for p in message.partitions
         ),
