@@ -194,10 +194,12 @@ class Slot(Firing):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(wait_ms, 0) / 1000 + 0.0005)
                 continue
+            read = self._read(plan)  # while the plan record commits
             if not await self._append_plan(plan):
+                read.cancel()
                 return
             book.planned(plan)
-            await self._fire(plan)
+            await self._fire(plan, read)
             await self._mark_done(book)
 
     async def _mark_done(self, book: TimerBook) -> bool:
