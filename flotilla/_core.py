@@ -302,6 +302,10 @@ class ClientCore:
                         on_moved(*moved)
             if not delayed:  # a delayed batch's base is its place in the timer log
                 self.router.note_written(topic, partition, base, batch)
+            else:  # where its timer log is led: the next delayed batches go straight there
+                log = self.router.timer_log_to_learn(topic)
+                if log is not None:
+                    yield from self.refresh_quietly(log)
             return base
         except FlotillaError as error:
             skipped = False

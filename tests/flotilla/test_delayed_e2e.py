@@ -77,6 +77,10 @@ def test_a_delayed_produce_is_invisible_until_due_then_readable_once_with_the_he
         assert meta.offset is None and meta.partition == 1
         assert meta.deliver_at_ms is not None
         assert called_ms + DELAY_MS <= meta.deliver_at_ms <= now_ms() + DELAY_MS
+        # the client learned where the timer log is led: its next delayed batches go there
+        log = client.describe_topic(f"__timers.{client.describe_topic('later').uid}")
+        leader = log.partitions[1].leader
+        assert client.router.delayed_address("later", 1) == cluster.nodes[leader].address
         wait_until(
             lambda: client.describe_topic("later").partitions[1].pending_timers == 1,
             max(0.1, (meta.deliver_at_ms - now_ms() - 300) / 1000),

@@ -229,3 +229,37 @@ def test_a_refused_batch_waits_for_the_batches_before_it_then_the_later_ones_ski
     producer = peek_producer(first)[0]
     moved = core.router.sequences.move("t", 0, *peek_producer(third))
     assert moved is not None and moved[0] != producer and moved[1] == 0
+
+
+def test_a_delayed_batch_goes_to_its_timer_log_s_leader_and_back_to_the_source_s_if_it_fails() -> (
+    None
+):
+    """A delayed batch goes first to the leader of its timer log partition (it appends it with
+    no forward), when one is known; if that node fails it, the source partition's replicas
+    are asked as before, and the stale timer leader is forgotten."""
+    router = _router("n1")
+    route = ProduceRoute(router, "t", 0, timeout_s=10, delayed=True)
+    assert route.next_address() == ADDRESS["n1"]  # no timer log known: the source's leader
+    uid = "u1"
+    log = f"__timers.{uid}"
+    router.absorb(
+        pb.MetadataResponse(
+            topics=[
+                pb.TopicInfo(
+                    name="t", uid=uid,
+                    partitions=[pb.PartitionInfo(index=0, leader="n1", replicas=list(ADDRESS))],
+                ),
+                pb.TopicInfo(
+                    name=log, uid="u2",
+                    partitions=[pb.PartitionInfo(index=0, leader="n3", replicas=list(ADDRESS))],
+                ),
+            ]
+        )
+    )  # fmt: skip
+    assert router.timer_log("t") == log and router.timer_log_to_learn("t") == log
+    assert router.timer_log_to_learn("t") is None  # asked just now
+    assert route.next_address() == ADDRESS["n3"]
+    assert ProduceRoute(router, "t", 0, timeout_s=10).next_address() == ADDRESS["n1"]  # ordinary
+    assert route.failed(ADDRESS["n3"], Unavailable("connection refused"))
+    assert route.next_address() in (ADDRESS["n1"], ADDRESS["n2"])
+    assert router.delayed_address("t", 0) is None
