@@ -161,13 +161,27 @@ class Slot(Firing):
         return book
 
     async def _load_buckets(self, book: TimerBook) -> None:
-        """Reads the buckets the near window reaches into the book (off the event loop)."""
+        """Reads the buckets the near window reaches into the book (off the event loop): all
+        in one read of the index's journal, or, if that fails, one by one (a damaged bucket
+        keeps only itself from loading)."""
         index = self.follower.index
-        for bucket in book.buckets_to_load(_now_ms()):
+        wanted = book.buckets_to_load(_now_ms())
+        if not wanted:
+            return
+        try:
+            if index is None:
+                raise LogClosed("the timer index is not open")
+            found = await asyncio.to_thread(index.buckets, wanted)
+        except (asyncio.CancelledError, NodeFailStopped):
+            raise
+        except Exception:
+            found = {}
+        for bucket in wanted:
             try:
-                if index is None:
-                    raise LogClosed("the timer index is not open")
-                batches = await asyncio.to_thread(index.bucket, bucket)
+                if bucket not in found:
+                    if index is None:
+                        raise LogClosed("the timer index is not open")
+                    found[bucket] = await asyncio.to_thread(index.bucket, bucket)
             except (asyncio.CancelledError, NodeFailStopped):
                 raise
             except Exception as error:  # asked for again at the next turn
@@ -175,7 +189,7 @@ class Slot(Firing):
                 log.warning("reading bucket %d of %s's timer index failed: %s", bucket,
                             self.replica.group, error)  # fmt: skip
                 continue
-            book.load_bucket(bucket, batches)
+            book.load_bucket(bucket, found[bucket])
 
     async def _serve(self, book: TimerBook) -> None:
         while self.leads():
