@@ -2,6 +2,7 @@
 fire, and what pending timers cost the timer leader's memory.
 
     python -m bench.delay [--records 10000] [--sync-records 300] [--timed 1500] [--pending 5000]
+                          [--restart-timers 1000000]
 
 Cluster: three local nodes, replication factor 3, acks=all, fsync always, one partition.
 - accepted/s: synchronous produce (one record in flight) and the batching producer, plain and
@@ -9,8 +10,10 @@ Cluster: three local nodes, replication factor 3, acks=all, fsync always, one pa
   within one second share a due time, so the producer batches them: `Producer.send` groups a
   partition's delayed records by due time). The ratio delayed / plain for each.
 - lateness: `--timed` delayed records due 1-4 s after they are sent, at millisecond precision
-  (every one a batch of its own), at `--timed-rate` a second; a subscriber notes each one's
-  arrival. Lateness = arrival - the later of its due time and its acknowledgement; p50, p99, max.
+  (every one a batch of its own), at `--timed-rate` a second; a subscriber on the partition's
+  leader (where a record is visible once committed; a follower's readers see every record, delayed
+  or not, up to a tick later) notes each one's arrival. Lateness = arrival - the later of its due
+  time and its acknowledgement; p50, p99, max.
 - memory: `--pending` timers due at random times over the next 40 days (batches of one record:
   the worst case for the index) sent to the same partition; the growth of the timer leader's
   RSS (the node leading timer partition 0) from before to after they were all accepted,
@@ -20,6 +23,9 @@ Cluster: three local nodes, replication factor 3, acks=all, fsync always, one pa
   each, as the timers), and the timers' growth beyond it, per million. Scaled down (5,000 by
   default; `--pending 100000` takes long while far timers are accepted slowly) and
   extrapolated: the output says from how many.
+- restart: `--restart-timers` pending timers over 40 days on one node, which is killed and
+  started again: seconds until it serves and until every timer is pending again
+  (`bench.delay_restart`, in a cluster of its own; the issue's goal: <= 5 s for a million).
 Prints a table and, last, one JSON line of the figures and ratios.
 """
 
@@ -37,6 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bench import delay_restart
 from bench.idle import rss_mb
 from chaos.delay_checker import percentile
 from chaos.delay_workload import timer_leaders, wall_ms
@@ -102,7 +109,8 @@ def lateness(
     partition 0 from its current end notes each one's arrival. Sends that fail are counted by
     kind (one whose due time is over 1 s past when it reaches the node is refused)."""
     rng = random.Random(seed)
-    start_offset = client.describe_topic(TOPIC).partitions[0].high_watermark
+    described = client.describe_topic(TOPIC).partitions[0]
+    start_offset, leader = described.high_watermark, described.leader or None
     due: dict[bytes, int] = {}
     acked: dict[bytes, int] = {}
     arrived: dict[bytes, int] = {}
@@ -115,7 +123,10 @@ def lateness(
             cursor = start_offset
             while not stop.is_set():
                 try:
-                    for record in follower.subscribe(TOPIC, 0, cursor, stop_after_idle_s=0.5):
+                    # at the leader, where a record is visible once committed (a follower
+                    # learns the commit index a tick later: a read-path lag every record has)
+                    records = follower.subscribe(TOPIC, 0, cursor, leader, stop_after_idle_s=0.5)
+                    for record in records:
                         now = wall_ms()
                         with lock:
                             arrived.setdefault(bytes(record.value[:16]), now)
@@ -268,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timed-rate", type=float, default=100.0, help="their sends a second")
     parser.add_argument("--pending", type=int, default=5_000,
                         help="timers over 40 days (acceptance slows as they grow: see README)")  # fmt: skip
+    parser.add_argument("--restart-timers", type=int, default=1_000_000,
+                        help="pending timers a restart recovers (bench.delay_restart; 0: skip)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     with (
@@ -290,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             mem = memory(client, cluster, args.pending, args.seed)
             progress(f"{args.pending:,} plain records, one a batch (the baseline)")
             mem = replace(mem, baseline_mb=plain_growth(client, cluster, args.pending))
+    restart = None
+    if args.restart_timers:
+        progress(f"a restart with {args.restart_timers:,} pending timers (one node)")
+        restart = delay_restart.measure(args.restart_timers, 100, args.seed)
     late = {name: percentile(timed.lateness_ms, q) for name, q in (("p50", 50), ("p99", 99),
                                                                     ("max", 100))}  # fmt: skip
     rows = [
@@ -316,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
          f"{mem.beyond_baseline_mb_per_million:.1f}", "extrapolated"),
         ("  pending_timers reported", f"{mem.reported_pending:,}", ""),
     ]  # fmt: skip
+    if restart is not None:
+        rows += delay_restart.rows(restart)
     for name, value, note in rows:
         print(f"{name:<48}{value:>12}  {note}")
     for kind, (times, example) in timed.errors.items():
@@ -338,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         "rss_sample_spread_mb": round(mem.noise_mb, 1),
         "far_timers_accepted_per_s": round(mem.fill_per_s),
         "records": args.records, "sync_records": args.sync_records,
+        "restart_timers": restart.timers if restart else 0,
+        "restart_serving_s": round(restart.serving_s, 2) if restart else None,
+        "restart_all_pending_s": round(restart.recovered_s, 2) if restart else None,
     }))  # fmt: skip
     return 0
 

@@ -3,7 +3,8 @@ leader hints a refusal carries.
 
 Each partition's live view (leader, voters, high watermark) comes from this node's replica and,
 unless the caller asks for the local view only, from every other live member's (the leader's
-view wins). Built with only what it reads: the config, the topic table, the MultiRaft driver's
+view wins). A topic's pending timers come likewise from its timer log partitions' views (asked
+along with it), so any node answers them, whether it holds a replica of them or not. Built with only what it reads: the config, the topic table, the MultiRaft driver's
 replicas, the SWIM host, the peer transport (to ask the other members) and the control plane.
 """
 
@@ -23,6 +24,7 @@ from membership import Member, MemberState
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.types import Role
+from timers.types import TIMER_TOPIC_PREFIX, timer_topic
 
 __all__ = ["LEGACY_LOCAL_ONLY_KEY", "LEGACY_TOPICS_ONLY_KEY", "MetadataView"]
 
@@ -58,8 +60,9 @@ class MetadataView:
         self.transport = transport
         self._controller = controller
         self._serving = serving
-        # pending delayed records of a source partition, as this node's timer log replica
-        # folds them (None: it holds none); the node's timer host (`cluster.timers`)
+        # pending delayed records in partition (topic, index) of a timer log topic, as this
+        # node's replica of it indexes them (None: it holds none); the node's timer host
+        # (`cluster.timers`)
         self.pending_timers: Callable[[str, int], int | None] = lambda topic, partition: None
 
     @property
@@ -96,8 +99,45 @@ class MetadataView:
             learners=sorted(node.configuration.learners),
             high_watermark=replica.high_watermark,
             log_start=replica.segmented.first_offset,
-            pending_timers=self.pending_timers(topic, index) or 0,
+            pending_timers=self._local_pending(topic, index) or 0,
         )
+
+    def _local_pending(self, topic: str, index: int) -> int | None:
+        """Pending timers as this node's replica of the timer log indexes them: of a timer log
+        partition, or of a source partition (its timer log's partition of the same index)."""
+        if topic.startswith(TIMER_TOPIC_PREFIX):
+            return self.pending_timers(topic, index)
+        spec = self.topics.get(topic)
+        return None if spec is None else self.pending_timers(timer_topic(spec.uid), index)
+
+    def _timer_logs(self, names: Iterable[str]) -> dict[str, str]:
+        """Source topic -> its timer log topic, of the topics among `names` that have one."""
+        logs = {}
+        for name in names:
+            spec = self.topics.get(name)
+            if spec is not None and not name.startswith(TIMER_TOPIC_PREFIX):
+                log = timer_topic(spec.uid)
+                if log in self.topics:
+                    logs[name] = log
+        return logs
+
+    def _pending_from_timer_log(
+        self, info: pb.PartitionInfo, timers: str, infos: dict[tuple[str, int], pb.PartitionInfo]
+    ) -> None:
+        """A source partition's pending timers, as its timer log partition's view gives them
+        (the leader's, else a replica's): whichever node answers, not only one that holds a
+        replica of it. No replica answered: unknown, said so (`pending_timers_unknown`)."""
+        if info.index >= self.topics[timers].partitions:
+            info.pending_timers = 0  # the timer log grows before a delayed produce reaches it
+            return
+        view = infos.get((timers, info.index))
+        # a member with no replica of it answers with the assignment alone (no leader, nothing
+        # committed, no count): that is no view of the timer log
+        if view is None or not (view.leader or view.high_watermark or view.pending_timers):
+            info.pending_timers = 0
+            info.pending_timers_unknown = True
+        else:
+            info.pending_timers = view.pending_timers
 
     async def metadata(
         self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
@@ -108,14 +148,17 @@ class MetadataView:
         node that is not a controller needs to build its topic table: cheap to poll)."""
         names = list(topics) or sorted(self.topics)
         infos: dict[tuple[str, int], pb.PartitionInfo] = {}
+        # each source topic's pending timers come from its timer log's replicas, asked with it
+        timer_logs = {} if topics_only or local_only else self._timer_logs(names)
         if not topics_only:
-            for name in names:
+            asked = names + sorted(set(timer_logs.values()) - set(names))
+            for name in asked:
                 for index in range(self.topics[name].partitions):
                     info = self._local_partition(name, index)
                     if info is not None:
                         infos[(name, index)] = info
             if not local_only:
-                await self._gather_remote(names, infos)
+                await self._gather_remote(asked, infos)
         response = pb.MetadataResponse(
             node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
         )
@@ -142,6 +185,8 @@ class MetadataView:
                 if info is None:
                     assigned = spec.assignment[index] if index < len(spec.assignment) else ()
                     info = pb.PartitionInfo(index=index, replicas=list(assigned))
+                if name in timer_logs:
+                    self._pending_from_timer_log(info, timer_logs[name], infos)
                 topic.partitions.append(info)
             response.topics.append(topic)
         return response

@@ -512,8 +512,9 @@ class Node:
         return flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address)) if address else None
 
     def _pending_timers(self, topic: str, partition: int) -> int | None:
-        spec = self.topic_admin.topics.get(topic)
-        return None if spec is None else self.timers.pending(spec, partition)
+        """Pending timers in partition `partition` of the timer log topic `topic`, as this
+        node's replica indexes them (None: it holds none)."""
+        return self.timers.pending(f"{topic}/{partition}")
 
     async def _leader_of(self, topic: str, partition: int) -> str | None:
         """The leader of a partition this node holds no replica of, as the members say."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from cluster.controller import TopicSpec
 from cluster.copy_produce import CopyProducer
@@ -22,7 +22,7 @@ from cluster.errors import ClusterError
 from cluster.failstop import NodeFailStopped
 from cluster.idempotence import Fresh
 from cluster.multiraft import Proposal
-from cluster.replica import ProduceResult, Replica, Waiter
+from cluster.replica import Replica, Waiter
 from cluster.timer_log import fired_bytes
 from proto.records import with_producer
 from raft.types import Role
@@ -63,17 +63,27 @@ class Firing:
     def leads(self) -> bool:
         raise NotImplementedError
 
-    async def _fire(self, plan: Plan) -> None:
+    def _read(self, plan: Plan) -> asyncio.Future[list[tuple[TimerBatch, bytes | None]]]:
+        """The plan's batches with their stored bytes (None: gone from the log), read in one
+        turn of a reader thread: started before the plan record commits, the read overlaps
+        that wait instead of following it (one thread hop per batch cost a due batch several
+        milliseconds each on a loaded machine)."""
+        read = asyncio.ensure_future(asyncio.to_thread(_read_batches, self.replica, plan))
+        read.add_done_callback(_retrieve)  # a read whose plan did not commit is no error
+        return read
+
+    async def _fire(
+        self, plan: Plan, read: asyncio.Future[list[tuple[TimerBatch, bytes | None]]] | None = None
+    ) -> None:
         """Appends the plan's batches, each at its due time, in order: pipelined when this node
         leads the source partition, else (or when that fails) one by one through the produce
-        path, where a batch that landed already is answered as a duplicate."""
-        batches: list[tuple[TimerBatch, bytes | None]] = []
-        for batch in plan.batches:
-            data = await asyncio.to_thread(read_timer_batch, self.replica, batch.offset)
+        path, where a batch that landed already is answered as a duplicate. `read`: the
+        batches' bytes being read already (`_read`)."""
+        batches = await (read if read is not None else self._read(plan))
+        for batch, data in batches:
             if data is None:
                 log.error("timer batch %s@%d is gone from the log: not fired",
                           self.replica.group, batch.offset)  # fmt: skip
-            batches.append((batch, data))
         if await self._fire_local(plan, batches) or await self._fire_remote(plan, batches):
             return
         sequence = plan.sequence
@@ -173,6 +183,11 @@ class Firing:
                 delay_s = min(RETRY_MAX_S, delay_s * 2)
 
 
+def _read_batches(replica: Replica, plan: Plan) -> list[tuple[TimerBatch, bytes | None]]:
+    """Reader thread: each planned batch with the producer's batch it fires (None: gone)."""
+    return [(batch, read_timer_batch(replica, batch.offset)) for batch in plan.batches]
+
+
 def read_timer_batch(replica: Replica, offset: int) -> bytes | None:
     """Reader thread: the producer's batch the timer at `offset` fires (a copy rolled forward
     unwrapped: `fired_bytes`); None: gone."""
@@ -189,7 +204,7 @@ async def _until(due_ms: int) -> None:
         await asyncio.sleep(early_s)
 
 
-def _retrieve(future: asyncio.Future[ProduceResult]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # a pipeline that gave up is no error
 

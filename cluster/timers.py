@@ -169,13 +169,27 @@ class Slot(Firing, Rolling):
         return book
 
     async def _load_buckets(self, book: TimerBook) -> None:
-        """Reads the buckets the near window reaches into the book (off the event loop)."""
+        """Reads the buckets the near window reaches into the book (off the event loop): all
+        in one read of the index's journal, or, if that fails, one by one (a damaged bucket
+        keeps only itself from loading)."""
         index = self.follower.index
-        for bucket in book.buckets_to_load(_now_ms()):
+        wanted = book.buckets_to_load(_now_ms())
+        if not wanted:
+            return
+        try:
+            if index is None:
+                raise LogClosed("the timer index is not open")
+            found = await asyncio.to_thread(index.buckets, wanted)
+        except (asyncio.CancelledError, NodeFailStopped):
+            raise
+        except Exception:
+            found = {}
+        for bucket in wanted:
             try:
-                if index is None:
-                    raise LogClosed("the timer index is not open")
-                batches = await asyncio.to_thread(index.bucket, bucket)
+                if bucket not in found:
+                    if index is None:
+                        raise LogClosed("the timer index is not open")
+                    found[bucket] = await asyncio.to_thread(index.bucket, bucket)
             except (asyncio.CancelledError, NodeFailStopped):
                 raise
             except Exception as error:  # asked for again at the next turn
@@ -183,7 +197,7 @@ class Slot(Firing, Rolling):
                 log.warning("reading bucket %d of %s's timer index failed: %s", bucket,
                             self.replica.group, error)  # fmt: skip
                 continue
-            book.load_bucket(bucket, batches)
+            book.load_bucket(bucket, found[bucket])
 
     async def _serve(self, book: TimerBook) -> None:
         while self.leads():
@@ -208,10 +222,12 @@ class Slot(Firing, Rolling):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(wait_ms, 0) / 1000 + 0.0005)
                 continue
+            read = self._read(plan)  # while the plan record commits
             if not await self._append_plan(plan):
+                read.cancel()
                 return
             book.planned(plan)
-            await self._fire(plan)
+            await self._fire(plan, read)
             await self._mark_done(book)
 
     async def _mark_done(self, book: TimerBook) -> bool:
@@ -296,10 +312,10 @@ class TimerHost:
         self.slots.clear()
         self.followers.clear()
 
-    def pending(self, source: TopicSpec, partition: int) -> int | None:
-        """Pending timers of a source partition, as this node's replica of its timer log
-        indexes them (None: this node holds none)."""
-        follower = self.followers.get(f"{TIMER_TOPIC_PREFIX}{source.uid}/{partition}")
+    def pending(self, group: str) -> int | None:
+        """Pending timers in the timer log partition `group` ("__timers.<uid>/<p>"), as this
+        node's replica of it indexes them (None: this node holds none)."""
+        follower = self.followers.get(group)
         return None if follower is None else follower.pending
 
     def gauges(self) -> dict[tuple[str, int], int]:

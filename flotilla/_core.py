@@ -48,10 +48,11 @@ from flotilla._plans import (
     worth_retrying,
 )
 from flotilla._router import Router, decode_fetch, member, topic_info
+from flotilla._sequences import written_nowhere
 from flotilla.errors import FlotillaError, Timeout, TopicNotFound, Unavailable
 from flotilla.types import Headers, Member, Record, RecordMetadata, TopicInfo
 from proto import flotilla_pb2 as pb
-from proto.records import peek_producer, with_producer
+from proto.records import peek_producer, peek_record_count, with_producer
 
 __all__ = ["CHANNEL_OPTIONS", "ClientCore", "Failed", "Plan", "Rpc", "Sleep"]
 
@@ -65,6 +66,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.http2.lookahead_bytes", 16 * 1024 * 1024),  # large fetches arrive without stalls
 ]
+# A batch refused for good waits in steps of this for every batch taken before it to settle
+# before the batches behind it move on without it (`Sequences.skip`).
+SKIP_POLL_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +313,23 @@ class ClientCore:
                         on_moved(*moved)
             if not delayed:  # a delayed batch's base is its place in the timer log
                 self.router.note_written(topic, partition, base, batch)
+            else:  # where its timer log is led: the next delayed batches go straight there
+                log = self.router.timer_log_to_learn(topic)
+                if log is not None:
+                    yield from self.refresh_quietly(log)
             return base
-        except FlotillaError:
-            sequences.reset(topic, partition, route.batch[0], delayed=delayed)
+        except FlotillaError as error:
+            skipped = False
+            if written_nowhere(error):  # the batches behind it go on without it
+                while sequences.behind(topic, partition, *route.batch, delayed=delayed):
+                    if time.monotonic() > route.deadline:
+                        break  # an earlier batch still on its way: fail the later ones instead
+                    yield Sleep(SKIP_POLL_S)  # `skip` takes the earliest batch only
+                else:
+                    count = peek_record_count(batch)
+                    skipped = sequences.skip(topic, partition, *route.batch, count, delayed=delayed)
+            if not skipped:
+                sequences.reset(topic, partition, route.batch[0], delayed=delayed)
             raise
         finally:
             sequences.settled(topic, partition, *route.batch, delayed=delayed)

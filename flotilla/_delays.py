@@ -24,6 +24,8 @@ __all__ = [
     "DELIVER_AT_HEADER",
     "MAX_MAX_DELAY_MS",
     "MIN_MAX_DELAY_MS",
+    "TIMER_LOG_REFRESH_S",
+    "TIMER_TOPIC_PREFIX",
     "check_max_delay",
     "deliver_at_header",
     "due_ms",
@@ -35,6 +37,10 @@ DEFAULT_MAX_DELAY_MS = 40 * DAY_MS  # a topic's max_delay_ms unless set
 MIN_MAX_DELAY_MS = 1_000
 MAX_MAX_DELAY_MS = 365 * DAY_MS  # the largest max_delay_ms a topic may have
 DELIVER_AT_HEADER = "flotilla-deliver-at"
+# A topic incarnation's timer log is the internal topic TIMER_TOPIC_PREFIX + its uid: partition p
+# holds source partition p's pending delayed batches, and its leader accepts them without a hop
+TIMER_TOPIC_PREFIX = "__timers."
+TIMER_LOG_REFRESH_S = 10.0  # how often a client relearns where a topic's timer log is led
 _LARGEST_EPOCH_MS = (1 << 63) - 1  # ProduceRequest.deliver_at_ms is an int64
 
 

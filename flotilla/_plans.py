@@ -178,7 +178,11 @@ class ProduceRoute:
         return min(self.remaining(), ATTEMPT_S)
 
     def next_address(self) -> str | None:
-        address = self.router.leader_address(self.topic, self.partition)
+        address = None
+        if self.delayed:  # its timer log partition's leader, when known: no forward
+            address = self.router.delayed_address(self.topic, self.partition)
+        if address is None or address in self._failed:
+            address = self.router.leader_address(self.topic, self.partition)
         if address is None or address in self._failed:
             address = self.router.other_replica(self.topic, self.partition, self._failed)
         return address
@@ -217,6 +221,10 @@ class ProduceRoute:
             self.router.note_leader(self.topic, self.partition, error.leader)
             return True
         self.router.forget_leader(self.topic, self.partition)
+        if self.delayed and address == self.router.delayed_address(self.topic, self.partition):
+            log = self.router.timer_log(self.topic)
+            if log is not None:
+                self.router.forget_leader(log, self.partition)
         self._failed.add(address)
         return self.router.other_replica(self.topic, self.partition, self._failed) is not None
 

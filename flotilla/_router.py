@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import msgpack
 import xxhash
 
+from flotilla._delays import TIMER_LOG_REFRESH_S, TIMER_TOPIC_PREFIX
 from flotilla._sequences import Sequences
 from flotilla.errors import InvalidArgument, TopicNotFound
 from flotilla.types import Headers, Member, PartitionInfo, Record, TopicInfo
@@ -55,6 +56,7 @@ def topic_info(message: pb.TopicInfo) -> TopicInfo:
                 p.high_watermark,
                 p.log_start,
                 p.pending_timers,
+                not p.pending_timers_unknown,
             )
             for p in message.partitions
         ),
@@ -139,6 +141,7 @@ class Router:
         # the largest produce batch every member heard from accepts (see `absorb`)
         self.max_batch_bytes = DEFAULT_MAX_BATCH_BYTES
         self.refreshed_at = 0.0
+        self._timer_logs_asked: dict[str, float] = {}  # timer log -> when its metadata was asked
 
     # -- read-your-writes -------------------------------------------------------------------------
     def note_written(self, topic: str, partition: int, base_offset: int, batch: bytes) -> None:
@@ -215,6 +218,30 @@ class Router:
             ):
                 leader = info.partitions[partition].replicas[0]
         return self._addresses.get(leader) if leader else None
+
+    def timer_log(self, topic: str) -> str | None:
+        """The name of the topic's timer log (None: the topic is not known here)."""
+        info = self._topics.get(topic)
+        return TIMER_TOPIC_PREFIX + info.uid if info is not None and info.uid else None
+
+    def delayed_address(self, topic: str, partition: int) -> str | None:
+        """Where a delayed batch goes first: the known leader of its timer log partition, which
+        appends it at once (any other node forwards it there, one batch at a time); None when
+        no leader of it is known here (the source partition's leader is asked instead)."""
+        log = self.timer_log(topic)
+        leader = self._leaders.get((log, partition)) if log is not None else None
+        return self._addresses.get(leader) if leader else None
+
+    def timer_log_to_learn(self, topic: str) -> str | None:
+        """The topic's timer log, when its metadata is due to be asked (never asked, or not
+        for TIMER_LOG_REFRESH_S: its leaders move); None otherwise. Marks it asked."""
+        log = self.timer_log(topic)
+        now = time.monotonic()
+        with self._lock:
+            if log is None or now - self._timer_logs_asked.get(log, -1e9) < TIMER_LOG_REFRESH_S:
+                return None
+            self._timer_logs_asked[log] = now
+        return log
 
     def other_replica(self, topic: str, partition: int, exclude: set[str]) -> str | None:
         """The address of a replica of the partition not in `exclude`: during a failover the

@@ -7,9 +7,9 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
-from flotilla.errors import FlotillaError
+from flotilla.errors import FlotillaError, InvalidArgument
 
-__all__ = ["ProducerGap", "Sequences", "Space"]
+__all__ = ["ProducerGap", "Sequences", "Space", "written_nowhere"]
 
 Space = tuple[str, int, bool]
 """A sequence space: (topic, partition, delayed) — a partition's ordinary batches, or its
@@ -89,6 +89,18 @@ class Sequences:
             place = pending.get((producer_id, sequence))
             return place is not None and place == min(pending.values())
 
+    def behind(
+        self, topic: str, partition: int, producer_id: int, sequence: int, *, delayed: bool = False
+    ) -> bool:
+        """Is (producer_id, sequence) a batch taken here that an earlier batch, still
+        outstanding, was taken before?"""
+        with self.lock:
+            pending = self.outstanding.get((topic, partition, delayed))
+            if not pending:
+                return False
+            place = pending.get((producer_id, sequence))
+            return place is not None and place != min(pending.values())
+
     def move(
         self, topic: str, partition: int, producer_id: int, sequence: int, *, delayed: bool = False
     ) -> tuple[int, int] | None:
@@ -113,11 +125,7 @@ class Sequences:
                 current = self.next.get(key)
                 if current is None or current[0] != producer_id or current[1] < sequence:
                     return None
-                target = (secrets.randbits(63) or 1, sequence)
-                if len(self.moved) >= _MOVES_KEPT:
-                    self.moved.clear()  # bounded: ids moved long ago have nothing in flight
-                self.moved[(topic, partition, delayed, producer_id)] = target
-                self.next[key] = (target[0], current[1] - sequence)
+                target = self._move_from(key, producer_id, sequence, current[1])
             new_id, base = target
             if sequence < base:
                 return None
@@ -127,12 +135,68 @@ class Sequences:
             pending[moved] = place if place is not None else self.taken + 1
             return moved
 
+    def skip(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        sequence: int,
+        count: int,
+        *,
+        delayed: bool = False,
+    ) -> bool:
+        """The batch (producer_id, sequence) of `count` records was refused and written
+        nowhere (`written_nowhere`), and it is the partition's earliest outstanding batch
+        (`earliest`: the caller waits for that): the batches taken after it move to a new id,
+        the first of them at sequence 0, so the refusal leaves no gap for the leader to wait
+        on (as Kafka's idempotent producer renumbers the batches behind one that failed other
+        than by sequence). They keep their order: each moves only once it is the earliest
+        outstanding batch (`move`). A fresh id rather than the same one renumbered: an attempt
+        of a later batch still on its way under its old sequence can then never be taken for
+        another batch. False (nothing changed) when the id is no longer the partition's (a
+        batch of it failed with its outcome unknown: `reset`)."""
+        with self.lock:
+            key = (topic, partition, delayed)
+            # refused before it moved to the id that follows: skip it among that id's sequences
+            target = self.moved.get((topic, partition, delayed, producer_id))
+            while target is not None and sequence >= target[1]:
+                producer_id, sequence = target[0], sequence - target[1]
+                target = self.moved.get((topic, partition, delayed, producer_id))
+            current = self.next.get(key)
+            if current is None or current[0] != producer_id or current[1] < sequence + count:
+                return False
+            self._move_from(key, producer_id, sequence + count, current[1])
+            return True
+
+    def _move_from(
+        self, key: Space, producer_id: int, base: int, next_sequence: int
+    ) -> tuple[int, int]:
+        """Moves the sequences of `producer_id` from `base` on to a new id (under the lock):
+        the target (new id, the old sequence its 0 stands for)."""
+        target = (secrets.randbits(63) or 1, base)
+        if len(self.moved) >= _MOVES_KEPT:  # bounded: ids moved long ago have nothing in flight
+            del self.moved[next(iter(self.moved))]
+        self.moved[(*key, producer_id)] = target
+        self.next[key] = (target[0], next_sequence - base)
+        return target
+
     def reset(self, topic: str, partition: int, producer_id: int, *, delayed: bool = False) -> None:
-        """A batch of `producer_id` failed for good: its sequences left a gap the leader would
-        wait for forever, so the partition's later batches go out under a new producer id,
-        from sequence 0 (a batch whose outcome was unknown keeps whatever outcome it had)."""
+        """A batch of `producer_id` failed for good with its outcome unknown: its sequences
+        may have left a gap the leader would wait for forever, so the partition's later
+        batches go out under a new producer id, from sequence 0 (a batch whose outcome was
+        unknown keeps whatever outcome it had)."""
         with self.lock:
             key = (topic, partition, delayed)
             current = self.next.get(key)
             if current is not None and current[0] == producer_id:
                 del self.next[key]
+
+
+def written_nowhere(error: FlotillaError) -> bool:
+    """Does a produce's final error say its batch was written nowhere, so the batches behind it
+    may go on without it (`Sequences.skip`)? A refusal as invalid: the node checks a batch's
+    size, body, headers and bounds before it writes anything, the same bytes are refused again,
+    and a retry of an attempt that was written is answered as a duplicate before the one check
+    that depends on the time (the past bound of a delayed batch). Every other failure (a
+    timeout, no leader, a lost connection) may have been written: its outcome is unknown."""
+    return isinstance(error, InvalidArgument)

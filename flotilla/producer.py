@@ -27,8 +27,9 @@ producer's own threads.
 
 Why one module of about 540 lines: `send`, the dispatcher thread and the sender threads share
 one lock, one condition and the per-partition states (`_Partition`), and the rules between them
-(a partition's batches go out in ticket order; a batch that fails for good retires its producer
-id) are easiest to check when they stand in one place.
+(a partition's batches go out in ticket order; a batch that fails with its outcome unknown
+retires its producer id; one refused moves the batches behind it to a new id) are easiest to
+check when they stand in one place.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from flotilla._checks import check_record
 from flotilla._delays import deliver_at_header, due_ms
 from flotilla._plans import Once, now_ms
 from flotilla._router import DEFAULT_MAX_BATCH_BYTES, Router
+from flotilla._sequences import written_nowhere
 from flotilla.errors import FlotillaError, InvalidArgument, Timeout
 from flotilla.types import Headers, RecordMetadata, TopicInfo
 from proto.records import BATCH_HEADER_SIZE, encode_rows
@@ -210,7 +212,7 @@ class _Partition:
         # not on the producer's condition (whose every notify would wake every sending thread)
         self.turn = threading.Condition(threading.Lock())
         self.proven = False  # a batch under the current producer id has been acknowledged
-        self.failed_producers: set[int] = set()  # ids one of whose batches failed for good
+        self.failed_producers: set[int] = set()  # ids a batch of which failed, outcome unknown
 
 
 class Producer:
@@ -488,10 +490,11 @@ class Producer:
                 for future in batch.futures:
                     if not future.done():
                         future.set_exception(failure)
-            with self._condition:
-                if len(state.failed_producers) >= 64:
-                    state.failed_producers.clear()  # bounded: old ids have nothing in flight
-                state.failed_producers.add(batch.producer_id)
+            if not written_nowhere(failure):  # refused: the batches behind it go on
+                with self._condition:
+                    if len(state.failed_producers) >= 64:
+                        state.failed_producers.clear()  # bounded: old ids have nothing in flight
+                    state.failed_producers.add(batch.producer_id)
         finally:
             # settled whatever happened (`send_batch` does it too, unless it never ran)
             self.client.router.sequences.settled(

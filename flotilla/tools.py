@@ -92,7 +92,7 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
             ",".join(p.learners) or "-",
             str(p.high_watermark),
             str(p.log_start),
-            str(p.pending_timers),
+            "?" if p.pending_timers_unknown else str(p.pending_timers),
             shown,
         )
     console.print(table)

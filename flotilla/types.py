@@ -76,7 +76,9 @@ class PartitionInfo:
     """One partition of a topic as a node reported it: `index`, `leader` (member id; "" while
     none is known), `replicas` (the voters, preferred leader first), `high_watermark` (the offset
     after the last committed record), `log_start` (the first offset retained) and
-    `pending_timers` (delayed records accepted and not yet due). Frozen."""
+    `pending_timers` (delayed records accepted and not yet due, as the partition's timer log
+    counts them, whichever node answered) with `pending_timers_known` (False when no replica of
+    that timer log answered the node asked: `pending_timers` is then 0, not a count). Frozen."""
 
     index: int
     leader: str
@@ -84,6 +86,7 @@ class PartitionInfo:
     high_watermark: int
     log_start: int
     pending_timers: int = 0
+    pending_timers_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)

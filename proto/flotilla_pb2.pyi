@@ -125,7 +125,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("index", "leader", "replicas", "high_watermark", "log_start", "learners", "pending_timers")
+    __slots__ = ("index", "leader", "replicas", "high_watermark", "log_start", "learners", "pending_timers", "pending_timers_unknown")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class PartitionInfo(_message.Message):
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     LEARNERS_FIELD_NUMBER: _ClassVar[int]
     PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     index: int
     leader: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
@@ -140,7 +141,8 @@ class PartitionInfo(_message.Message):
     log_start: int
     learners: _containers.RepeatedScalarFieldContainer[str]
     pending_timers: int
-    def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
+    pending_timers_unknown: bool
+    def __init__(self, index: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., learners: _Optional[_Iterable[str]] = ..., pending_timers: _Optional[int] = ..., pending_timers_unknown: _Optional[bool] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
     __slots__ = ("name", "replication_factor", "partitions", "retention_bytes", "retention_ms", "uid", "note", "max_delay_ms")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "encode_entry",
     "encode_state",
     "entries",
+    "entries_of",
     "file_size",
     "group_by_bucket",
     "read_prefix",
@@ -92,6 +93,18 @@ def entries(
     for kind, count, due_ms, offset, _ in _WHOLE.iter_unpack(data):
         if bucket is None or due_ms // bucket_ms == bucket:
             yield kind, TimerBatch(due_ms, offset, count)
+
+
+def entries_of(
+    data: bytes, where: str, buckets: Collection[int], bucket_ms: int
+) -> Iterator[tuple[int, int, TimerBatch]]:
+    """(kind, bucket, batch) of each entry of `data` in one of `buckets` (all of `data`
+    checked first, once: `check_entries`)."""
+    check_entries(data, where)
+    for kind, count, due_ms, offset, _ in _WHOLE.iter_unpack(data):
+        bucket = due_ms // bucket_ms
+        if bucket in buckets:
+            yield kind, bucket, TimerBatch(due_ms, offset, count)
 
 
 def group_by_bucket(data: bytes, bucket_ms: int) -> dict[int, list[int]]:

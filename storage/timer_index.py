@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -63,7 +64,7 @@ from storage.timer_files import (
     decode_state,
     encode_entry,
     encode_state,
-    entries,
+    entries_of,
     file_size,
     group_by_bucket,
     read_prefix,
@@ -325,30 +326,46 @@ class TimerIndex:
     def bucket(self, bucket: int) -> list[TimerBatch]:
         """The pending timer batches of `bucket`, in (due, offset) order (fired ones left out).
         Raises `CorruptTimerIndex` on a bad entry of the bucket."""
+        return self.buckets([bucket])[bucket]
+
+    def buckets(self, wanted: Iterable[int]) -> dict[int, list[TimerBatch]]:
+        """`bucket` of each of `wanted`, reading (and checking) the journal once for them all:
+        a leader's near window after a restart or a failover is several buckets, and the
+        journal holds up to `journal_max_bytes` of every bucket's entries."""
+        wanted = list(wanted)
         with self._io_lock:
             with self._lock:
                 self._check_usable()
-                state = self._buckets.get(bucket)
-                if state is None or not state.batches:
-                    return []
-                file_bytes, journal_bytes = state.file_bytes, self._journal_bytes
+                states = {
+                    b: state
+                    for b in wanted
+                    if (state := self._buckets.get(b)) is not None and state.batches
+                }
+                sizes = {b: state.file_bytes for b, state in states.items()}
+                journal_bytes = self._journal_bytes
                 buffered = bytes(self._buffer)
-            added: dict[int, TimerBatch] = {}
-            fired: set[int] = set()
-            sources = ((_name(bucket), file_bytes), (JOURNAL_NAME, journal_bytes))
-            for where, data in [
-                (self._file(n), read_prefix(self._disk, self._file(n), size)) for n, size in sources
-            ] + [("entries not flushed", buffered)]:
-                for kind, batch in entries(data, where, bucket, self.bucket_ms):
-                    if kind == ADDED:
-                        added[batch.offset] = batch
-                    else:
-                        fired.add(batch.offset)
-            pending = sorted(b for offset, b in added.items() if offset not in fired)
+            added: dict[int, dict[int, TimerBatch]] = {b: {} for b in states}
+            fired: dict[int, set[int]] = {b: set() for b in states}
+            if states:
+                sources = [(self._file(_name(b)), size) for b, size in sizes.items()]
+                sources.append((self._file(JOURNAL_NAME), journal_bytes))
+                for where, data in [
+                    (path, read_prefix(self._disk, path, size)) for path, size in sources
+                ] + [("entries not flushed", buffered)]:
+                    for kind, bucket, batch in entries_of(data, where, added, self.bucket_ms):
+                        if kind == ADDED:
+                            added[bucket][batch.offset] = batch
+                        else:
+                            fired[bucket].add(batch.offset)
+            found = {
+                b: sorted(batch for offset, batch in added[b].items() if offset not in fired[b])
+                for b in states
+            }
             with self._lock:
-                if self._buckets.get(bucket) is state and pending:
-                    state.min_offset = min(b.offset for b in pending)
-            return pending
+                for b, pending in found.items():
+                    if self._buckets.get(b) is states[b] and pending:
+                        states[b].min_offset = min(batch.offset for batch in pending)
+            return {b: found.get(b, []) for b in wanted}
 
     # -- durability ------------------------------------------------------------------------------
     def flush(self, applied_offset: int) -> None:

@@ -9,18 +9,22 @@ was appended early (client and nodes share this machine's clock)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import grpc
 import pytest
 from harness import wait_until
 
 from cluster.local import LocalCluster
 from flotilla import Client, InvalidArgument, Record, cli
 from flotilla import aio as flotilla_aio
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
 
 pytestmark = pytest.mark.integration
 CONFIG = "tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\n"
@@ -73,6 +77,10 @@ def test_a_delayed_produce_is_invisible_until_due_then_readable_once_with_the_he
         assert meta.offset is None and meta.partition == 1
         assert meta.deliver_at_ms is not None
         assert called_ms + DELAY_MS <= meta.deliver_at_ms <= now_ms() + DELAY_MS
+        # the client learned where the timer log is led: its next delayed batches go there
+        log = client.describe_topic(f"__timers.{client.describe_topic('later').uid}")
+        leader = log.partitions[1].leader
+        assert client.router.delayed_address("later", 1) == cluster.nodes[leader].address
         wait_until(
             lambda: client.describe_topic("later").partitions[1].pending_timers == 1,
             max(0.1, (meta.deliver_at_ms - now_ms() - 300) / 1000),
@@ -124,6 +132,40 @@ def test_the_batching_producer_sends_delayed_records_by_due_time_each_once(
         early = [int(r.value) for r in delivered if due_of(r) == first_due]
         late = [int(r.value) for r in delivered if due_of(r) == second_due]
         assert early == [n for n in range(30) if n % 3] and late == list(range(0, 30, 3))
+
+
+def test_a_delayed_batch_refused_fails_alone_and_the_batches_behind_it_are_accepted(
+    cluster: LocalCluster,
+) -> None:
+    """A delayed batch refused as past (a producer fallen behind) wrote nothing: the batches
+    pipelined behind it under the same producer id go on under the sequences they need (a new
+    id, no gap), each accepted and fired once, in due order; only the refused one fails (before,
+    every batch in flight behind it failed: "an earlier batch ... failed for good")."""
+    with Client(cluster.bootstrap, timeout_s=30) as client:
+        client.create_topic("later-refused", partitions=1, replication_factor=3)
+        with client.producer(linger_ms=1) as producer:
+            # acknowledged first: the partition's delayed lane then pipelines 4 batches
+            first = producer.send("later-refused", b"first", delay_ms=DELAY_MS).result(30)
+            due = now_ms() + DELAY_MS
+            rounds = []
+            for n in range(3):  # a past batch, then six due at distinct times, in flight at once
+                past = producer.send("later-refused", b"past", deliver_at_ms=now_ms() - 60_000)
+                behind = [
+                    producer.send(
+                        "later-refused", b"%d" % (n * 6 + k), deliver_at_ms=due + n * 6 + k
+                    )
+                    for k in range(6)
+                ]
+                rounds.append((past, behind))
+            producer.flush(30)
+        for past, behind in rounds:
+            with pytest.raises(InvalidArgument, match="in the past"):
+                past.result(0)
+            outcomes = [f.exception(0) for f in behind]
+            assert outcomes == [None] * 6, outcomes
+        records = watch(client, "later-refused", 0, due + 17, 19)
+        assert [r.value for r in records] == [b"first", *(b"%d" % n for n in range(18))]
+        assert first.deliver_at_ms is not None and due_of(records[0]) == first.deliver_at_ms
 
 
 def test_the_asyncio_client_and_producer_delay_alike(cluster: LocalCluster) -> None:
@@ -248,3 +290,76 @@ def test_the_early_check_catches_a_record_readable_before_its_due_time(
         client.produce("later-early", b"early", headers=[(HEADER, str(due).encode())])
         with pytest.raises(AssertionError, match="readable early"):
             watch(client, "later-early", 0, due, 1)
+
+
+def test_every_node_tells_the_true_pending_count_even_one_with_no_replica_of_the_timer_log(
+    cluster: LocalCluster,
+) -> None:
+    """Describe's pending timers come from the partition's timer log (its leader, else a
+    replica), asked by whichever node answers: a node holding no replica of it, nor of the
+    source partition, tells the true count (before, the answering view's own replica's count:
+    0 there). When no replica of the timer log answers, the count is said to be unknown. (Last
+    in the module: it pauses a node.)"""
+    addresses = {node_id: spec.address for node_id, spec in cluster.nodes.items()}
+    channels = {node_id: grpc.insecure_channel(a) for node_id, a in addresses.items()}
+    stubs = {node_id: flotilla_pb2_grpc.FlotillaStub(c) for node_id, c in channels.items()}
+
+    def partitions(node_id: str, topic: str) -> list[pb.PartitionInfo]:
+        response = stubs[node_id].Metadata(pb.MetadataRequest(topics=[topic]), timeout=10)
+        return list(response.topics[0].partitions)
+
+    try:
+        with Client(cluster.bootstrap, timeout_s=30) as client:
+            # a partition whose source replica and timer log replica are on different nodes
+            # (RF 1; placement hashes the topic's name, so another topic may be needed)
+            for attempt in range(6):
+                name = f"later-anywhere-{attempt}"
+                info = client.create_topic(name, partitions=3, replication_factor=1)
+                for partition in range(3):
+                    client.produce(name, b"v", partition=partition, delay_ms=120_000)
+                sources = [p.replicas[0] for p in partitions("n1", name)]
+                timers = [p.replicas[0] for p in partitions("n1", f"__timers.{info.uid}")]
+                split = [p for p in range(3) if sources[p] != timers[p]]
+                if split:
+                    break
+            assert split, "six topics' timer logs all placed as their sources"
+            chosen = split[0]
+            holder = timers[chosen]
+            told: dict[str, list[tuple[int, bool]]] = {}
+
+            def counts(node_id: str) -> list[tuple[int, bool]]:
+                told[node_id] = [
+                    (p.pending_timers, p.pending_timers_unknown) for p in partitions(node_id, name)
+                ]
+                return told[node_id]
+
+            def one_each(node_id: str) -> bool:
+                return counts(node_id) == [(1, False)] * 3
+
+            for node_id in addresses:  # the source's node, the timer log's, and neither
+                try:
+                    wait_until(functools.partial(one_each, node_id), 10, "")
+                except AssertionError:
+                    raise AssertionError(
+                        f"{node_id} tells (pending, unknown) {told[node_id]} for partitions held "
+                        f"by {sources} with timer logs on {timers}, not one pending each"
+                    ) from None
+                described = stubs[node_id].DescribeTopic(pb.DescribeTopicRequest(name=name))
+                assert [p.pending_timers for p in described.partitions] == [1, 1, 1]
+            asked = next(n for n in addresses if n != holder)
+            cluster.pause(holder)
+            try:
+                seen = partitions(asked, name)
+            finally:
+                cluster.resume(holder)
+            assert seen[chosen].pending_timers_unknown and seen[chosen].pending_timers == 0, (
+                holder,
+                asked,
+                timers,
+                seen,
+            )
+            known = [p.pending_timers for p in seen if timers[p.index] != holder]
+            assert known == [1] * len(known)
+    finally:
+        for channel in channels.values():
+            channel.close()

@@ -66,9 +66,13 @@ def core() -> ClientCore:
     return client
 
 
-def accepted(rpc: Rpc) -> pb.ProduceResponse:
-    """A node of 0.4.0 on: a delayed batch answered with its due time (its base: timer log)."""
+def accepted(rpc: Rpc) -> pb.ProduceResponse | pb.MetadataResponse:
+    """A node of 0.4.0 on: a delayed batch answered with its due time (its base: timer log);
+    the client's question where the timer log is led, after its first delayed batch, with the
+    topic's metadata (its timer log not known yet)."""
     request = rpc.request
+    if isinstance(request, pb.MetadataRequest):
+        return METADATA
     assert isinstance(request, pb.ProduceRequest)
     return pb.ProduceResponse(base_offset=40, record_count=1, deliver_at_ms=request.deliver_at_ms)
 
@@ -83,6 +87,7 @@ def test_the_sdk_limits_are_the_timer_cores() -> None:
     assert _delays.DEFAULT_MAX_DELAY_MS == timer_types.DEFAULT_MAX_DELAY_MS
     assert _delays.MIN_MAX_DELAY_MS == timer_types.MIN_MAX_DELAY_MS
     assert _delays.MAX_MAX_DELAY_MS == timer_types.MAX_MAX_DELAY_MS
+    assert timer_types.timer_topic("u1") == _delays.TIMER_TOPIC_PREFIX + "u1"
 
 
 def test_due_time_from_a_delay_or_a_time_and_each_bad_argument_named() -> None:

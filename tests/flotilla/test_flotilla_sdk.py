@@ -19,8 +19,6 @@ from flotilla import (
     Client,
     InvalidArgument,
     OffsetOutOfRange,
-    OutOfOrder,
-    Timeout,
     TopicNotFound,
 )
 from flotilla import aio as flotilla_aio
@@ -79,27 +77,29 @@ def test_batching_producer_keeps_per_partition_order(cluster: LocalCluster) -> N
             assert values == sorted(values)
 
 
-def test_batches_behind_one_that_failed_for_good_fail_at_once(cluster: LocalCluster) -> None:
-    """A batch refused for good (too large) leaves a gap in its producer's sequences: the
-    batches pipelined behind it can never follow it, so they fail at once with Unavailable
-    rather than wait out the timeout; the producer then goes on under a new producer id. (The
-    SDK refuses a record over the max_batch_bytes the nodes report before sending it; here the
-    client's view is stale, as when a node was reconfigured lower since the client heard it.)"""
+def test_batches_behind_one_refused_for_good_go_on_without_it(cluster: LocalCluster) -> None:
+    """A batch refused for good (too large) was written nowhere: the batches pipelined behind
+    it go on under the sequences they need (a new producer id from 0, no gap for the leader to
+    wait on), each written once, in the order sent; only the refused one fails (before, every
+    batch in flight behind it failed with "failed for good"). (The SDK refuses a record over
+    the max_batch_bytes the nodes report before sending it; here the client's view is stale,
+    as when a node was reconfigured lower since the client heard it.)"""
     with Client(cluster.bootstrap, timeout_s=20) as client:
         client.create_topic("gapped", partitions=1, replication_factor=3)
         with client.producer(linger_ms=1, batch_bytes=1024) as producer:
             producer.send("gapped", b"x" * 2000).result(timeout=30)  # the partition is proven
             client.router.max_batch_bytes = 8 << 20  # a stale view: the nodes accept 4 MiB
             huge = producer.send("gapped", b"y" * (5 << 20))  # over the node's max_batch_bytes
-            behind = [producer.send("gapped", b"z" * 2000) for _ in range(6)]
+            behind = [producer.send("gapped", b"z%d" % n + b"." * 1500) for n in range(6)]
             # refused by the node's handler or, this far over, by gRPC's request limit before
             # it is read (cluster.ingress)
             with pytest.raises(InvalidArgument, match=r"exceeds max_batch_bytes|larger than max"):
                 huge.result(timeout=30)
             outcomes = [f.exception(timeout=30) for f in behind]
-        # without the fast path they would retry as OutOfOrder until the timeout, then fail
-        assert not any(isinstance(e, Timeout | OutOfOrder) for e in outcomes), outcomes
-        assert all(e is None or "failed for good" in str(e) for e in outcomes), outcomes
+            assert outcomes == [None] * 6, outcomes
+            assert [f.result(0).offset for f in behind] == list(range(1, 7))
+        values = [r.value for r in client.read("gapped", 0, 0, 100)]
+        assert values == [b"x" * 2000, *(b"z%d" % n + b"." * 1500 for n in range(6))]
         assert producer_writes_again(client)
 
 

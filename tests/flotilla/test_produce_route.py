@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._plans import MAX_HINT_HOPS, MAX_OVERLOAD_BACKOFF_S, ProducerGap, ProduceRoute
 from flotilla._router import Router
 from flotilla.errors import (
@@ -16,6 +17,7 @@ from flotilla.errors import (
     UnknownProducer,
 )
 from proto import flotilla_pb2 as pb
+from proto.records import peek_producer
 
 ADDRESS = {"n1": "127.0.0.1:1", "n2": "127.0.0.2:1", "n3": "127.0.0.3:1"}
 
@@ -169,3 +171,95 @@ def test_a_producer_id_reset_by_a_failure_is_not_moved() -> None:
     sequences.reset("t", 0, a[0])
     sequences.settled("t", 0, *a)
     assert sequences.move("t", 0, *b) is None
+
+
+def test_the_batches_behind_a_refused_one_move_to_a_new_id_with_no_gap() -> None:
+    """A batch refused and written nowhere, once the earliest outstanding: the batches taken
+    after it move to a new id from sequence 0, in order, and so do those taken later; one of
+    them refused before it moved is skipped among the new id's sequences."""
+    sequences = Router(["127.0.0.1:1"]).sequences
+    a, b, c, d = (sequences.take("t", 0, 2) for _ in range(4))
+    producer = a[0]
+    assert sequences.behind("t", 0, *b)  # a is still on its way
+    sequences.settled("t", 0, *a)
+    assert not sequences.behind("t", 0, *b)
+    assert sequences.skip("t", 0, *b, 2)  # b refused: c and d follow a under a new id
+    sequences.settled("t", 0, *b)
+    moved_c = sequences.move("t", 0, *c)
+    assert moved_c is not None and moved_c[0] != producer and moved_c[1] == 0
+    e = sequences.take("t", 0, 2)  # taken after the skip: after d under the new id
+    assert e == (moved_c[0], 4)
+    sequences.settled("t", 0, *moved_c)
+    assert sequences.skip("t", 0, *d, 2)  # refused before it moved: its place is (new, 2)
+    sequences.settled("t", 0, *d)
+    moved_e = sequences.move("t", 0, *e)
+    assert moved_e is not None and moved_e[0] not in (producer, moved_c[0]) and moved_e[1] == 0
+    assert sequences.take("t", 0, 1) == (moved_e[0], 2)
+
+
+def test_a_refused_batch_of_a_reset_id_moves_nothing() -> None:
+    """An id reset by a failure whose outcome is unknown stays retired: a refusal of one of its
+    batches moves nothing (the batches behind an unknown outcome fail, as ever); a batch encoded
+    elsewhere is never behind anything known here."""
+    sequences = Router(["127.0.0.1:1"]).sequences
+    a, b, c = (sequences.take("t", 0, 1) for _ in range(3))
+    sequences.reset("t", 0, a[0])
+    sequences.settled("t", 0, *a)
+    assert not sequences.skip("t", 0, *b, 1)
+    assert sequences.move("t", 0, *c) is None
+    assert not sequences.behind("t", 0, 12345, 0)
+
+
+def test_a_refused_batch_waits_for_the_batches_before_it_then_the_later_ones_skip_it() -> None:
+    """The send plan of a refused batch: while a batch taken before it is on its way (whose
+    outcome may still be unknown) the later ones may not move past it, so it waits; once that
+    one settled, it skips its sequences and raises the refusal."""
+    core = ClientCore(["127.0.0.1:1"], timeout_s=10, acks="all")
+    core.router = _router()
+    first, second, third = (
+        core.router.encode("t", 0, [(None, v, None, 0)]) for v in (b"a", b"b", b"c")
+    )
+    plan = core.send_batch("t", 0, second)
+    assert isinstance(next(plan), Rpc)
+    assert isinstance(plan.send(Failed(InvalidArgument("bad batch"), "")), Sleep)
+    assert isinstance(plan.send(None), Sleep)  # the first is still on its way
+    core.router.sequences.settled("t", 0, *peek_producer(first))
+    with pytest.raises(InvalidArgument, match="bad batch"):
+        plan.send(None)
+    producer = peek_producer(first)[0]
+    moved = core.router.sequences.move("t", 0, *peek_producer(third))
+    assert moved is not None and moved[0] != producer and moved[1] == 0
+
+
+def test_a_delayed_batch_goes_to_its_timer_log_s_leader_and_back_to_the_source_s_if_it_fails() -> (
+    None
+):
+    """A delayed batch goes first to the leader of its timer log partition (it appends it with
+    no forward), when one is known; if that node fails it, the source partition's replicas
+    are asked as before, and the stale timer leader is forgotten."""
+    router = _router("n1")
+    route = ProduceRoute(router, "t", 0, timeout_s=10, delayed=True)
+    assert route.next_address() == ADDRESS["n1"]  # no timer log known: the source's leader
+    uid = "u1"
+    log = f"__timers.{uid}"
+    router.absorb(
+        pb.MetadataResponse(
+            topics=[
+                pb.TopicInfo(
+                    name="t", uid=uid,
+                    partitions=[pb.PartitionInfo(index=0, leader="n1", replicas=list(ADDRESS))],
+                ),
+                pb.TopicInfo(
+                    name=log, uid="u2",
+                    partitions=[pb.PartitionInfo(index=0, leader="n3", replicas=list(ADDRESS))],
+                ),
+            ]
+        )
+    )  # fmt: skip
+    assert router.timer_log("t") == log and router.timer_log_to_learn("t") == log
+    assert router.timer_log_to_learn("t") is None  # asked just now
+    assert route.next_address() == ADDRESS["n3"]
+    assert ProduceRoute(router, "t", 0, timeout_s=10).next_address() == ADDRESS["n1"]  # ordinary
+    assert route.failed(ADDRESS["n3"], Unavailable("connection refused"))
+    assert route.next_address() in (ADDRESS["n1"], ADDRESS["n2"])
+    assert router.delayed_address("t", 0) is None

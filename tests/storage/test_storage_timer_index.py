@@ -432,3 +432,26 @@ def test_an_idle_index_flushes_without_io() -> None:
     before = disk.operations
     index.flush(2)  # a new applied offset is a change too
     assert disk.operations > before
+
+
+def test_several_buckets_read_at_once_are_each_bucket_read_alone(tmp_path: Path) -> None:
+    """`buckets` (a leader's near window, the journal read once) answers what `bucket` answers
+    for each: entries in bucket files, in the journal and not flushed yet, fired ones left out,
+    and an empty list for a bucket with nothing pending."""
+    index = TimerIndex.open(tmp_path, H, journal_max_bytes=40 * ENTRY_SIZE)
+    rng = random.Random(3)
+    added = [TimerBatch(T0 + rng.randrange(5 * H), offset, 1) for offset in range(120)]
+    for offset, batch in enumerate(added):
+        index.add(batch)
+        if offset % 25 == 24 or offset == 119:
+            index.flush(offset + 1)  # some move into bucket files, 20 stay in the journal
+    fired = sorted(added)[:7]
+    index.planned(Plan(0, tuple(fired)))
+    index.add(TimerBatch(T0 + 2 * H, 120, 2))  # not flushed
+    assert index.compactions > 0
+    wanted = [1000, 1001, 1002, 1003, 1004, 1007]
+    pending = [*sorted(set(added) - set(fired)), TimerBatch(T0 + 2 * H, 120, 2)]
+    model = {b: sorted(x for x in pending if x.due_ms // H == b) for b in wanted}
+    assert index.buckets(wanted) == model
+    assert {b: index.bucket(b) for b in wanted} == model
+    assert model[1007] == [] and sum(map(len, model.values())) == 121 - 7
