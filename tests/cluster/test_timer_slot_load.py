@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,15 +32,15 @@ def test_a_batch_folded_while_the_new_leader_reads_its_buckets_reaches_its_book(
         index = TimerIndex.open(tmp_path / "timer_index", H)
         index.add(TimerBatch(now + 60_000, 0, 1))
         snapshot_taken, folded = threading.Event(), threading.Event()
-        read = index.bucket
+        read = index.buckets  # the window's buckets, read in one pass
 
-        def bucket_read_racing_the_fold(bucket: int) -> list[TimerBatch]:
-            batches = read(bucket)  # the read's snapshot ...
+        def bucket_read_racing_the_fold(wanted: Iterable[int]) -> dict[int, list[TimerBatch]]:
+            batches = read(wanted)  # the read's snapshot ...
             snapshot_taken.set()
             folded.wait(5)  # ... then the follower folds a batch before the read returns
             return batches
 
-        index.bucket = bucket_read_racing_the_fold  # type: ignore[method-assign]
+        index.buckets = bucket_read_racing_the_fold  # type: ignore[method-assign]
         node = SimpleNamespace(log=SimpleNamespace(last_index=0), applied_index=0)
         replica = SimpleNamespace(node=node, high_watermark=1, group="__timers.u/0", partition=0)
         follower = SimpleNamespace(index=index, on_item=None, caught_up=_no_wait, replica=replica)
