@@ -31,7 +31,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --system --gid 10001 flotilla \
  && useradd --system --uid 10001 --gid flotilla --home-dir /home/flotilla --create-home \
         --shell /usr/sbin/nologin flotilla \
- && install -d -o flotilla -g flotilla /data /home/flotilla/chaos-runs \
+ && install -d -o flotilla -g flotilla /data /ca /certs /home/flotilla/chaos-runs \
  && python3 -m venv /opt/flotilla/venv
 WORKDIR /home/flotilla
 

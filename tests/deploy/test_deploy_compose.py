@@ -29,7 +29,14 @@ import pytest
 from ruamel.yaml import YAML
 
 import cluster.node
-from chaos.topology import DEPLOY_DIR, Topology, add_node_document, compose_document
+from chaos.topology import (
+    CERTS_DIR,
+    CLIENT_CERT,
+    DEPLOY_DIR,
+    Topology,
+    add_node_document,
+    compose_document,
+)
 from cluster import healthcheck
 from flotilla import cli
 
@@ -134,6 +141,57 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     dial_map_dir = str(Path(flags.get("--dial-map", ["/"])[0]).parent)
     if dial_map_dir not in mounts:
         problems.append(f"{where} reads its dial map from {dial_map_dir}, which is not mounted")
+    problems += _tls_problems(where, service, name)
+    condition = (service.get("depends_on") or {}).get("certs", {}).get("condition")
+    if condition != "service_completed_successfully":
+        problems.append(f"{where} does not wait for the certs step to complete ({condition})")
+    return problems
+
+
+def _tls_problems(where: str, service: dict[str, Any], name: str) -> list[str]:
+    """Secure by default: the node or client presents certificate `name` from the mounted
+    certificates volume, read-only, and trusts the cluster's CA."""
+    environment = service.get("environment", {})
+    mounts = {v.split(":")[1]: v for v in service.get("volumes", [])}
+    wanted = {
+        "FLOTILLA_TLS_CA": f"{CERTS_DIR}/ca.pem",
+        "FLOTILLA_TLS_CERT": f"{CERTS_DIR}/{name}.pem",
+        "FLOTILLA_TLS_KEY": f"{CERTS_DIR}/{name}.key",
+    }
+    problems = [
+        f"{where} has {key}={environment.get(key)!r}, not {value!r}"
+        for key, value in wanted.items()
+        if environment.get(key) != value
+    ]
+    if mounts.get(CERTS_DIR) != f"certs:{CERTS_DIR}:ro":
+        problems.append(f"{where} does not mount the certs volume read-only at {CERTS_DIR}")
+    return problems
+
+
+def _certs_problems(services: dict[str, Any]) -> list[str]:
+    """The one-shot `certs` step issues a certificate for every node service (and the client's),
+    keeps the CA's key in a volume no other service mounts."""
+    certs = services.get("certs")
+    if certs is None:
+        return ["no `certs` step (the certificates every node needs)"]
+    problems = []
+    if certs.get("profiles") or not certs.get("healthcheck", {}).get("disable"):
+        problems.append("the certs step must be a one-shot in no profile")
+    issued = flags_of(["compose_certs", *certs["command"]])
+    nodes = [n for n, s in services.items() if s.get("command", [None])[0] == "node"]
+    missing = sorted(set(nodes) - set(issued.get("--node", [])))
+    if missing:
+        problems.append(f"the certs step issues no certificate for node(s) {missing}")
+    if CLIENT_CERT not in issued.get("--client", []):
+        problems.append(f"the certs step issues no client certificate {CLIENT_CERT!r}")
+    ca_volume = issued.get("--ca-dir", ["?"])[0]
+    readers = sorted(
+        n
+        for n, s in services.items()
+        if n != "certs" and any(v.split(":")[1] == ca_volume for v in s.get("volumes", []))
+    )
+    if readers:
+        problems.append(f"{readers} mount {ca_volume}, where the CA's key is")
     return problems
 
 
@@ -218,6 +276,7 @@ def compose_problems(document: dict[str, Any], stages: set[str] | None = None) -
         problems.append("no service in the spark profile")
     problems += _client_problems(services)
     problems += _monitoring_problems(services)
+    problems += _certs_problems(services)
     return problems
 
 
@@ -241,6 +300,7 @@ def _client_problems(services: dict[str, Any]) -> list[str]:
         problems.append("client must run `flotilla` in a profile of its own")
     if not client.get("healthcheck", {}).get("disable"):
         problems.append("client has a health check: a client serves nothing")
+    problems += _tls_problems("client", client, CLIENT_CERT)
     return problems
 
 
@@ -369,7 +429,8 @@ def test_other_topologies_render_valid_compose_documents(nodes: int, controllers
     assert schema_errors(document) == []
     assert compose_problems(document) == []
     assert [n for n, s in document["services"].items() if not s.get("profiles")] == [
-        f"n{i}" for i in range(1, nodes + 1)
+        "certs",
+        *(f"n{i}" for i in range(1, nodes + 1)),
     ]
     added = add_node_document(Topology(nodes, controllers))
     assert list(added["services"]) == [f"n{nodes + 1}"]
@@ -503,6 +564,37 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         "a client serves nothing",
     ),
     "no grafana": (lambda d: d["services"].pop("grafana"), "no grafana service"),
+    "node without TLS": (
+        lambda d: d["services"]["n2"]["environment"].pop("FLOTILLA_TLS_CERT"),
+        "node service n2 has FLOTILLA_TLS_CERT=None",
+    ),
+    "node with another node's key": (
+        lambda d: d["services"]["n2"]["environment"].__setitem__(
+            "FLOTILLA_TLS_KEY", "/certs/n1.key"
+        ),
+        "FLOTILLA_TLS_KEY='/certs/n1.key', not '/certs/n2.key'",
+    ),
+    "certs writable by a node": (
+        lambda d: d["services"]["n3"]["volumes"].__setitem__(2, "certs:/certs"),
+        "node service n3 does not mount the certs volume read-only",
+    ),
+    "node starts before its certificate": (
+        lambda d: d["services"]["n1"].pop("depends_on"),
+        "does not wait for the certs step",
+    ),
+    "client without TLS": (
+        lambda d: d["services"]["client"]["environment"].pop("FLOTILLA_TLS_CA"),
+        "client has FLOTILLA_TLS_CA=None",
+    ),
+    "no certificate for a node": (
+        lambda d: d["services"]["certs"]["command"].remove("n3"),
+        "no certificate for node(s) ['n3']",
+    ),
+    "a node reads the CA key": (
+        lambda d: d["services"]["n1"]["volumes"].append("ca:/ca:ro"),
+        "['n1'] mount /ca, where the CA's key is",
+    ),
+    "no certs step": (lambda d: d["services"].pop("certs"), "no `certs` step"),
     "prometheus config elsewhere": (
         lambda d: d["services"]["prometheus"]["volumes"].__setitem__(
             0, "./prometheus.yml:/etc/prometheus/prometheus.yml:ro"
