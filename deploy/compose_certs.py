@@ -28,6 +28,9 @@ def ensure(
     key; the names of the files it made."""
     from flotilla import certs  # noqa: PLC0415 (the image's venv has it; this file is a script)
 
+    clash = sorted({"ca"} & {*nodes, *clients})
+    if clash:  # its files would be the CA's: ca.key must never reach `directory`
+        raise ValueError(f"name(s) {clash} are the CA's files' names: name the nodes otherwise")
     made: list[str] = []
     ca_dir.mkdir(parents=True, exist_ok=True)
     directory.mkdir(parents=True, exist_ok=True)
