@@ -27,6 +27,9 @@ each DescribeGroup (`GroupGauges`), so a scrape costs no request to anyone.
 Delayed delivery (`cluster.timers`): `flotilla_pending_timers{topic,partition}` (delayed records
 accepted and not yet due), served only by the leader of each partition's timer log.
 
+Peer authentication (`cluster.peer_auth`): `flotilla_peer_auth_rejected_total{kind}` counts Raft
+streams, SWIM packets and other calls refused for a missing or wrong proof of membership.
+
 Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
 over nodes (only a partition's leader counts it), take the max of
 `flotilla_offline_partitions` (every replica of a leaderless partition counts it).
@@ -314,6 +317,18 @@ class Metrics:
             "local replicas found damaged on open and rebuilt from their peers", node,
             registry=registry,
         )  # fmt: skip
+        # peers' calls and SWIM packets refused for a missing or wrong proof (cluster.peer_auth);
+        # every kind is served from the start (at 0), so an alert on its rate has a series
+        self.peer_auth_rejections = Counter(
+            "flotilla_peer_auth_rejected",
+            "peer messages refused: no or a wrong cluster-secret proof, or a certificate not "
+            "of the node claimed (kind: raft stream, swim packet, or another call)",
+            ["node", "kind"], registry=registry,
+        )  # fmt: skip
+        self._peer_rejected = {
+            kind: self.peer_auth_rejections.labels(node_id, kind)
+            for kind in ("raft", "swim", "call")
+        }
         registry.register(
             _NodeCollector(
                 node_id,
@@ -379,6 +394,15 @@ class Metrics:
 
     def replica_retired(self) -> None:
         self.replicas_retired.labels(self.node_id).inc()
+
+    def peer_auth_rejected(self, kind: str) -> None:
+        """A peer message of `kind` ("raft", "swim", "call") refused by `cluster.peer_auth`."""
+        counter = self._peer_rejected.get(kind)
+        if counter is None:
+            counter = self._peer_rejected[kind] = self.peer_auth_rejections.labels(
+                self.node_id, kind
+            )
+        counter.inc()
 
     def serve(self, host: str, port: int) -> None:
         self._server = start_http_server(port, addr=host, registry=self.registry)
