@@ -12,6 +12,8 @@ from flotilla import _fork_safety  # noqa: F401  (first: before gRPC initialises
 from flotilla.client import Client
 from flotilla.consumer import AsyncConsumer, Consumer
 from flotilla.errors import (
+    AuthenticationError,
+    AuthorizationError,
     FencedMember,
     FlotillaError,
     GroupNotEmpty,
@@ -30,6 +32,7 @@ from flotilla.errors import (
 )
 from flotilla.queue import AsyncQueue, Queue
 from flotilla.types import (
+    AclBinding,
     Delivery,
     GroupInfo,
     GroupMember,
@@ -40,7 +43,10 @@ from flotilla.types import (
     QueuePartitionInfo,
     Record,
     RecordMetadata,
+    Token,
+    TokenInfo,
     TopicInfo,
+    WhoAmI,
 )
 
 try:  # one source of truth: the version pyproject.toml gives the installed distribution
@@ -49,8 +55,11 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
     __version__ = "0+unknown"
 
 __all__ = [
+    "AclBinding",
     "AsyncConsumer",
     "AsyncQueue",
+    "AuthenticationError",
+    "AuthorizationError",
     "Client",
     "Consumer",
     "Delivery",
@@ -76,9 +85,12 @@ __all__ = [
     "Record",
     "RecordMetadata",
     "Timeout",
+    "Token",
+    "TokenInfo",
     "TopicInfo",
     "TopicNotFound",
     "Unavailable",
     "UnknownProducer",
+    "WhoAmI",
     "__version__",
 ]

@@ -32,6 +32,7 @@ from flotilla._checks import (
     check_value,
     create_request,
 )
+from flotilla._credentials import Credentials
 from flotilla._delays import deliver_at_header, due_ms, written_at_once
 from flotilla._plans import (
     METADATA_GRACE_S,
@@ -103,12 +104,22 @@ Plan = Generator[Step, Any, T]
 class ClientCore:
     """The state both clients share (the router: metadata, leaders, producer sequences) and
     every call as a plan. `timeout_s`: how long a call retries before it raises; `acks`: "all"
-    or "leader"."""
+    or "leader"; `credentials`: TLS and token (none: plaintext, anonymous)."""
 
-    def __init__(self, bootstrap: str | Sequence[str], timeout_s: float, acks: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        timeout_s: float,
+        acks: str,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.acks = check_acks(acks)
         self.router = Router([bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
         self.timeout_s = timeout_s
+        # TLS files and token (`flotilla._credentials`): every driver over this core uses them
+        self.credentials = credentials or Credentials()
+        for address in self.router.bootstrap:  # a token never goes out in clear: refuse now
+            self.credentials.check_address(address)
 
     # -- plumbing --------------------------------------------------------------------------------
     def any_node(self, method: str, request: Message, timeout_s: float) -> Plan[Any]:

@@ -26,9 +26,11 @@ import grpc
 
 from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
 from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
+from flotilla._credentials import Credentials
 from flotilla._group_client import AsyncGroupAdmin
 from flotilla._plans import unreachable_reason
 from flotilla._router import Router
+from flotilla._security_client import AsyncSecurityAdmin
 from flotilla.client import Client as SyncClient
 from flotilla.errors import from_rpc_error
 from flotilla.producer import Producer
@@ -41,16 +43,27 @@ __all__ = ["AsyncProducer", "Client"]
 T = TypeVar("T")
 
 
-class Client(AsyncGroupAdmin):
+class Client(AsyncGroupAdmin, AsyncSecurityAdmin):
     """The asyncio twin of `flotilla.Client`: the same calls, arguments and errors, as
     coroutines (`subscribe` is an async iterator, `producer` returns an `AsyncProducer`,
     `consumer` an `AsyncConsumer`). Use it from one event loop; close it (or use `async with`)
-    when done."""
+    when done. TLS and token settings as `flotilla.Client`'s (the same environment
+    variables)."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], *, timeout_s: float = 15.0, acks: str = "all"
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        timeout_s: float = 15.0,
+        acks: str = "all",
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        token: str | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
-        self._core = ClientCore(bootstrap, timeout_s, acks)
+        credentials = Credentials.load(tls_ca, tls_cert, tls_key, token, tls_server_name)
+        self._core = ClientCore(bootstrap, timeout_s, acks, credentials)
         self.router: Router = self._core.router
         self.timeout_s = timeout_s
         self.acks = self._core.acks
@@ -61,7 +74,7 @@ class Client(AsyncGroupAdmin):
     def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._core.credentials.aio_channel(address, CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = flotilla_pb2_grpc.FlotillaStub(channel)
         return stub
@@ -82,7 +95,10 @@ class Client(AsyncGroupAdmin):
 
     async def _call(self, rpc: Rpc) -> Any:
         try:
-            call = getattr(self._stub(rpc.address), rpc.method)(rpc.request, timeout=rpc.timeout_s)
+            method = getattr(self._stub(rpc.address), rpc.method)
+            call = method(
+                rpc.request, timeout=rpc.timeout_s, metadata=self._core.credentials.metadata
+            )
             if rpc.on_issued is not None:
                 rpc.on_issued()  # the call is on its way once made (grpc.aio starts it)
             return await call
@@ -269,7 +285,7 @@ class Client(AsyncGroupAdmin):
         await self._run(self._core.topic(topic))
         while True:
             address, request = subscription.connect()
-            call = self._stub(address).Subscribe(request)
+            call = self._stub(address).Subscribe(request, metadata=self._core.credentials.metadata)
             try:
                 while True:
                     try:  # only the wait for the stream counts, not the caller's time

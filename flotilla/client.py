@@ -30,9 +30,11 @@ from flotilla._checks import (
     check_stop_after_idle,
 )
 from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
+from flotilla._credentials import Credentials
 from flotilla._group_client import GroupAdmin
 from flotilla._plans import POLL_STEP_S, keepalive_ms, unreachable_reason
 from flotilla._router import Router
+from flotilla._security_client import SecurityAdmin
 from flotilla.errors import from_rpc_error
 from flotilla.producer import Producer
 from flotilla.types import Headers, Member, Record, RecordMetadata, TopicInfo
@@ -50,7 +52,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Client(GroupAdmin):
+class Client(GroupAdmin, SecurityAdmin):
     """A connection to a Flotilla cluster: topics, produce, read, poll and subscribe, and
     consumer groups (`consumer`, `list_groups`, `describe_group`, `reset_group_offsets`,
     `delete_group`).
@@ -59,6 +61,16 @@ class Client(GroupAdmin):
     how long a call retries (failover, no leader yet) before it raises. `acks`: "all" (a
     produce is acknowledged once a quorum has it durably) or "leader" (once the leader appended
     it: faster, may be lost on failover). Thread-safe; close it (or use `with`) when done.
+
+    Security (each falls back to its environment variable when not given): `tls_ca`
+    ($FLOTILLA_TLS_CA), the cluster CA's certificate file, turns TLS on; `tls_cert` and
+    `tls_key` ($FLOTILLA_TLS_CERT, $FLOTILLA_TLS_KEY), this client's certificate and key for
+    mutual TLS; `token` ($FLOTILLA_TOKEN), a bearer token from `flotilla token add`, sent with
+    every call (over plaintext only to loopback addresses); `tls_server_name`, the name the
+    nodes' certificates are checked for instead of the host dialled (e.g. "flotilla-node").
+    The files are read now: a missing or unreadable one is an InvalidArgument naming it. The
+    cluster refusing the caller raises AuthenticationError (unknown) or AuthorizationError
+    (not allowed), never retried. See `flotilla._credentials`.
     """
 
     def __init__(
@@ -67,8 +79,14 @@ class Client(GroupAdmin):
         *,
         timeout_s: float = 15.0,
         acks: str = "all",
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        token: str | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
-        self._core = ClientCore(bootstrap, timeout_s, acks)
+        credentials = Credentials.load(tls_ca, tls_cert, tls_key, token, tls_server_name)
+        self._core = ClientCore(bootstrap, timeout_s, acks, credentials)
         self.router: Router = self._core.router
         self.timeout_s = timeout_s
         self.acks = self._core.acks
@@ -94,7 +112,7 @@ class Client(GroupAdmin):
             with self._stub_lock:  # threads share the client: one channel per address
                 stub = self._stubs.get(address)
                 if stub is None:
-                    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                    channel = self._core.credentials.channel(address, CHANNEL_OPTIONS)
                     self._channels[address] = channel
                     stub = self._stubs[address] = flotilla_pb2_grpc.FlotillaStub(channel)
         return stub
@@ -114,10 +132,11 @@ class Client(GroupAdmin):
 
     def _call(self, rpc: Rpc) -> Any:
         method = getattr(self._stub(rpc.address), rpc.method)
+        metadata = self._core.credentials.metadata
         try:
             if rpc.on_issued is None or rpc.on_issued.done:
-                return method(rpc.request, timeout=rpc.timeout_s)
-            call = method.future(rpc.request, timeout=rpc.timeout_s)
+                return method(rpc.request, timeout=rpc.timeout_s, metadata=metadata)
+            call = method.future(rpc.request, timeout=rpc.timeout_s, metadata=metadata)
             rpc.on_issued()
             return call.result()
         except grpc.RpcError as error:
@@ -332,7 +351,9 @@ class Client(GroupAdmin):
         self._topic(topic)
         while True:
             address, request = subscription.connect()
-            stream = self._stub(address).Subscribe(request)
+            stream = self._stub(address).Subscribe(
+                request, metadata=self._core.credentials.metadata
+            )
             watchdog = _IdleWatchdog(stream, subscription.idle_s)
             try:
                 while True:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from flotilla.types import Delivery
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "CoordinatorLoading",
     "FencedMember",
     "FlotillaError",
@@ -45,6 +47,18 @@ __all__ = [
 
 class FlotillaError(Exception):
     """Base class of every error the SDK raises."""
+
+
+class AuthenticationError(FlotillaError):
+    """The cluster does not know who is calling (gRPC UNAUTHENTICATED): no client certificate
+    and no token, or a token it does not know (revoked, or of another cluster). The message is
+    the node's. Never retried: give `tls_cert`/`tls_key` or `token` (or $FLOTILLA_TOKEN)."""
+
+
+class AuthorizationError(FlotillaError, PermissionError):
+    """The caller is known but no ACL lets it do this (gRPC PERMISSION_DENIED); the node's
+    message names the principal, the operation and the resource. Nothing changed. Never
+    retried: an admin grants it with `flotilla acl add` (`Client.add_acl`)."""
 
 
 class InvalidArgument(FlotillaError, ValueError):
@@ -162,6 +176,10 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     group_error = _group_error(code, reason_from(error), details, error)
     if group_error is not None:
         return group_error
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthenticationError(details)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return AuthorizationError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_from(error) == OVERLOADED:
         return Overloaded(details)
     # otherwise too big: a batch over max_batch_bytes, a message over gRPC's limit

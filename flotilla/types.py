@@ -1,5 +1,5 @@
 """The data the SDK returns: records, where a record was written, topics, partitions, members,
-consumer groups.
+consumer groups, ACLs, tokens and who the caller is.
 
 All are immutable. `flotilla` exports each of them; this module is their one home (the routing
 and plans that build them are private: `flotilla._router`, `flotilla._plans`).
@@ -8,12 +8,13 @@ and plans that build them are private: `flotilla._router`, `flotilla._plans`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 from proto.records import Record as WireRecord
 
 __all__ = [
+    "AclBinding",
     "Delivery",
     "GroupInfo",
     "GroupMember",
@@ -25,8 +26,11 @@ __all__ = [
     "QueuePartitionInfo",
     "Record",
     "RecordMetadata",
+    "Token",
+    "TokenInfo",
     "TopicInfo",
     "TopicPartition",
+    "WhoAmI",
 ]
 
 TopicPartition = tuple[str, int]
@@ -215,3 +219,50 @@ class Delivery:
     def offset(self) -> int:
         """The record's offset in its partition."""
         return self.record.offset
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One access-control entry: `permission` ("allow" or "deny") of `operation` ("produce",
+    "consume", "admin" or "all") on `resource` (a topic name, or a prefix ending in "*":
+    "orders.*"; "*" is every topic) for `principal` (a client's name, "*" every authenticated
+    one). Deny wins over allow. Frozen."""
+
+    principal: str
+    operation: str
+    resource: str
+    permission: str = "allow"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A bearer token just made (`Client.create_token`): `token` is the secret (shown only
+    here: the cluster keeps its SHA-256 hash), `token_id` names it in lists and revocations.
+    Its repr leaves the secret out. Frozen."""
+
+    principal: str
+    token: str = field(repr=False)
+    token_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A token as the cluster lists it: its `principal`, `token_id` and when it was made
+    (`created_ms`, epoch ms); never the token itself. Frozen."""
+
+    principal: str
+    token_id: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WhoAmI:
+    """The caller as the node asked sees it: `principal` ("" when not authenticated),
+    `authenticated`, `superuser`, `via` ("token", "certificate", "peer", or ""), and
+    `authorization` (whether the node enforces ACLs). Frozen."""
+
+    principal: str
+    authenticated: bool
+    superuser: bool
+    via: str
+    authorization: bool
