@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
 from pysyncobj.version import VERSION as pysyncobj_version
 
+from cluster.authz import apply_security_change
 from cluster.controller_journal import (
     DurableDumps,
     DurableJournal,
@@ -162,15 +163,30 @@ class _Replicated(SyncObj):  # type: ignore[misc]
         # set before pysyncobj's thread starts (in SyncObj.__init__), which may load a dump
         self.topics: dict[str, dict[str, Any]] = {}
         self.version = 0
+        # ACL bindings (wire dicts) and token hashes {sha256 hex: [principal, token id,
+        # created ms]} (`cluster.authz.apply_security_change`), with their own version
+        self.acls: list[dict[str, str]] = []
+        self.tokens: dict[str, list[Any]] = {}
+        self.security_version = 0
         dumps.bind(self._dump_state, self._load_state)
         super().__init__(self_address, peers, conf)
 
     def _dump_state(self) -> dict[str, Any]:
-        return {"topics": self.topics, "version": self.version}
+        return {
+            "topics": self.topics,
+            "version": self.version,
+            "acls": self.acls,
+            "tokens": self.tokens,
+            "security_version": self.security_version,
+        }
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.topics = dict(state["topics"])
         self.version = int(state["version"])
+        # a dump written before ACLs has none
+        self.acls = list(state.get("acls", []))
+        self.tokens = dict(state.get("tokens", {}))
+        self.security_version = int(state.get("security_version", 0))
 
     @replicated  # type: ignore[untyped-decorator]
     def create_topic(self, spec: dict[str, Any]) -> str:
@@ -212,6 +228,14 @@ class _Replicated(SyncObj):  # type: ignore[misc]
             existing["partitions"] = partitions
         self.version += 1
         return UpdateOutcome.UPDATED.value
+
+    @replicated  # type: ignore[untyped-decorator]
+    def write_security(self, change: dict[str, Any]) -> int:
+        """An ACL or token change (`cluster.authz.apply_security_change`): the count it made."""
+        count = apply_security_change(self.acls, self.tokens, change)
+        if count > 0:
+            self.security_version += 1
+        return count
 
 
 class MetadataStore:
@@ -315,6 +339,12 @@ class MetadataStore:
         }
         return self._submit("update_topic", change, UpdateOutcome)
 
+    def change_security(self, change: dict[str, Any]) -> concurrent.futures.Future[int]:
+        """Adds or removes an ACL binding, adds or revokes a token (`change`: the wire form of
+        `cluster.authz.apply_security_change`); the count of bindings or tokens it changed.
+        Idempotent, so a retry after a lost answer is harmless (it then counts 0)."""
+        return self._submit("write_security", change, int)
+
     def _submit(
         self,
         method: str,
@@ -353,6 +383,24 @@ class MetadataStore:
     @property
     def version(self) -> int:
         return int(self._sync.version)
+
+    @property
+    def security_version(self) -> int:
+        """Moves with every ACL or token change (`security`)."""
+        return int(self._sync.security_version)
+
+    def security(self) -> tuple[int, list[dict[str, str]], dict[str, list[Any]]]:
+        """(its version, the ACL bindings, the token hashes): copies, read on the caller's
+        thread while pysyncobj's may apply a change (a copy of a dict being changed can fail:
+        retried)."""
+        for _ in range(10):
+            try:
+                version = int(self._sync.security_version)
+                return version, copy.deepcopy(self._sync.acls), copy.deepcopy(self._sync.tokens)
+            except RuntimeError:  # "changed size during iteration"
+                continue
+        version = int(self._sync.security_version)
+        return version, copy.deepcopy(self._sync.acls), copy.deepcopy(self._sync.tokens)
 
     @property
     def ready(self) -> bool:

@@ -31,6 +31,8 @@ from typing import Any, NoReturn
 
 import grpc
 
+from cluster.acl_service import SecurityCalls
+from cluster.authz import Operation
 from cluster.errors import Invalid
 from cluster.failstop import NodeFailStopped
 from cluster.groups import CoordinatorLoading, CoordinatorUnavailable, NotCoordinator, Op
@@ -74,14 +76,18 @@ GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 KINDS = {pb.GROUP_KIND_STREAM: "stream", pb.GROUP_KIND_QUEUE: "queue"}
 
 
-class GroupCalls:
-    """The seven group RPCs of `flotilla.v1.Flotilla` (proto/flotilla.proto states them)."""
+class GroupCalls(SecurityCalls):
+    """The seven group RPCs of `flotilla.v1.Flotilla` (proto/flotilla.proto states them);
+    each is authorized first (`SecurityCalls._allow`): consume on the topics it names, admin
+    to reset (on the topic) or delete (on "*") a group's offsets."""
 
     node: NodeApi
 
     async def GroupHeartbeat(
         self, request: pb.GroupHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> pb.GroupHeartbeatResponse:
+        # topics_unchanged: the member's topics were authorized when it named them
+        await self._allow(context, Operation.CONSUME if request.topics else None, *request.topics)
         group = await _group_name(request.group, context)
         kind = KINDS.get(request.kind)
         if kind is None:
@@ -129,6 +135,8 @@ class GroupCalls:
     async def CommitOffsets(
         self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetsResponse:
+        topics = sorted({o.topic for o in request.offsets})
+        await self._allow(context, Operation.CONSUME if topics else None, *topics)
         group = await _group_name(request.group, context)
         offsets = tuple((o.topic, o.partition, o.offset) for o in request.offsets)
         commit = CommitRequest(group, request.member_id, request.member_epoch, offsets)
@@ -143,6 +151,7 @@ class GroupCalls:
     async def FetchOffsets(
         self, request: pb.FetchOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchOffsetsResponse:
+        await self._allow(context, Operation.CONSUME if request.topics else None, *request.topics)
         group = await _group_name(request.group, context)
         only = frozenset(request.topics)
 
@@ -162,6 +171,7 @@ class GroupCalls:
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListGroupsResponse:
+        await self._allow(context)
         count = await self._groups_partitions(context)
         if request.partition >= count:
             await abort(
@@ -180,6 +190,7 @@ class GroupCalls:
     async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext
     ) -> pb.GroupInfo:
+        await self._allow(context)
         group = await _group_name(request.group, context)
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:
@@ -238,6 +249,7 @@ class GroupCalls:
     async def ResetGroupOffsets(
         self, request: pb.ResetGroupOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResetGroupOffsetsResponse:
+        await self._allow(context, Operation.ADMIN, request.topic)
         group = await _group_name(request.group, context)
         offsets: dict[int, int] = {}
         for item in request.offsets:
@@ -260,6 +272,7 @@ class GroupCalls:
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteGroupResponse:
+        await self._allow(context, Operation.ADMIN)
         group = await _group_name(request.group, context)
 
         def run(coordinator: Coordinator, topics: Mapping[str, TopicMeta]) -> Any:

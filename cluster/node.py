@@ -40,6 +40,7 @@ from functools import partial
 
 import grpc
 
+from cluster.acl_state import Authorizer
 from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
@@ -58,6 +59,7 @@ from cluster.multiraft import MultiRaft, Proposal
 from cluster.opener import ReplicaOpener
 from cluster.ownership import AddressInUse, DataDirLock
 from cluster.partitions import PartitionManager
+from cluster.peer_auth import PeerAuth
 from cluster.peer_service import PeerService
 from cluster.placement import Candidate
 from cluster.replica import Replica
@@ -66,6 +68,7 @@ from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.timers import TimerHost, timer_faults_from_env
+from cluster.tls import caller_certificate
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -138,6 +141,20 @@ class Node:
             groups=lambda: self.groups.gauges,
             pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
+        # every call this node makes to a peer carries its proof (`cluster.peer_auth`), and a
+        # call that carries one is checked with it (`cluster.acl_state`)
+        self.peer_auth = (
+            PeerAuth(
+                config.node_id,
+                config.cluster_secret,
+                config.cluster_secret_previous,
+                on_rejected=self.metrics.peer_auth_rejected,
+            )
+            if config.cluster_secret
+            else None
+        )
+        if self.peer_auth is not None:
+            self.transport.sign = self.peer_auth.sign_call
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
         self.controller: MetadataStore | None = None
@@ -181,6 +198,12 @@ class Node:
             controller=lambda: self.controller,
             serving=self.started.is_set,
         )
+        # who may do what: every client call asks it first (`cluster.acl_state`)
+        self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
+        if self.peer_auth is not None:
+            self.authorizer.peer_check = self.peer_auth.verify_call
+            self.authorizer.peer_rejected = self.peer_auth.reject
+        self.authorizer.certificate = caller_certificate
         self.topic_admin = TopicAdmin(
             config,
             self.transport,
@@ -323,6 +346,8 @@ class Node:
                     raise
                 raise AddressInUse("metrics", config.metrics) from None
         self._tasks.append(asyncio.get_running_loop().create_task(self.partitions.run()))
+        if self.authorizer.enabled:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.authorizer.run()))
         self.started.set()
         event(
             log, "node_started", listen=config.listen, advertise=config.advertised,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from cluster.acl_state import Authorizer
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.delayed import DelayedProduce
@@ -28,6 +29,11 @@ class NodeApi(Protocol):
 
     @property
     def metrics(self) -> Metrics: ...
+
+    @property
+    def authorizer(self) -> Authorizer:
+        """Who may do what (`cluster.acl_state`): every client call asks it first."""
+        ...
 
     # test-only switches (chaos mutation tests, `flotilla node --unsafe-...`)
     @property

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from cluster.authz import Operation
 from cluster.errors import Invalid
 from cluster.groups_service import GroupCalls, _group_name
 from cluster.queue_checks import check_receive, check_settle
@@ -59,6 +60,7 @@ class QueueCalls(GroupCalls):
     async def QueueReceive(
         self, request: pb.QueueReceiveRequest, context: grpc.aio.ServicerContext
     ) -> pb.QueueReceiveResponse:
+        await self._allow(context, Operation.CONSUME, request.topic)
         group = await _group_name(request.group, context)
         await _checked(context, check_receive, request)
         receive = ReceiveRequest(
@@ -100,6 +102,8 @@ class QueueCalls(GroupCalls):
     async def QueueSettle(
         self, request: pb.QueueSettleRequest, context: grpc.aio.ServicerContext
     ) -> pb.QueueSettleResponse:
+        topics = sorted({s.topic for s in request.settlements})
+        await self._allow(context, Operation.CONSUME if topics else None, *topics)
         group = await _group_name(request.group, context)
         settlements = await _checked(context, check_settle, request)
         settle = SettleRequest(group, request.member_id, request.member_epoch, settlements)

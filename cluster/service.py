@@ -23,6 +23,7 @@ from typing import NoReturn
 
 import grpc
 
+from cluster.acl_service import ADMIN, CONSUME, PRODUCE
 from cluster.controller import TopicSpec
 from cluster.delayed import (
     TIMER_FORWARD_KEY,
@@ -103,6 +104,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
+        await self._allow(context, ADMIN, request.name)
         who = client_of(context)
         # a node creating one of the cluster's own topics says so (`cluster.topics`)
         internal = any(key == INTERNAL_TOPIC_KEY for key, _ in context.invocation_metadata() or ())
@@ -117,6 +119,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
+        await self._allow(context, ADMIN, request.name)
         who = client_of(context)
         await topic_change(context, self.node.delete_topic(request.name))
         event(log, "topic_deleted", topic=request.name, **who)
@@ -125,6 +128,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
+        await self._allow(context, ADMIN, request.name)
         who = client_of(context)
         # a node growing one of the cluster's own timer log topics says so (`cluster.topics`)
         internal = any(key == INTERNAL_TOPIC_KEY for key, _ in context.invocation_metadata() or ())
@@ -138,6 +142,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:
+        await self._allow(context)
         # the cluster's own topics (`__groups`) are not the user's: Metadata still serves them
         names = sorted(name for name in self.node.topics if not is_internal(name))
         return pb.ListTopicsResponse(names=names)
@@ -145,6 +150,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicInfo:
+        await self._allow(context)
         await self._topic(request.name, context)
         response = await self.node.metadata([request.name])
         topic: pb.TopicInfo = response.topics[0]
@@ -153,6 +159,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
+        await self._allow(context)
         for name in request.topics:
             await self._topic(name, context)
         # the gRPC metadata keys asked for the same before the request's fields did: still
@@ -176,6 +183,8 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
+        # open to every caller, authenticated or not: liveness for probes and load balancers
+        # (members alive, serving), which hold no credentials; it names no topic
         return self.node.health()
 
     # -- data -------------------------------------------------------------------------------------
@@ -185,6 +194,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         started = time.perf_counter()
         code = "UNKNOWN"
         try:
+            await self._allow(context, PRODUCE, request.topic)
             response = await self._produce(request, context)
             code = "OK"
             return response
@@ -391,6 +401,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         started = time.perf_counter()
         code = "UNKNOWN"
         try:
+            await self._allow(context, CONSUME, request.topic)
             await self._refuse_timer_log(request.topic, context)
             replica = await self._local_replica(request.topic, request.partition, context)
             response = await self._fetch(replica, request, context)
@@ -407,6 +418,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
     ) -> AsyncIterator[pb.FetchResponse]:
         code = "OK"
         try:
+            await self._allow(context, CONSUME, request.topic)
             async for response in self._subscribe(request, context):
                 yield response
         except BaseException as error:

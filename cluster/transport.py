@@ -37,6 +37,7 @@ import grpc
 
 from cluster.dialmap import DialMap
 from cluster.frames import FrameError, encode_frame, parse_frame
+from cluster.peer_channel import dial
 from proto import peer_pb2, peer_pb2_grpc
 
 __all__ = ["InboxBudget", "PeerTransport", "TransportLimits", "channel_options", "server_options"]
@@ -157,6 +158,8 @@ class PeerTransport:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closed = False
         self._sequence = 0
+        # the node's peer proof for every call it makes (`cluster.peer_auth`); None: unsigned
+        self.sign: Callable[[], str] | None = None
 
     # -- addresses ---------------------------------------------------------------------------
     def address_of(self, member_id: str) -> str | None:
@@ -167,9 +170,8 @@ class PeerTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=channel_options(self.limits.max_message_bytes)
-            )
+            options = channel_options(self.limits.max_message_bytes)
+            channel = dial(address, list(options), self.sign, None)
             self._channels[address] = channel
         return channel
 

@@ -256,6 +256,29 @@ def unreachable_reason(error: grpc.RpcError) -> str:
         return "connection refused"
     if "errors resolving" in details or "dns resolution failed" in details:
         return "does not resolve"
+    return _tls_reason(details)
+
+
+# What grpc says when a TLS connection cannot be set up (its details, lower case), and what it
+# means for the user. These reach no server's handler: the call never started.
+TLS_FAILURES = (
+    ("hostname verification", "TLS: the node's certificate does not name the host dialled "
+     "(give tls_server_name, e.g. flotilla-node, or dial a name the certificate holds)"),
+    ("certificate_verify_failed", "TLS: the node's certificate is not signed by tls_ca"),
+    ("handshake failed", "TLS handshake failed"),
+)  # fmt: skip
+CLOSED_IN_SET_UP = (
+    "closed while connecting: a TLS node closes a plaintext connection (give tls_ca), and "
+    "a mutual-TLS node one without a client certificate its CA signed (give tls_cert, tls_key)"
+)
+
+
+def _tls_reason(details: str) -> str:
+    for marker, reason in TLS_FAILURES:
+        if marker in details:
+            return reason
+    if "failed to connect to all addresses" in details and "socket closed" in details:
+        return CLOSED_IN_SET_UP
     return ""
 
 
@@ -284,9 +307,14 @@ class NoNodeAnswers:
         if now - self._since < UNREACHABLE_GIVE_UP_S:
             return None
         tried = ", ".join(f"{a} ({why})" for a, why in sorted(self._tried.items()))
+        security = any(why.startswith("TLS") or why == CLOSED_IN_SET_UP for why in reasons.values())
+        question = (
+            "check the client's TLS settings (tls_ca, tls_cert, tls_key, tls_server_name)"
+            if security
+            else "is the cluster running, and are these its addresses?"
+        )
         return Unavailable(
-            f"no node answered; tried {tried} for {now - self._since:.1f} s: is the cluster "
-            "running, and are these its addresses?"
+            f"no node answered; tried {tried} for {now - self._since:.1f} s: {question}"
         )
 
 

@@ -1,5 +1,5 @@
 """What `flotilla status` gathers and how it reads it: members, the control plane, every
-partition's replicas with their lag, and quarantined replicas.
+partition's replicas with their lag, quarantined replicas, and the ACLs.
 
 Every live member is asked once (its `Health`, then its local view of the partitions, each with
 a short deadline); a member that does not answer is shown as not reachable, never as a number.
@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from flotilla._credentials import Credentials
+from flotilla.errors import InvalidArgument
+from flotilla.types import AclBinding
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
 __all__ = [
+    "AclView",
     "ClusterStatus",
     "ControlPlaneSummary",
     "ControllerStatus",
@@ -79,11 +83,18 @@ class QuarantinedStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class AclView:
+    bindings: tuple[AclBinding, ...]  # every ACL, as the caller could list them
+    note: str = ""  # why none are shown ("": listed; e.g. the caller may not list them)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     members: tuple[MemberStatus, ...]
     control_plane: ControlPlaneSummary
     partitions: tuple[PartitionStatus, ...]
     quarantined: tuple[QuarantinedStatus, ...]
+    acls: AclView = AclView(())
 
 
 def replica_lags(
@@ -145,18 +156,23 @@ def summarize_control_plane(
     return ControlPlaneSummary(tuple(rows), "", f"leaders disagree ({views}), {count}")
 
 
-def _ask(address: str) -> tuple[pb.HealthResponse, pb.MetadataResponse | None] | None:
-    """A member's health and its local view of the partitions; None if it does not answer."""
+def _ask(
+    address: str, credentials: Credentials
+) -> tuple[pb.HealthResponse, pb.MetadataResponse | None] | None:
+    """A member's health and its local view of the partitions; None if it does not answer.
+    The client's TLS settings and token go with both calls."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with credentials.channel(address, ()) as channel:
             stub = flotilla_pb2_grpc.FlotillaStub(channel)
-            health = stub.Health(pb.HealthRequest(), timeout=ASK_TIMEOUT_S)
+            health = stub.Health(
+                pb.HealthRequest(), timeout=ASK_TIMEOUT_S, metadata=credentials.metadata
+            )
             try:
                 view = stub.Metadata(
                     pb.MetadataRequest(local_only=True),
                     timeout=ASK_TIMEOUT_S,
                     # what a node of the last release reads instead of the field (drop after)
-                    metadata=(("flotilla-local-only", "1"),),
+                    metadata=credentials.with_metadata((("flotilla-local-only", "1"),)),
                 )
             except grpc.RpcError:
                 view = None
@@ -165,14 +181,23 @@ def _ask(address: str) -> tuple[pb.HealthResponse, pb.MetadataResponse | None] |
         return None
 
 
-def gather(metadata: pb.MetadataResponse) -> ClusterStatus:
-    """Asks every live member (`metadata.members`) and puts the answers together."""
+def gather(
+    metadata: pb.MetadataResponse,
+    credentials: Credentials | None = None,
+    acls: AclView | None = None,
+) -> ClusterStatus:
+    """Asks every live member (`metadata.members`), with the client's `credentials`, and puts
+    the answers together, with the ACLs the caller could read (`acls`)."""
+    credentials = credentials or Credentials()
     health: dict[str, pb.HealthResponse] = {}
     views: dict[str, pb.MetadataResponse] = {}
     for member in metadata.members:
         if member.state not in (pb.ALIVE, pb.SUSPECT):
             continue
-        answer = _ask(member.address)
+        try:
+            answer = _ask(member.address, credentials)
+        except InvalidArgument:  # a token, no TLS, a member off loopback: not asked
+            answer = None
         if answer is None:
             continue
         health[member.id] = answer[0]
@@ -221,5 +246,9 @@ def gather(metadata: pb.MetadataResponse) -> ClusterStatus:
         for q in answer.quarantined
     )
     return ClusterStatus(
-        members, summarize_control_plane(controllers, health), tuple(partitions), quarantined
+        members,
+        summarize_control_plane(controllers, health),
+        tuple(partitions),
+        quarantined,
+        acls or AclView((), "not asked"),
     )

@@ -18,13 +18,19 @@
     flotilla consume TOPIC --group G [--from-beginning] [-f FORMAT] [--max N] [--idle-timeout S]
     flotilla group list | describe G | reset G TOPIC --to earliest|latest|N | delete G
     flotilla queue receive GROUP TOPIC [--ack] [-n N] [--invisible 30s] [-f text|json]
-    flotilla status [--json]
+    flotilla status [--json]                       members, partitions, ACLs
+    flotilla acl add|remove PRINCIPAL --allow|--deny OP[,OP] --topic NAME|PREFIX* | acl list
+    flotilla token add PRINCIPAL | token list | token remove TOKEN_ID
+    flotilla whoami
+    flotilla certs init | issue NODE [--host H ...] | client NAME      [--dir D]
     flotilla --version
 
 Client commands take `--bootstrap HOST:PORT[,HOST:PORT...]` (default: $FLOTILLA_BOOTSTRAP, else
 the local dev cluster at 127.0.0.1:7001); `produce` and `consume` are described in
 `flotilla.cli_records`, `group` and `consume --group` in `flotilla.cli_groups`, `queue` in
-`flotilla.cli_queue`. The first node started without `--join` bootstraps the cluster.
+`flotilla.cli_queue`, `acl`, `token`, `whoami`, `certs` and the TLS and token options
+(`--tls-ca --tls-cert --tls-key --token --tls-server-name`, or $FLOTILLA_TLS_CA,
+$FLOTILLA_TLS_CERT, $FLOTILLA_TLS_KEY, $FLOTILLA_TOKEN) in `flotilla.cli_security`. The first node started without `--join` bootstraps the cluster.
 Ctrl-C or SIGTERM stops a node gracefully: its leaderships move away first, then it leaves the
 membership.
 """
@@ -41,10 +47,21 @@ from flotilla.cli_groups import add_group_parsers, run_group, run_group_consume
 from flotilla.cli_node import DEV_BASE_PORT, EVENT_LOOPS, add_server_parsers, run_server_command
 from flotilla.cli_queue import add_queue_parsers, run_queue
 from flotilla.cli_records import add_record_parsers, run_consume, run_produce
+from flotilla.cli_security import (
+    add_certs_parser,
+    add_security_parsers,
+    add_tls_options,
+    run_acl,
+    run_certs,
+    run_token,
+    run_whoami,
+    tls_settings,
+)
 
 __all__ = ["EVENT_LOOPS", "main"]
 
 SERVER_COMMANDS = ("node", "dev", "demo")
+LOCAL_COMMANDS = ("certs",)  # files only: no cluster
 
 
 def bootstrap_addresses(text: str) -> list[str]:
@@ -71,6 +88,7 @@ def _client_parsers(sub: Any) -> None:
         help="any nodes of the cluster, comma-separated (default: $FLOTILLA_BOOTSTRAP, else the "
         f"local dev cluster: {default_bootstrap})",
     )
+    add_tls_options(bootstrap, suppress=True)
     topic = sub.add_parser(
         "topic", help="create, list, describe, alter or delete topics"
     ).add_subparsers(dest="action", required=True)
@@ -149,6 +167,8 @@ def _client_parsers(sub: Any) -> None:
     add_record_parsers(sub, [bootstrap])
     add_group_parsers(sub, [bootstrap])
     add_queue_parsers(sub, [bootstrap])
+    add_security_parsers(sub, [bootstrap])
+    add_certs_parser(sub)
 
     status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -165,7 +185,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 250)
     acks = getattr(args, "acks", "all")
     try:
-        with Client(args.bootstrap, timeout_s=15, acks=acks) as client:
+        with Client(args.bootstrap, timeout_s=15, acks=acks, **tls_settings(args)) as client:
             if args.command == "topic":
                 if args.action == "create":
                     created = client.create_topic(
@@ -205,6 +225,12 @@ def _run_client_command(args: argparse.Namespace) -> int:
                 return run_group(client, args, sys.stdout)
             elif args.command == "queue":
                 return run_queue(client, args, sys.stdout.buffer, sys.stderr)
+            elif args.command == "acl":
+                return run_acl(client, args, sys.stdout, sys.stderr)
+            elif args.command == "token":
+                return run_token(client, args, sys.stdout, sys.stderr)
+            elif args.command == "whoami":
+                return run_whoami(client, args, sys.stdout)
             elif args.command == "status":
                 tools.status(client, console, as_json=args.json)
     except InputError as error:
@@ -244,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="flotilla", description="Flotilla: a replicated, partitioned log."
     )
     parser.add_argument("--version", action="version", version=f"flotilla {_version()}")
+    add_tls_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True)
     add_server_parsers(sub)
     _client_parsers(sub)
     args = parser.parse_args(_glue_since(sys.argv[1:] if argv is None else argv))
     if args.command in SERVER_COMMANDS:
         return run_server_command(args)
+    if args.command in LOCAL_COMMANDS:
+        return run_certs(args)
     try:
         return _run_client_command(args)
     except KeyboardInterrupt:  # Ctrl-C before or after the command proper: no traceback either

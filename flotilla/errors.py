@@ -180,6 +180,8 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
         return AuthenticationError(details)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return AuthorizationError(details)
+    if code == grpc.StatusCode.UNIMPLEMENTED:  # no other node of its release will offer it
+        return FlotillaError(f"{details} (UNIMPLEMENTED: the node does not offer this call)")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_from(error) == OVERLOADED:
         return Overloaded(details)
     # otherwise too big: a batch over max_batch_bytes, a message over gRPC's limit

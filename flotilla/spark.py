@@ -17,6 +17,10 @@ The schema is the Kafka source's (`SCHEMA_DDL`). Options (names case-insensitive
 - `maxRecordsPerRequest` (default 5000), `replicaTimeoutMs` (how long one replica is retried
   before failing over; default 2000), `arrow` (`true` by default: yield Arrow record batches when
   pyarrow is importable), and for streams `maxOffsetsPerTrigger` (records per micro-batch in all).
+- `tls_ca`, `tls_cert`, `tls_key`, `token`: as `flotilla.Client`'s, for the clients the driver
+  and every executor make (unset: each process's FLOTILLA_TLS_CA, ... variables). The files are
+  read where each client is made: their paths must exist on the executors too. The token travels
+  to the executors inside the planned tasks (it never appears in a repr).
 
 Plan once on the driver: `latest` means the high watermark (the commit index) at planning time, so
 a batch read is a consistent snapshot; every task carries its replica list (`flotilla.spark_plan`)

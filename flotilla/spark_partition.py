@@ -10,9 +10,9 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from flotilla.client import Client
 from flotilla.errors import TopicNotFound
 from flotilla.spark_plan import OffsetRange, SparkOptionError, SparkOptions, group_of
+from flotilla.spark_read import client_for
 
 __all__ = ["FlotillaPartition", "describe_topics", "group_offsets", "partitions_of"]
 
@@ -30,7 +30,7 @@ def describe_topics(
     """Metadata of every topic read; an unknown topic fails naming the option. Fills
     `addresses` (member id -> address) when given."""
     option = "topic" if len(options.topics) == 1 else "topics"
-    with Client(list(options.bootstrap), timeout_s=15) as client:
+    with client_for(options, list(options.bootstrap), 15) as client:
         infos = {}
         for name in options.topics:
             try:
@@ -51,7 +51,7 @@ def group_offsets(options: SparkOptions) -> dict[tuple[str, int], int] | None:
     group = group_of(options.starting_offsets)
     if group is None:
         return None
-    with Client(list(options.bootstrap), timeout_s=15) as client:
+    with client_for(options, list(options.bootstrap), 15) as client:
         found: dict[tuple[str, int], int] = {}
         for topic in options.topics:
             found.update(client._group_offsets(group, topic))

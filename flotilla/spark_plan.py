@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flotilla._checks import check_group
+from flotilla._credentials import Credentials
 from flotilla.errors import InvalidArgument
 from flotilla.types import PartitionInfo, TopicInfo
 
@@ -43,6 +44,7 @@ EARLIEST = -2
 LATEST = -1
 GROUP_PREFIX = "group:"  # startingOffsets "group:<name>": that consumer group's committed offsets
 REPLICA_CHOICES = ("any", "leader", "followers")
+SECURITY_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "token")  # as `flotilla.Client`'s
 DEFAULT_MAX_RECORDS_PER_REQUEST = 5000
 DEFAULT_REPLICA_TIMEOUT_MS = 2000
 
@@ -67,6 +69,12 @@ class SparkOptions:
     max_offsets_per_trigger: int  # 0 = no limit
     arrow: bool  # yield pyarrow RecordBatches (when pyarrow is importable)
     replica_timeout_ms: int  # how long one replica is retried before failing over
+    # TLS and token, passed to every client the driver and the executors make (None: the
+    # process's FLOTILLA_* variable, as `flotilla.Client`); files are read where the client is
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +197,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Spa
     arrow_text = (get("arrow") or "true").lower()
     if arrow_text not in ("true", "false"):
         raise SparkOptionError(f"option 'arrow'={arrow_text!r}: use true or false")
+    tls_ca, tls_cert, tls_key, token = (get(name) for name in SECURITY_OPTIONS)
+    try:  # a missing file, a certificate without its key, a token in clear: named now
+        credentials = Credentials.load(tls_ca, tls_cert, tls_key, token)
+        for address in bootstrap:
+            credentials.check_address(address)
+    except InvalidArgument as error:
+        raise SparkOptionError(f"security options: {error}") from None
     return SparkOptions(
         bootstrap=bootstrap,
         topics=names,
@@ -202,6 +217,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Spa
         max_offsets_per_trigger=_positive_int(lowered, "maxOffsetsPerTrigger", 0, minimum=0),
         arrow=arrow_text == "true" and _arrow_available(),
         replica_timeout_ms=_positive_int(lowered, "replicaTimeoutMs", DEFAULT_REPLICA_TIMEOUT_MS),
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        token=token,
     )
 
 

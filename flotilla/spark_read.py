@@ -22,7 +22,7 @@ from flotilla.errors import NotLeader, OffsetOutOfRange, Timeout, TopicNotFound,
 from flotilla.spark_plan import OffsetRange, SparkOptions
 from flotilla.types import Record
 
-__all__ = ["SCHEMA_DDL", "read_range", "to_arrow", "to_rows"]
+__all__ = ["SCHEMA_DDL", "client_for", "read_range", "to_arrow", "to_rows"]
 
 SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -33,6 +33,18 @@ METADATA_TIMEOUT_S = 15.0
 _SKIP = (Unavailable, Timeout, NotLeader, OffsetOutOfRange)
 
 FailoverHook = Callable[[str, str], None]  # (replica skipped, why)
+
+
+def client_for(options: SparkOptions, bootstrap: list[str], timeout_s: float) -> Client:
+    """A client with the options' TLS and token settings (see `flotilla.spark`)."""
+    return Client(
+        bootstrap,
+        timeout_s=timeout_s,
+        tls_ca=options.tls_ca,
+        tls_cert=options.tls_cert,
+        tls_key=options.tls_key,
+        token=options.token,
+    )
 
 
 def read_range(
@@ -47,7 +59,7 @@ def read_range(
     replicas = list(offset_range.replicas)
     # The replicas' planned addresses first: the bootstrap node may be the one that is down.
     bootstrap = list(dict.fromkeys(offset_range.addresses + options.bootstrap))
-    with Client(bootstrap, timeout_s=METADATA_TIMEOUT_S) as client:
+    with client_for(options, bootstrap, METADATA_TIMEOUT_S) as client:
         client.describe_topic(offset_range.topic)  # learns members and their addresses
         client.timeout_s = options.replica_timeout_ms / 1000  # per replica, then fail over
         offset, turn = offset_range.start, 0

@@ -15,9 +15,11 @@ from typing import IO
 from rich.console import Console
 from rich.table import Table
 
-from flotilla._status import ClusterStatus, gather
+from flotilla._status import AclView, ClusterStatus, gather
 from flotilla.cli_format import duration_text
+from flotilla.cli_security import acl_rows
 from flotilla.client import Client
+from flotilla.errors import FlotillaError
 from proto import flotilla_pb2 as pb
 from proto.groups import is_internal
 
@@ -100,11 +102,21 @@ def describe_topic(client: Client, name: str, console: Console) -> list[str]:
     return statuses
 
 
+def acl_view(client: Client) -> AclView:
+    """Every ACL, or why the caller cannot see them (it may not list them: that needs admin on
+    "*"; or the nodes do not answer): the rest of the status stands without them."""
+    try:
+        return AclView(tuple(client.list_acls()))
+    except FlotillaError as error:
+        return AclView((), f"not shown: {error}")
+
+
 def status(client: Client, console: Console, as_json: bool = False) -> ClusterStatus:
     """Members, the control plane (its leader, which controllers answer), every partition's
-    leader, replicas and each replica's lag behind the leader (or why it has none), and the
-    replicas members report quarantined (stopped by an error of their own)."""
-    found = gather(client.metadata())
+    leader, replicas and each replica's lag behind the leader (or why it has none), the
+    replicas members report quarantined (stopped by an error of their own), and the ACLs
+    (when the caller may list them)."""
+    found = gather(client.metadata(), client._core.credentials, acl_view(client))
     if as_json:
         json.dump(asdict(found), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -152,6 +164,16 @@ def status(client: Client, console: Console, as_json: bool = False) -> ClusterSt
             lag_text or "-",
         )
     console.print(table)
+    if found.acls.bindings:
+        acls = Table(title="ACLs")
+        heading, *acl_table = acl_rows(found.acls.bindings)
+        for column in heading:
+            acls.add_column(column.lower())
+        for acl in acl_table:
+            acls.add_row(*acl)
+        console.print(acls)
+    else:
+        console.print(f"ACLs: {found.acls.note or 'none'}")
     if found.quarantined:
         stopped = Table(title="quarantined replicas (stopped until their node restarts)")
         for column in ("node", "partition", "reason"):

@@ -144,7 +144,12 @@ def test_retention_is_updated_everywhere_and_method_numbers_stay(
     # pysyncobj's journal names replicated methods by number, in name order: a method added
     # later must not renumber those a journal written before it holds
     numbers = store._sync._methodToID
-    assert numbers == {"create_topic_v0": 0, "delete_topic_v0": 1, "update_topic_v0": 2}
+    assert numbers == {
+        "create_topic_v0": 0,
+        "delete_topic_v0": 1,
+        "update_topic_v0": 2,
+        "write_security_v0": 3,
+    }
 
 
 # -- durability: what a controller says reaches the disk first ----------------------------------
@@ -280,6 +285,16 @@ def test_votes_terms_and_appends_are_fsynced_before_a_controller_acts_on_them(
     assert not violations, "\n".join(violations[:8])
 
 
+ACL = {"principal": "bob", "operation": "produce", "resource": "orders.*", "permission": "allow"}
+TOKEN = {
+    "op": "add_token",
+    "hash": "0f" * 32,
+    "principal": "bob",
+    "token_id": "abc",
+    "created_ms": 7,
+}
+
+
 def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compaction_is_safe(
     tmp_path: Path, disk: _DiskImage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,6 +324,8 @@ def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compactio
         for n in range(4):
             assert stores["c2"].create_topic(_spec(f"kept{n}")).result(15) is CreateOutcome.CREATED
         assert stores["c3"].delete_topic("kept0").result(15) is True
+        # ACLs and tokens live beside the topics: kept by the dump and the journal alike
+        assert stores["c2"].change_security({"op": "add_acl", "acl": ACL}).result(15) == 1
         wait_until(lambda: all(len(s.topics()) == 3 for s in stores.values()), what="replication")
         before = {node: s._sync.getStatus()["log_len"] for node, s in stores.items()}
         for store in stores.values():
@@ -319,6 +336,7 @@ def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compactio
             detail=lambda: {n: s._sync.getStatus()["log_len"] for n, s in stores.items()},
         )
         assert stores["c1"].create_topic(_spec("after")).result(15) is CreateOutcome.CREATED
+        assert stores["c1"].change_security(TOKEN).result(15) == 1
     finally:
         for store in stores.values():
             store.close()
@@ -339,6 +357,12 @@ def test_after_an_os_crash_the_controllers_keep_every_topic_change_and_compactio
             lambda: all(set(s.topics()) == expected for s in restarted.values()),
             what="every topic change after the crash",
             detail=lambda: {n: sorted(s.topics()) for n, s in restarted.items()},
+        )
+        wanted = ([ACL], {TOKEN["hash"]: ["bob", "abc", 7]})
+        wait_until(
+            lambda: all(s.security()[1:] == wanted for s in restarted.values()),
+            what="the ACL and the token after the crash",
+            detail=lambda: {n: s.security() for n, s in restarted.items()},
         )
     finally:
         for store in restarted.values():

@@ -1,15 +1,18 @@
 """The SDK's security settings and calls without a cluster: credentials taken from arguments or
 the environment and checked (missing files, a certificate without its key, a token that would
 cross the network in clear), the two security errors mapped from their gRPC codes and never
-retried, and the ACL/token/whoami plans (requests built, answers read, bad arguments named
-before anything is sent). The real handshake and the server's decisions:
+retried, the ACL/token/whoami plans (requests built, answers read, bad arguments named before
+anything is sent), and both clients' channels against a bare mutual-TLS gRPC server (the
+certificate and token on the wire; a mismatched CA, name, or a missing certificate named). The real handshake and the server's decisions:
 tests/flotilla/test_security_sdk.py."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +23,12 @@ from flotilla import aio
 from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
 from flotilla._credentials import Credentials, is_loopback
 from flotilla._security_plans import SecurityCalls, check_binding, token_id_of
-from flotilla.certs import init_ca, issue_client
+from flotilla.certs import init_ca, issue_client, issue_node
 from flotilla.client import Client
 from flotilla.errors import (
     AuthenticationError,
     AuthorizationError,
+    FlotillaError,
     InvalidArgument,
     Unavailable,
     from_rpc_error,
@@ -295,3 +299,91 @@ def test_binding_checks_accept_what_the_contract_allows() -> None:
     assert check_binding("*", "all", "*", "deny") == AclBinding("*", "all", "*", "deny")
     assert check_binding("svc.orders-1", "consume", "orders.eu").resource == "orders.eu"
     assert token_id_of(" ABCDEF012345 ") == "abcdef012345"
+
+
+# -- channels against a bare TLS server ---------------------------------------------------------
+class Recorder(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """A gRPC server's handler that serves nothing (UNIMPLEMENTED) and notes each call's method
+    and metadata: what a client put on the wire, after a real TLS handshake."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    def service(self, details: Any) -> None:
+        self.calls.append((details.method, dict(details.invocation_metadata)))
+
+
+@pytest.fixture(scope="module")
+def tls_server(certs: Path) -> Iterator[tuple[str, Recorder]]:
+    node = issue_node(certs, "n1")
+    recorder = Recorder()
+    server = grpc.server(futures.ThreadPoolExecutor(2), handlers=[recorder])
+    credentials = grpc.ssl_server_credentials(
+        [(node.key.read_bytes(), node.cert.read_bytes())],
+        root_certificates=(certs / "ca.pem").read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", recorder
+    finally:
+        server.stop(0)
+
+
+def test_a_tls_client_presents_its_certificate_and_token(
+    certs: Path, tls_server: tuple[str, Recorder]
+) -> None:
+    address, recorder = tls_server
+    mutual = {
+        "tls_ca": str(certs / "ca.pem"),
+        "tls_cert": str(certs / "alice.pem"),
+        "tls_key": str(certs / "alice.key"),
+    }
+    with Client(address, timeout_s=10, token="flt_abc", **mutual) as client:
+        with pytest.raises(FlotillaError, match="UNIMPLEMENTED") as refused:
+            client.list_topics()  # the handshake passed: the server answered, at once
+        assert not isinstance(refused.value, Unavailable)  # not retried
+    assert recorder.calls[-1][0] == "/flotilla.v1.Flotilla/ListTopics"
+    assert recorder.calls[-1][1]["authorization"] == "Bearer flt_abc"
+
+    async def asyncio_client() -> None:
+        async with aio.Client(address, timeout_s=10, token="flt_def", **mutual) as client:
+            with pytest.raises(FlotillaError, match="UNIMPLEMENTED"):
+                await client.whoami()
+
+    asyncio.run(asyncio_client())
+    assert recorder.calls[-1][0] == "/flotilla.v1.Flotilla/WhoAmI"
+    assert recorder.calls[-1][1]["authorization"] == "Bearer flt_def"
+    with Client(address, timeout_s=10, tls_server_name="flotilla-node", **mutual) as client:
+        with pytest.raises(FlotillaError, match="UNIMPLEMENTED"):
+            client.list_topics()  # the name every node certificate holds
+        assert "authorization" not in recorder.calls[-1][1]
+
+
+def test_a_tls_mismatch_ends_soon_and_says_what_to_check(
+    certs: Path, tls_server: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    address, recorder = tls_server
+    init_ca(tmp_path)
+    stranger = issue_client(tmp_path, "mallory")
+    mine = {"tls_cert": str(certs / "alice.pem"), "tls_key": str(certs / "alice.key")}
+    cases = [
+        ({"tls_ca": str(tmp_path / "ca.pem"), "tls_cert": str(stranger.cert),
+          "tls_key": str(stranger.key)}, "the node's certificate is not signed by tls_ca"),
+        ({"tls_ca": str(certs / "ca.pem"), "tls_server_name": "elsewhere", **mine},
+         "does not name the host dialled"),
+        ({"tls_ca": ""}, "a TLS node closes a plaintext connection"),
+        ({"tls_ca": str(certs / "ca.pem")}, "one without a client certificate"),
+    ]  # fmt: skip
+    before = len(recorder.calls)
+    for settings, named in cases:
+        started = time.monotonic()
+        with (
+            Client(address, timeout_s=30, **settings) as client,
+            pytest.raises(Unavailable) as failed,
+        ):
+            client.list_topics()
+        assert named in str(failed.value) and "check the client's TLS settings" in str(failed.value)
+        assert time.monotonic() - started < 15, settings  # not the whole 30 s timeout
+    assert len(recorder.calls) == before  # none reached the server's handlers

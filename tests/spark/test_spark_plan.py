@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from flotilla import spark_stream
+from flotilla.certs import init_ca, issue_client
 from flotilla.spark_plan import (
     OffsetRange,
     SparkOptionError,
@@ -17,6 +19,7 @@ from flotilla.spark_plan import (
     resolve_offsets,
     split_range,
 )
+from flotilla.spark_read import client_for
 from flotilla.spark_stream import admit
 from flotilla.types import PartitionInfo, TopicInfo
 
@@ -142,3 +145,30 @@ def test_a_stream_reads_partitions_added_since_its_last_batch_from_their_start(
     end["t"].pop("3")  # as if partition 3 came after the end offset was taken
     ranges = [p.value for p in reader.partitions(start, end)]
     assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 90, 100), (2, 0, 7)]
+
+
+def test_security_options_reach_the_clients_and_bad_ones_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY", "FLOTILLA_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    ca = init_ca(tmp_path)
+    alice = issue_client(tmp_path, "alice")
+    parsed = parse_options(
+        options(tls_ca=str(ca.cert), TLS_CERT=str(alice.cert), tls_key=str(alice.key), token="t1")
+    )
+    assert (parsed.tls_ca, parsed.tls_cert, parsed.tls_key) == tuple(
+        str(p) for p in (ca.cert, alice.cert, alice.key)
+    )
+    assert "t1" not in repr(parsed)  # the token rides to executors, not into logs
+    with client_for(parsed, ["127.0.0.1:1"], 1) as client:
+        credentials = client._core.credentials
+        assert credentials.tls and credentials.cert == alice.cert.read_bytes()
+        assert credentials.metadata == (("authorization", "Bearer t1"),)
+    for bad, match in [
+        ({"tls_ca": str(tmp_path / "none.pem")}, "security options: tls_ca .*no such file"),
+        ({"tls_ca": str(ca.cert), "tls_cert": str(alice.cert)}, "without tls_key"),
+        ({"bootstrap": "10.0.0.5:7001", "token": "t1"}, "refusing to send the token"),
+    ]:
+        with pytest.raises(SparkOptionError, match=match):
+            parse_options(options(**bad))

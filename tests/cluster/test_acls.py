@@ -1,0 +1,294 @@
+"""Client identities, tokens and ACLs on real nodes (`cluster.acl_service`, `cluster.acl_state`):
+one cluster for the module, authorization on, a bootstrap token, no TLS (tokens on loopback).
+
+Three nodes, one controller (n1): n2 and n3 forward ACL and token changes to it and keep a
+polled copy of the table, so each check runs on a node that holds the table only by polling
+too. Raw gRPC stubs with the `authorization: Bearer` metadata, as any client would send it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from harness import wait_until
+
+from cluster.local import LocalCluster
+from proto import flotilla_pb2 as pb
+from proto import flotilla_pb2_grpc
+from proto.records import encode_batch
+
+pytestmark = pytest.mark.integration
+
+BOOTSTRAP = "flt_bootstrap-for-the-acl-tests-0123456789abcdefghij"
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+DENIED = grpc.StatusCode.PERMISSION_DENIED
+TOPICS = ("orders.eu", "payments")
+
+
+class Calls:
+    """Raw stubs of every node, with one credential."""
+
+    def __init__(self, cluster: LocalCluster, token: str | None) -> None:
+        self.cluster = cluster
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.channels: dict[str, grpc.Channel] = {}
+
+    def stub(self, node_id: str) -> flotilla_pb2_grpc.FlotillaStub:
+        address = self.cluster.nodes[node_id].address
+        if address not in self.channels:
+            self.channels[address] = grpc.insecure_channel(address)
+        return flotilla_pb2_grpc.FlotillaStub(self.channels[address])
+
+    def __call__(self, node_id: str, method: str, request: Any, **kwargs: Any) -> Any:
+        call = getattr(self.stub(node_id), method)
+        return call(request, timeout=15, metadata=self.metadata, **kwargs)
+
+    def refused(self, node_id: str, method: str, request: Any) -> grpc.RpcError:
+        with pytest.raises(grpc.RpcError) as caught:
+            answer = self(node_id, method, request)
+            if method == "Subscribe":
+                next(iter(answer))
+        return caught.value
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root: Path = tmp_path_factory.mktemp("acls")
+    env = {"FLOTILLA_AUTHORIZATION": "on", "FLOTILLA_BOOTSTRAP_TOKEN": BOOTSTRAP}
+    with LocalCluster(root, nodes=3, controllers=1, env=env) as local:
+        local.start()
+        yield local
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> Iterator[Calls]:
+    calls = Calls(cluster, BOOTSTRAP)
+    for name in TOPICS:
+        request = pb.CreateTopicRequest(name=name, partitions=1, replication_factor=3)
+        calls("n2", "CreateTopic", request)  # forwarded to the controller, as n2's caller
+    wait_until(
+        lambda: all(_leader(calls, n, t) for n in ("n1", "n2", "n3") for t in TOPICS),
+        what="both topics led, as every node sees them",
+    )
+    yield calls
+    calls.close()
+
+
+def _leader(calls: Calls, node_id: str, topic: str) -> str:
+    try:
+        response = calls(node_id, "Metadata", pb.MetadataRequest(topics=[topic]))
+    except grpc.RpcError as error:
+        if error.code() is not grpc.StatusCode.NOT_FOUND:  # not polled there yet
+            raise
+        return ""
+    return str(response.topics[0].partitions[0].leader)
+
+
+def _high_watermark(calls: Calls, topic: str) -> int:
+    response = calls("n1", "Metadata", pb.MetadataRequest(topics=[topic]))
+    return int(response.topics[0].partitions[0].high_watermark)
+
+
+def _produce(calls: Calls, topic: str) -> Any:
+    leader = _leader(calls, "n1", topic)
+    batch = encode_batch([(None, b"v", None, int(time.time() * 1000))])
+    request = pb.ProduceRequest(topic=topic, partition=0, batch=batch, acks=pb.ACKS_ALL)
+    return calls(leader, "Produce", request)
+
+
+def _token(admin: Calls, principal: str, node_id: str = "n2") -> pb.CreateTokenResponse:
+    made: pb.CreateTokenResponse = admin(
+        node_id, "CreateToken", pb.CreateTokenRequest(principal=principal)
+    )
+    assert made.token.startswith("flt_") and len(made.token) == 47
+    assert made.principal == principal and len(made.token_id) == 12
+    return made
+
+
+def _known_everywhere(cluster: LocalCluster, token: str) -> Calls:
+    calls = Calls(cluster, token)
+
+    def known() -> bool:
+        try:
+            return all(
+                calls(n, "WhoAmI", pb.WhoAmIRequest()).authenticated for n in ("n1", "n2", "n3")
+            )
+        except grpc.RpcError:
+            return False
+
+    wait_until(known, what="the token known on every node")
+    return calls
+
+
+def test_a_call_without_credentials_or_with_an_unknown_token_is_unauthenticated(
+    cluster: LocalCluster, admin: Calls
+) -> None:
+    anonymous = Calls(cluster, None)
+    for node_id in ("n1", "n3"):
+        error = anonymous.refused(node_id, "ListTopics", pb.ListTopicsRequest())
+        assert error.code() is UNAUTHENTICATED
+        assert "no credentials: present a client certificate" in str(error.details())
+        error = anonymous.refused(node_id, "Produce", pb.ProduceRequest(topic="payments"))
+        assert error.code() is UNAUTHENTICATED
+    who = anonymous("n3", "WhoAmI", pb.WhoAmIRequest())
+    assert (who.authenticated, who.principal, who.authorization) == (False, "", True)
+    assert anonymous("n3", "Health", pb.HealthRequest()).serving  # probes need no credentials
+
+    stranger = Calls(cluster, "flt_" + "x" * 43)
+    error = stranger.refused("n2", "Metadata", pb.MetadataRequest())
+    assert error.code() is UNAUTHENTICATED
+    assert "is not known to the cluster" in str(error.details())
+    assert "x" * 10 not in str(error.details())  # the token is never echoed
+    error = Calls(cluster, "").refused("n2", "Metadata", pb.MetadataRequest())
+    assert error.code() is UNAUTHENTICATED
+
+    who = admin("n2", "WhoAmI", pb.WhoAmIRequest())
+    assert (who.principal, who.via, who.superuser) == ("admin", "token", True)
+
+
+def test_a_principal_allowed_only_to_produce_on_a_prefix_can_do_nothing_else(
+    cluster: LocalCluster, admin: Calls
+) -> None:
+    made = _token(admin, "bob")
+    binding = pb.AclBinding(principal="bob", operation="produce", resource="orders.*")
+    added = admin("n3", "AddAcl", binding)
+    assert (added.principal, added.permission) == ("bob", "allow")
+    bob = _known_everywhere(cluster, made.token)
+    wait_until(lambda: _may_produce(bob, "orders.eu"), what="bob's ACL on every node")
+    assert bob("n3", "WhoAmI", pb.WhoAmIRequest()).principal == "bob"
+
+    before = {topic: _high_watermark(admin, topic) for topic in ("orders.eu", "payments")}
+    error = bob.refused(_leader(admin, "n1", "payments"), "Produce", _request("payments"))
+    assert error.code() is DENIED
+    assert error.details() == (
+        "principal 'bob' may not produce to topic 'payments': no ACL allows it"
+    )
+    consume = "principal 'bob' may not consume from topic 'orders.eu': no ACL allows it"
+    for node_id in ("n1", "n2", "n3"):
+        for method, request in (
+            ("Fetch", pb.FetchRequest(topic="orders.eu", partition=0)),
+            ("Subscribe", pb.FetchRequest(topic="orders.eu", partition=0)),
+            (
+                "GroupHeartbeat",
+                pb.GroupHeartbeatRequest(group="g", topics=["orders.eu"], kind=pb.GROUP_KIND_STREAM),
+            ),
+            ("QueueReceive", pb.QueueReceiveRequest(group="q", topic="orders.eu", max_records=1)),
+            ("CommitOffsets", pb.CommitOffsetsRequest(group="g", offsets=[pb.PartitionOffset(topic="orders.eu")])),
+        ):  # fmt: skip
+            error = bob.refused(node_id, method, request)
+            assert (error.code(), error.details()) == (DENIED, consume), (node_id, method)
+    administer = "principal 'bob' may not administer topic 'orders.eu': no ACL allows it"
+    for method, request in (
+        ("DeleteTopic", pb.DeleteTopicRequest(name="orders.eu")),
+        ("AlterTopic", pb.AlterTopicRequest(name="orders.eu", retention_ms=1000)),
+        ("CreateTopic", pb.CreateTopicRequest(name="orders.eu", partitions=1)),
+        ("ResetGroupOffsets", pb.ResetGroupOffsetsRequest(group="g", topic="orders.eu")),
+    ):
+        error = bob.refused("n2", method, request)
+        assert (error.code(), error.details()) == (DENIED, administer), method
+    # nothing changed: the topic is there as it was, and nothing was written
+    info = admin("n1", "DescribeTopic", pb.DescribeTopicRequest(name="orders.eu"))
+    assert info.retention_ms == 0 and len(info.partitions) == 1
+    assert {topic: _high_watermark(admin, topic) for topic in before} == before
+
+    # and it may not manage who may do what
+    cluster_admin = "principal 'bob' may not administer the cluster ('*'"
+    for method, request in (
+        ("AddAcl", pb.AclBinding(principal="bob", operation="all", resource="*")),
+        ("ListAcls", pb.ListAclsRequest()),
+        ("CreateToken", pb.CreateTokenRequest(principal="bob")),
+        ("ListTokens", pb.ListTokensRequest()),
+        ("RevokeToken", pb.RevokeTokenRequest(token_id=made.token_id)),
+        ("DeleteGroup", pb.DeleteGroupRequest(group="g")),
+    ):
+        error = bob.refused("n3", method, request)
+        assert error.code() is DENIED and cluster_admin in str(error.details()), method
+    acls = admin("n1", "ListAcls", pb.ListAclsRequest(principal="bob")).acls
+    assert [(a.operation, a.resource, a.permission) for a in acls] == [
+        ("produce", "orders.*", "allow")
+    ]
+
+
+def _request(topic: str) -> pb.ProduceRequest:
+    batch = encode_batch([(None, b"v", None, int(time.time() * 1000))])
+    return pb.ProduceRequest(topic=topic, partition=0, batch=batch, acks=pb.ACKS_ALL)
+
+
+def _may_produce(calls: Calls, topic: str) -> bool:
+    try:
+        _produce(calls, topic)
+        return True
+    except grpc.RpcError as error:
+        if error.code() not in (DENIED, grpc.StatusCode.FAILED_PRECONDITION):
+            raise
+        return False
+
+
+def test_deny_wins_over_allow_and_a_bad_binding_is_refused(
+    cluster: LocalCluster, admin: Calls
+) -> None:
+    carol = _known_everywhere(cluster, _token(admin, "carol", node_id="n1").token)
+    admin("n2", "AddAcl", pb.AclBinding(principal="carol", operation="all", resource="orders.*"))
+    wait_until(lambda: _may_produce(carol, "orders.eu"), what="carol's allow")
+    deny = pb.AclBinding(
+        principal="*", operation="produce", resource="orders.eu", permission="deny"
+    )
+    admin("n3", "AddAcl", deny)
+    wait_until(lambda: not _may_produce(carol, "orders.eu"), what="the deny on every node")
+    error = carol.refused(_leader(admin, "n1", "orders.eu"), "Produce", _request("orders.eu"))
+    assert error.details() == (
+        "principal 'carol' may not produce to topic 'orders.eu': denied by ACL deny produce "
+        "on 'orders.eu'"
+    )
+    carol("n2", "Fetch", pb.FetchRequest(topic="orders.eu", partition=0, max_records=1))
+    removed = admin("n2", "RemoveAcl", deny)
+    assert removed.removed == 1
+    assert admin("n2", "RemoveAcl", deny).removed == 0
+    wait_until(lambda: _may_produce(carol, "orders.eu"), what="the deny gone")
+
+    bad = pb.AclBinding(principal="carol", operation="write", resource="orders.*")
+    error = admin.refused("n3", "AddAcl", bad)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "operation 'write' is invalid: use produce | consume | admin | all" in error.details()
+
+
+def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_at_once(
+    cluster: LocalCluster, admin: Calls
+) -> None:
+    made = _token(admin, "dave")
+    admin("n3", "AddAcl", pb.AclBinding(principal="dave", operation="consume", resource="*"))
+    dave = _known_everywhere(cluster, made.token)
+    cluster.stop("n1")
+    cluster.start("n1")
+    # the controller's table comes from its own journal and dumps, nothing else
+    listed = admin("n1", "ListTokens", pb.ListTokensRequest(principal="dave")).tokens
+    assert [(t.principal, t.token_id) for t in listed] == [("dave", made.token_id)]
+    acls = admin("n1", "ListAcls", pb.ListAclsRequest(principal="dave")).acls
+    assert [(a.operation, a.resource) for a in acls] == [("consume", "*")]
+    wait_until(
+        lambda: dave("n1", "WhoAmI", pb.WhoAmIRequest()).principal == "dave",
+        what="dave known on the restarted controller",
+    )
+    dave("n1", "Fetch", pb.FetchRequest(topic="payments", partition=0, max_records=1))
+
+    revoked = admin("n3", "RevokeToken", pb.RevokeTokenRequest(token_id=made.token_id))
+    assert revoked.revoked == 1
+    for node_id in ("n3", "n1"):  # the node that revoked it, and the controller: at once
+        error = dave.refused(node_id, "Fetch", pb.FetchRequest(topic="payments", partition=0))
+        assert error.code() is UNAUTHENTICATED, node_id
+        assert f"(id {made.token_id}) is not known to the cluster" in error.details()
+    wait_until(
+        lambda: not dave("n2", "WhoAmI", pb.WhoAmIRequest()).authenticated,
+        what="the revocation on the third node (within a poll)",
+    )
+    error = admin.refused("n2", "RevokeToken", pb.RevokeTokenRequest(token_id="xyz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
