@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from flotilla import Client
 
@@ -36,8 +35,14 @@ class ClientTls:
             return {}
         return {"tls_ca": self.ca, "tls_cert": self.cert, "tls_key": self.key}
 
-    def client(self, bootstrap: Sequence[str], **options: Any) -> Client:
-        return Client(list(bootstrap), **options, **self.client_kwargs())
+    def client(self, bootstrap: Sequence[str], *, timeout_s: float) -> Client:
+        return Client(
+            list(bootstrap),
+            timeout_s=timeout_s,
+            tls_ca=self.ca or None,
+            tls_cert=self.cert or None,
+            tls_key=self.key or None,
+        )
 
     def argv(self) -> list[str]:
         """The flags `add_arguments` reads back, for a member process's command line."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -23,6 +24,9 @@ from cluster.validation import MAX_PARTITIONS, check_member_id
 from storage import FsyncPolicy, InvalidArgument
 
 __all__ = ["ConfigError", "NodeConfig", "parse_address", "parse_controllers"]
+
+AUTHORIZATION_MODES = ("auto", "on", "off")
+PRINCIPAL = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client principal's name
 
 
 class ConfigError(ClusterError, ValueError):
@@ -61,17 +65,19 @@ class NodeConfig:
     rack: str = ""  # failure domain for rack-aware placement
     dial_map: str = ""  # JSON file {member id: HOST:PORT to dial}, re-read when it changes
     metrics: str = ""  # HOST:PORT of the Prometheus text endpoint; empty: off
+    # serve metrics on a non-loopback host (plain HTTP, read-only, no authentication: what a
+    # Prometheus scrape expects); refused otherwise, unless `insecure`
+    metrics_public: bool = False
     cluster_secret: str = ""  # control-plane password (env FLOTILLA_CLUSTER_SECRET)
-    # security (issue 27; cluster/tls.py, cluster/peer_auth.py, cluster/identity.py, cluster/authz.py)
     # the secret before a rotation, still accepted from peers (their gossip and calls) until
-    # every node has the new one; never used to sign
+    # every node has the new one; never used to sign (security: cluster/peer_auth.py)
     cluster_secret_previous: str = ""
-    # PEM files: the cluster CA, this node's certificate (chain) and key. All three or none; with
-    # them every connection to and from this node is TLS, reloaded when the files change or on
-    # SIGHUP
+    # PEM file of the cluster CA, which every peer and client certificate chains to. TLS
+    # (cluster/tls.py): tls_ca, tls_cert and tls_key all or none; with them every connection
+    # to and from this node is TLS, the files re-read when they change or on SIGHUP
     tls_ca: str = ""
-    tls_cert: str = ""
-    tls_key: str = ""
+    tls_cert: str = ""  # PEM file: this node's certificate (chain); `flotilla certs issue NODE`
+    tls_key: str = ""  # PEM file: this node's private key (unencrypted; mode 0600)
     # with TLS: every connection must present a certificate the CA signed (mutual TLS): a node
     # certificate for a peer, a client certificate for a client. False: clients connect with
     # TLS alone and prove themselves with a token; peers with the cluster secret only
@@ -216,7 +222,63 @@ class NodeConfig:
                 "cluster_secret is required on a controller: set FLOTILLA_CLUSTER_SECRET "
                 "(the control plane must never accept unauthenticated traffic)"
             )
+        self._validate_security()
         return self
+
+    def _validate_security(self) -> None:
+        """Every node of a cluster has the secret (it signs Raft, SWIM and forwarded calls: a
+        node without it would be refused by every peer); TLS files are all given or none, and
+        readable; a non-loopback address needs TLS or `insecure`; metrics stay on loopback
+        unless `metrics_public` (or `insecure`). A lone node (no controllers, no join) gets
+        its secret from `cluster.startup.standalone`."""
+        if (self.controllers or self.join) and not self.cluster_secret:
+            raise ConfigError(
+                f"cluster_secret is required on node {self.node_id!r}: set "
+                "FLOTILLA_CLUSTER_SECRET, the same on every node (peers refuse Raft, SWIM and "
+                "forwarded calls not signed with it)"
+            )
+        tls = {"tls_ca": self.tls_ca, "tls_cert": self.tls_cert, "tls_key": self.tls_key}
+        given = sorted(name for name, path in tls.items() if path)
+        if given and len(given) != len(tls):
+            missing = sorted(set(tls) - set(given))
+            raise ConfigError(
+                f"{', '.join(given)} given without {', '.join(missing)}: give all three TLS "
+                "files (flotilla certs init / issue NODE) or none"
+            )
+        for name in given:
+            if not os.access(tls[name], os.R_OK) or not os.path.isfile(tls[name]):
+                raise ConfigError(f"{name}={tls[name]!r} is not a readable file")
+        if self.authorization not in AUTHORIZATION_MODES:
+            raise ConfigError(
+                f"authorization={self.authorization!r} is invalid; valid: "
+                f"{', '.join(AUTHORIZATION_MODES)}"
+            )
+        for name in self.superusers:
+            if not PRINCIPAL.fullmatch(name):
+                raise ConfigError(
+                    f"superusers entry {name!r} is invalid: use 1 to 64 characters from "
+                    "[A-Za-z0-9._-]"
+                )
+        if not given and not self.insecure:
+            for name, address in (("listen", self.listen), ("advertise", self.advertised)):
+                host = parse_address(address, name)[0]
+                if not is_loopback(host):
+                    raise ConfigError(
+                        f"node {self.node_id!r} {name}s on {address} without TLS: give tls_ca, "
+                        "tls_cert, tls_key (flotilla certs init / issue) or --insecure"
+                    )
+        if self.metrics and not (self.metrics_public or self.insecure):
+            host = parse_address(self.metrics, "metrics")[0]
+            if not is_loopback(host):
+                raise ConfigError(
+                    f"metrics={self.metrics!r} is not a loopback address: the endpoint is "
+                    "plain HTTP without authentication; pass --metrics-public "
+                    "(metrics_public = true) to serve it there, or bind it to 127.0.0.1"
+                )
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_ca)
 
     # -- loading -------------------------------------------------------------------------------
     @classmethod

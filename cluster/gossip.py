@@ -10,6 +10,9 @@ Every change of a member's state is logged at INFO, one line each (`member_joine
 `member_updated`, `member_suspected`, `member_alive` (a suspicion refuted), `member_dead` (with
 who declared it), `member_left`). The core reports suspicion as a state, not an event: the
 host compares the suspects once per tick (O(members) every `tick_ms`).
+
+Every packet sent is dated and signed with the cluster secret (`PeerAuth.sign_swim`); the peer
+service checks received ones before they reach `receive` (a forged "dead" changes nothing).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable
 
 from cluster.clock import Ticker, ticker_or_loop
 from cluster.logs import event, log_event
+from cluster.peer_auth import PeerAuth
 from cluster.transport import PeerTransport
 from membership import (
     CodecError,
@@ -55,7 +59,10 @@ class GossipHost:
         on_events: Callable[[list[MembershipEvent]], None],
         rng: random.Random | None = None,
         ticker: Ticker | None = None,
+        peer_auth: PeerAuth | None = None,
     ) -> None:
+        """`peer_auth`: signs every packet sent (receivers check it: `cluster.peer_service`)."""
+        self.peer_auth = peer_auth
         self.member = member
         self.swim = Swim(member, config, rng or random.Random())
         self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
@@ -104,6 +111,8 @@ class GossipHost:
                 from_address=self.member.address,
                 payload=encode(outgoing.message),
             )
+            if self.peer_auth is not None:
+                self.peer_auth.sign_swim(packet)
             task = asyncio.get_running_loop().create_task(self.transport.send_swim(address, packet))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)

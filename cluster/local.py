@@ -4,6 +4,12 @@ Node i listens on 127.0.0.i (its own address, so per-node links can be told apar
 port; the first `controllers` nodes (at most 3) run the control plane. Every node runs in its own
 process group; `stop`, `kill`, `pause` and `resume` act on that group by pid, never by name, and
 `close` leaves no process behind.
+
+TLS (`tls=True`): a CA in `<root>/certs`, a node certificate per node (also naming its
+127.0.0.i address) and an `admin` client certificate (`admin` is a superuser by default);
+`cluster.tls` holds the paths a client needs (`ca`, `cert`, `key`) and `cluster.tls_dir` the
+directory (issue more with `cluster.certs.issue_client(cluster.tls_dir, name)`). The cluster's
+own health and status calls use the admin certificate.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from types import FrameType
 
 import grpc
 
+from cluster.certs import CertPaths, init_ca, issue_client, issue_node
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
@@ -90,6 +97,7 @@ class NodeSpec:
     control_port: int
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # over the cluster's (e.g. another secret)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -109,10 +117,14 @@ class LocalCluster:
         node_args: list[str] | None = None,
         config_text: str = "",
         base_port: int = 0,
+        tls: bool = False,
     ) -> None:
         """`base_port`: 0 picks free ports; otherwise node i listens on 127.0.0.i:base_port and
-        its control plane on 127.0.0.i:base_port+100 (each node has its own address)."""
+        its control plane on 127.0.0.i:base_port+100 (each node has its own address).
+        `tls`: nodes run with TLS (mutual), certificates made under `<root>/certs`."""
         self.base_port = base_port
+        self.tls_dir: Path | None = None
+        self.tls: CertPaths | None = None  # the admin client's: what a client connects with
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.secret = secrets.token_hex(16)
@@ -123,6 +135,11 @@ class LocalCluster:
             self.config_path = self.root / "node.toml"
             self.config_path.write_text(config_text)
         self.nodes: dict[str, NodeSpec] = {}
+        if tls:
+            self.tls_dir = self.root / "certs"
+            if not (self.tls_dir / "ca.pem").exists():
+                init_ca(self.tls_dir)
+            self.tls = issue_client(self.tls_dir, "admin")
         for number in range(1, nodes + 1):
             self.add_spec(number)
         self.controller_ids = list(self.nodes)[: min(controllers, nodes)]
@@ -136,7 +153,28 @@ class LocalCluster:
             ports = (free_port(host), free_port(host))
         spec = NodeSpec(f"n{number}", host, *ports, self.root / f"n{number}")
         self.nodes[spec.node_id] = spec
+        if self.tls_dir is not None:
+            issue_node(self.tls_dir, spec.node_id, hosts=(host,))
         return spec
+
+    def node_tls(self, node_id: str) -> CertPaths | None:
+        """Node `node_id`'s certificate files (None without TLS)."""
+        if self.tls_dir is None:
+            return None
+        return CertPaths(
+            self.tls_dir / "ca.pem",
+            self.tls_dir / f"{node_id}.pem",
+            self.tls_dir / f"{node_id}.key",
+        )
+
+    def channel(self, address: str) -> grpc.Channel:
+        """A blocking channel to `address` as the admin client (TLS when the cluster has it)."""
+        if self.tls is None:
+            return grpc.insecure_channel(address)
+        credentials = grpc.ssl_channel_credentials(
+            self.tls.ca.read_bytes(), self.tls.key.read_bytes(), self.tls.cert.read_bytes()
+        )
+        return grpc.secure_channel(address, credentials)
 
     @property
     def controllers_arg(self) -> str:
@@ -163,6 +201,10 @@ class LocalCluster:
             args += ["--join", *seeds]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
+        paths = self.node_tls(spec.node_id)
+        if paths is not None:
+            args += ["--tls-ca", str(paths.ca), "--tls-cert", str(paths.cert)]
+            args += ["--tls-key", str(paths.key)]
         return args + self.node_args + spec.extra_args
 
     def start(self, node_id: str | None = None, *, wait: bool = True) -> None:
@@ -178,7 +220,7 @@ class LocalCluster:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=self.env,
+                    env={**self.env, **spec.env},
                     start_new_session=True,
                 )
         if wait:
@@ -191,7 +233,7 @@ class LocalCluster:
         running = [n for n in self.nodes if self.is_running(n)]
         deadline = time.monotonic() + timeout_s
         for node_id in running:
-            with grpc.insecure_channel(self.nodes[node_id].address) as channel:
+            with self.channel(self.nodes[node_id].address) as channel:
                 stub = flotilla_pb2_grpc.FlotillaStub(channel)
                 while True:
                     try:
@@ -213,7 +255,7 @@ class LocalCluster:
     def wait_serving(self, node_id: str, timeout_s: float = 30.0) -> None:
         spec = self.nodes[node_id]
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(spec.address) as channel:
+        with self.channel(spec.address) as channel:
             stub = flotilla_pb2_grpc.FlotillaStub(channel)
             while True:
                 if spec.process is not None and spec.process.poll() is not None:

@@ -35,6 +35,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 from collections.abc import Iterable
 from functools import partial
 
@@ -68,7 +69,7 @@ from cluster.service import ClientService
 from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.timers import TimerHost, timer_faults_from_env
-from cluster.tls import caller_certificate
+from cluster.tls import TlsFiles, TlsReloader, caller_certificate
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -83,6 +84,8 @@ __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
 
+TLS_CHECK_S = 5.0  # how often a node looks at its TLS files for a rotated certificate
+
 
 class Node:
     def __init__(self, config: NodeConfig, ticker: Ticker | None = None) -> None:
@@ -93,11 +96,25 @@ class Node:
         self.unsafe_read_uncommitted = False  # test-only (chaos mutation tests); see cli
         self.handles = FileHandles(config.max_open_files)
         self.dial_map = DialMap(config.dial_map, clock=self.ticker.now)
+        # peers prove they belong (cluster.peer_auth); a node built without a secret (a lone
+        # node in a test) makes one up: no other node can then speak to it
+        self.peer_auth = PeerAuth(
+            config.node_id,
+            config.cluster_secret or secrets.token_hex(16),
+            config.cluster_secret_previous,
+            on_rejected=lambda kind: self.metrics.peer_auth_rejected(kind),  # noqa: PLW0108 (built later)
+            require_node_certificate=config.tls and config.tls_client_auth,
+        )
+        files = TlsFiles.from_config(config)
+        # reads and checks the files now: a node with bad ones does not start (TlsError)
+        self.tls = None if files is None else TlsReloader(files, client_auth=config.tls_client_auth)
         self.transport = PeerTransport(
             config.node_id,
             self.dial_map,
             self._advertised_address,
             TransportLimits(max_message_bytes=config.max_message_bytes),
+            sign=self.peer_auth.sign_call,
+            tls=self.tls,
         )
         os.makedirs(config.data_dir, exist_ok=True)
         # before anything under data_dir is opened: one data directory, one process
@@ -130,7 +147,9 @@ class Node:
         member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
         swim = SwimConfig.lan(tick_ms=config.swim_tick_ms)
         ticker = LoopTicker(swim.tick_ms / 1000)
-        self.gossip = GossipHost(member, swim, self.transport, self._on_members, ticker=ticker)
+        self.gossip = GossipHost(
+            member, swim, self.transport, self._on_members, ticker=ticker, peer_auth=self.peer_auth
+        )
         self.metrics = Metrics(
             config.node_id,
             lambda: list(self.multiraft.replicas.values()),
@@ -141,20 +160,6 @@ class Node:
             groups=lambda: self.groups.gauges,
             pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
-        # every call this node makes to a peer carries its proof (`cluster.peer_auth`), and a
-        # call that carries one is checked with it (`cluster.acl_state`)
-        self.peer_auth = (
-            PeerAuth(
-                config.node_id,
-                config.cluster_secret,
-                config.cluster_secret_previous,
-                on_rejected=self.metrics.peer_auth_rejected,
-            )
-            if config.cluster_secret
-            else None
-        )
-        if self.peer_auth is not None:
-            self.transport.sign = self.peer_auth.sign_call
         # leadership won and lost, one line each up to a budget a second, then a summary
         self.elections = EventBudget(log, "elections_summary")
         self.controller: MetadataStore | None = None
@@ -200,9 +205,9 @@ class Node:
         )
         # who may do what: every client call asks it first (`cluster.acl_state`)
         self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
-        if self.peer_auth is not None:
-            self.authorizer.peer_check = self.peer_auth.verify_call
-            self.authorizer.peer_rejected = self.peer_auth.reject
+        # a call that carries a peer proof is checked with it (`cluster.acl_state`)
+        self.authorizer.peer_check = self.peer_auth.verify_call
+        self.authorizer.peer_rejected = self.peer_auth.reject
         self.authorizer.certificate = caller_certificate
         self.topic_admin = TopicAdmin(
             config,
@@ -323,14 +328,28 @@ class Node:
             interceptors=(self.produce_gate,),
         )
         flotilla_pb2_grpc.add_FlotillaServicer_to_server(ClientService(self), self.server)
-        peer = PeerService(config.node_id, self.multiraft.deliver, self.transport, self.gossip)
+        peer = PeerService(
+            config.node_id, self.multiraft.deliver, self.transport, self.gossip, self.peer_auth
+        )
         self.server.add_generic_rpc_handlers((peer_handler(peer.Raft, peer.Swim),))
         host, port = parse_address(config.listen, "listen")
         try:
-            self.server.add_insecure_port(f"{host}:{port}")
+            if self.tls is not None:
+                self.server.add_secure_port(f"{host}:{port}", self.tls.server_credentials())
+            else:
+                self.server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as error:  # grpc's only word for "bind failed"
             raise AddressInUse("gRPC", config.listen, str(error).split(";")[0]) from None
+        if config.insecure and self.tls is None:
+            event(
+                log, "insecure", logging.WARNING, listen=config.listen,
+                advertise=config.advertised,
+                warning="no TLS: anyone who reaches this port can read the traffic and call "
+                "the client API; give tls_ca, tls_cert, tls_key to protect it",
+            )  # fmt: skip
         await self.server.start()
+        if self.tls is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._watch_tls()))
         self.multiraft.on_disk = self.metrics.observe_round
         self.multiraft.on_fsync = self.metrics.observe_fsync
         self.multiraft.start()
@@ -356,7 +375,28 @@ class Node:
             join=",".join(config.join), metrics=config.metrics or "off", rack=config.rack,
             weight=config.weight, fsync=config.fsync, segment_bytes=config.segment_bytes,
             replicas=len(self.multiraft.replicas), version=VERSION, pid=os.getpid(),
+            tls="mutual" if self.peer_auth.require_node_certificate else (
+                "on" if self.tls is not None else "off"),
         )  # fmt: skip
+
+    # -- TLS ---------------------------------------------------------------------------------------
+    async def reload_tls(self) -> bool:
+        """SIGHUP: re-reads the TLS files now; new connections, both ways, use them."""
+        if self.tls is None:
+            return False
+        changed = await asyncio.to_thread(self.tls.reload)
+        if changed:
+            self.transport.renew_channels()
+        return changed
+
+    async def _watch_tls(self) -> None:
+        """Looks at the TLS files every `TLS_CHECK_S`: a changed certificate is taken without a
+        SIGHUP (incoming connections look at them too, at most once a second: cluster.tls)."""
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(TLS_CHECK_S)
+            if await asyncio.to_thread(self.tls.check):
+                self.transport.renew_channels()
 
     async def stop(self, graceful: bool = True) -> None:
         if self.started.is_set():

@@ -22,6 +22,13 @@ heartbeats on it behind the backlog and still leave gRPC's window of bytes buffe
 
 Guarantees: per destination, messages are delivered in the order queued or not at all (one
 stream, one writer). Nothing is retried by the transport.
+
+Security (`cluster.peer_channel`): every channel signs every call with the node's
+`flotilla-peer` proof (`sign`), and is TLS with the node's certificate when the node has one
+(`tls`); after the certificate is reloaded `renew_channels` dials afresh, so new connections
+present the new certificate. The receiving side (`cluster.peer_service`) checks a Raft stream's
+proof once, at open, and then only that each frame's sender is the node proven
+(`serve_raft_stream`'s `sender`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import grpc
 from cluster.dialmap import DialMap
 from cluster.frames import FrameError, encode_frame, parse_frame
 from cluster.peer_channel import dial
+from cluster.tls import TlsReloader
 from proto import peer_pb2, peer_pb2_grpc
 
 __all__ = ["InboxBudget", "PeerTransport", "TransportLimits", "channel_options", "server_options"]
@@ -148,8 +156,15 @@ class PeerTransport:
         dial_map: DialMap,
         advertised: Callable[[str], str | None],
         limits: TransportLimits | None = None,
+        *,
+        sign: Callable[[], str] | None = None,
+        tls: TlsReloader | None = None,
     ) -> None:
+        """`sign`: the node's call proof (`PeerAuth.sign_call`); `tls`: its certificate."""
         self.self_id = self_id
+        self.sign = sign
+        self.tls = tls
+        self._retiring: set[asyncio.Task[None]] = set()
         self.dial_map = dial_map
         self.advertised = advertised
         self.limits = limits or TransportLimits()
@@ -158,8 +173,6 @@ class PeerTransport:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closed = False
         self._sequence = 0
-        # the node's peer proof for every call it makes (`cluster.peer_auth`); None: unsigned
-        self.sign: Callable[[], str] | None = None
 
     # -- addresses ---------------------------------------------------------------------------
     def address_of(self, member_id: str) -> str | None:
@@ -171,9 +184,19 @@ class PeerTransport:
         channel = self._channels.get(address)
         if channel is None:
             options = channel_options(self.limits.max_message_bytes)
-            channel = dial(address, list(options), self.sign, None)
+            channel = dial(address, options, self.sign, self.tls)
             self._channels[address] = channel
         return channel
+
+    def renew_channels(self, grace_s: float = 5.0) -> None:
+        """New channels from now on (the certificate was reloaded): calls under way finish on
+        the old ones within `grace_s`; a Raft stream cut then re-dials on a new channel."""
+        old = list(self._channels.values())
+        self._channels.clear()
+        for channel in old:
+            task = asyncio.get_running_loop().create_task(channel.close(grace=grace_s))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
 
     # -- Raft ------------------------------------------------------------------------------------
     def send_raft(self, to: str, group: str, parts: Sequence[bytes]) -> None:
@@ -301,6 +324,8 @@ class PeerTransport:
         for channel in self._channels.values():
             await channel.close(grace=None)
         self._channels.clear()
+        for retiring in list(self._retiring):
+            retiring.cancel()
 
 
 async def serve_raft_stream(
@@ -309,12 +334,18 @@ async def serve_raft_stream(
     handler: RaftHandler,
     opened: Callable[[str], None] = lambda sender: None,
     inbox: InboxBudget | None = None,
-) -> None:
+    sender: str | None = None,
+) -> str | None:
     """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
     (payloads are views into the received bytes), and the sender of its first frame to
     `opened` (a new stream: the peer may have restarted). A malformed frame is dropped and
-    logged, and so is a frame past the `inbox` budget (logged once per stream)."""
-    sender = None
+    logged, and so is a frame past the `inbox` budget (logged once per stream).
+
+    `sender`: the node the stream's caller proved to be (`cluster.peer_auth`). A frame from
+    anyone else ends the stream, delivering nothing of it: the return value is that frame's
+    claimed sender (None: the stream ended normally)."""
+    proven = sender
+    opened_once = False  # `opened` called
     over_budget = 0
     async for data in requests:
         if inbox is not None and not inbox.admit(len(data)):
@@ -343,10 +374,13 @@ async def serve_raft_stream(
                 self_id,
             )
             continue
-        if sender is None:
-            sender = frame.from_node
-            opened(sender)
+        if proven is not None and frame.from_node != proven:
+            return frame.from_node
+        if not opened_once:
+            opened(frame.from_node)
+            opened_once = True
         handler(frame.from_node, frame.messages)
+    return None
 
 
 def peer_handler(

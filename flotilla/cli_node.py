@@ -72,6 +72,14 @@ def _node_parser(sub: Any) -> None:
         help="serve Prometheus metrics here (default: none, not served)",
     )
     node.add_argument(
+        "--metrics-public",
+        action="store_true",
+        default=None,
+        help="allow --metrics on a non-loopback address (plain HTTP, no authentication; "
+        "default: loopback only)",
+    )
+    _security_arguments(node)
+    node.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error", "critical"),
         help="log level (default: $FLOTILLA_LOG, else info; the flag wins)",
@@ -92,6 +100,40 @@ def _node_parser(sub: Any) -> None:
     node.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
     # test-only (chaos mutation test): serve reads above the commit index
     node.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
+
+
+def _security_arguments(node: argparse.ArgumentParser) -> None:
+    """TLS and authorization flags (the secrets themselves come from the environment:
+    FLOTILLA_CLUSTER_SECRET, FLOTILLA_CLUSTER_SECRET_PREVIOUS, FLOTILLA_BOOTSTRAP_TOKEN)."""
+    node.add_argument(
+        "--tls-ca", metavar="FILE", help="the cluster CA (PEM; default: none, no TLS)"
+    )
+    node.add_argument(
+        "--tls-cert", metavar="FILE", help="this node's certificate (PEM; default: none)"
+    )
+    node.add_argument("--tls-key", metavar="FILE", help="this node's key (PEM; default: none)")
+    node.add_argument(
+        "--tls-client-auth",
+        choices=("on", "off"),
+        help="with TLS, require a certificate the CA signed from every caller (default: on; "
+        "off: clients use TLS with a token, peers the cluster secret)",
+    )
+    node.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow listening on a non-loopback address without TLS (default: refused)",
+    )
+    node.add_argument(
+        "--authorization",
+        choices=("auto", "on", "off"),
+        help="enforce ACLs (default: auto, on with TLS)",
+    )
+    node.add_argument(
+        "--superusers",
+        metavar="NAME,...",
+        help="principals allowed everything (default: admin)",
+    )
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -126,6 +168,14 @@ def _run_node(args: argparse.Namespace) -> int:
         "rack": args.rack,
         "dial_map": args.dial_map,
         "metrics": args.metrics,
+        "metrics_public": args.metrics_public,
+        "tls_ca": args.tls_ca,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_client_auth": None if args.tls_client_auth is None else args.tls_client_auth == "on",
+        "insecure": args.insecure,
+        "authorization": args.authorization,
+        "superusers": args.superusers,
     }
     try:
         config, decided = standalone(NodeConfig.load(file=args.config, overrides=overrides))
@@ -158,6 +208,14 @@ def _run_node(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        reloads: set[asyncio.Task[bool]] = set()
+
+        def reload_tls() -> None:  # SIGHUP: re-read the TLS files now
+            task = loop.create_task(node.reload_tls())
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, reload_tls)
         await node.start()
         print(
             f"flotilla node {config.node_id} serving on {config.listen} (event loop: {loop_name})",

@@ -14,6 +14,7 @@ from harness import wait_until
 
 from cluster.frames import encode_frame
 from cluster.local import LocalCluster
+from cluster.peer_auth import PEER_KEY, PeerAuth
 from flotilla import Client, InvalidArgument, OffsetOutOfRange, TopicNotFound
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc, peer_pb2, peer_pb2_grpc
@@ -238,15 +239,19 @@ def test_bad_input_gets_a_precise_status_and_changes_nothing(
         with pytest.raises(grpc.RpcError) as error:
             stub.Fetch(pb.FetchRequest(topic="nope", partition=0), timeout=10)
         assert error.value.code() == grpc.StatusCode.NOT_FOUND
-        # a malformed peer message is dropped; the node keeps serving
+        # a malformed peer message from a peer that proves itself (cluster.peer_auth) is
+        # dropped; the node keeps serving
         peer = peer_pb2_grpc.PeerStub(channel)
-        peer.Swim(peer_pb2.SwimPacket(from_node="x", payload=b"\xff\x00junk"), timeout=5)
+        packet = peer_pb2.SwimPacket(from_node="x", payload=b"\xff\x00junk")
+        PeerAuth("x", cluster.secret).sign_swim(packet)
+        peer.Swim(packet, timeout=5)
         well_framed_junk = encode_frame(1, "n9", leader, [(b"t/0", [b"junk"], 4)])
         frames = [
             peer_pb2.RaftFrame(frame=b"FR\x01junk"),  # a malformed frame
             peer_pb2.RaftFrame.FromString(well_framed_junk),  # a malformed message in a frame
         ]
-        peer.Raft(iter(frames), timeout=5)
+        proof = PeerAuth("n9", cluster.secret).sign_call()
+        peer.Raft(iter(frames), timeout=5, metadata=[(PEER_KEY, proof)])
     assert [r.value for r in client.read("t", 0, 0)] == [b"first"]
     assert client.produce("t", b"second", partition=0).offset == 1
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.certs import init_ca, issue_client, issue_node
+from cluster.config import ConfigError, NodeConfig
 from cluster.tls import TlsError, TlsFiles, TlsMaterial, TlsReloader, identity_of
 
 
@@ -68,3 +69,63 @@ def test_identity_of_node_and_client_certificates(tmp_path: Path) -> None:
     assert node is not None and (node.kind, node.name) == ("node", "n1")
     assert client is not None and (client.kind, client.name) == ("client", "alice")
     assert identity_of(b"not a certificate") is None
+
+
+# -- configuration (NodeConfig._validate_security) ---------------------------------------------
+
+
+def _load(**overrides: object) -> NodeConfig:
+    base: dict[str, object] = {"node_id": "n1", "data_dir": "/tmp/unused", "cluster_secret": "s"}
+    return NodeConfig.load(environ={}, overrides={**base, **overrides})
+
+
+def test_every_clustered_node_needs_the_secret() -> None:
+    with pytest.raises(
+        ConfigError, match=r"cluster_secret is required on node 'n2'.*FLOTILLA_CLUSTER_SECRET"
+    ):
+        _load(
+            node_id="n2",
+            cluster_secret="",
+            join=("127.0.0.1:7001",),
+            controllers="n1=127.0.0.1:7101",
+        )
+    _load(cluster_secret="")  # a lone node: `standalone` gives it its kept secret
+
+
+def test_tls_files_all_or_none_and_readable(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    with pytest.raises(ConfigError, match="tls_ca, tls_cert given without tls_key"):
+        _load(tls_ca=files.ca, tls_cert=files.cert)
+    with pytest.raises(ConfigError, match=r"tls_key='/nonexistent/k\.pem' is not a readable file"):
+        _load(tls_ca=files.ca, tls_cert=files.cert, tls_key="/nonexistent/k.pem")
+    assert _load(tls_ca=files.ca, tls_cert=files.cert, tls_key=files.key).tls
+
+
+def test_a_public_address_needs_tls_or_insecure(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"listens on 0.0.0.0:7001 without TLS: give tls_ca.*--insecure"
+    ):
+        _load(listen="0.0.0.0:7001")
+    with pytest.raises(ConfigError, match=r"advertises on 10.0.0.5:7001 without TLS"):
+        _load(advertise="10.0.0.5:7001")
+    assert _load(listen="0.0.0.0:7001", insecure=True).insecure
+    files = _files(tmp_path)
+    _load(listen="0.0.0.0:7001", tls_ca=files.ca, tls_cert=files.cert, tls_key=files.key)
+    _load(listen="localhost:7001")
+
+
+def test_metrics_stay_on_loopback_unless_public() -> None:
+    with pytest.raises(
+        ConfigError, match=r"metrics='0.0.0.0:9100' is not a loopback.*--metrics-public"
+    ):
+        _load(metrics="0.0.0.0:9100")
+    assert _load(metrics="0.0.0.0:9100", metrics_public=True).metrics_public
+    _load(metrics="127.0.0.1:9100")
+
+
+def test_authorization_and_superusers_are_checked() -> None:
+    with pytest.raises(ConfigError, match="authorization='maybe' is invalid; valid: auto, on, off"):
+        _load(authorization="maybe")
+    with pytest.raises(ConfigError, match="superusers entry 'bad name' is invalid"):
+        _load(superusers="admin,bad name")
+    assert _load(superusers="admin,ops").superusers == ("admin", "ops")
