@@ -16,7 +16,10 @@ Every rendering keeps these equations (tests/deploy checks them on both):
     dial_map(a)[b]       == proxy(a->b).dial                         for every b != a
     controllers_arg      == ",".join(f"{c}={node(c).control}" for c in controller_ids)
     node_args(a)         == the flags LocalCluster passes (--id --listen --data-dir --controllers
-                            --join), plus --advertise/--dial-map/--metrics where the rendering has them
+                            --join), plus --advertise/--dial-map/--metrics where the rendering has
+                            them (and --metrics-public for metrics off loopback); TLS comes from
+                            the environment in compose (`tls_environment`), from LocalCluster's
+                            --tls-* flags locally
 
 Only the data plane (gRPC: Raft, SWIM, client calls) follows the dial map and so the proxies. The
 control plane (pysyncobj on the control addresses) identifies peers by address and is dialled
@@ -34,6 +37,7 @@ keeping the renderings beside the description is what keeps them in step.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import re
 import sys
@@ -196,6 +200,8 @@ class Rendering:
             args += ["--dial-map", dial_map_path]
         if node.metrics:
             args += ["--metrics", node.metrics]
+            if not _loopback(node.metrics):  # Prometheus scrapes it from the compose network
+                args.append("--metrics-public")
         return args
 
 
@@ -219,6 +225,14 @@ class LocalPorts:
             proxies={link.proxy_name: free_port("127.0.0.1") for link in topology.links},
             toxiproxy_api=free_port("127.0.0.1"),
         )
+
+
+def _loopback(address: str) -> bool:
+    host = address.rpartition(":")[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def local_host(number: int) -> str:

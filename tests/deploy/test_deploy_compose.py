@@ -115,11 +115,10 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
         problems.append(
             f"{where} is in profiles {service['profiles']}: nodes belong to every profile"
         )
-    controllers = [item.split("=")[0] for item in flags["--controllers"][0].split(",")]
     secret = service.get("environment", {}).get("FLOTILLA_CLUSTER_SECRET", "")
-    if name in controllers and not REQUIRED_SECRET.fullmatch(str(secret)):
+    if not REQUIRED_SECRET.fullmatch(str(secret)):  # every node signs its peer calls with it
         problems.append(
-            f"{where} is a controller but FLOTILLA_CLUSTER_SECRET={secret!r} is not required (${{VAR:?message}})"
+            f"{where}: FLOTILLA_CLUSTER_SECRET={secret!r} is not required (${{VAR:?message}})"
         )
     if service.get("stop_signal") != "SIGTERM" or not service.get("stop_grace_period"):
         problems.append(f"{where} lacks stop_signal SIGTERM and a stop_grace_period")
@@ -644,15 +643,41 @@ def _config_from_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     return caught.value.args[0]
 
 
+def _with_certificates(
+    service: dict[str, Any], certs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's TLS environment, its /certs paths moved to `certs` (made by the compose
+    certs step, as the `certs` service makes them)."""
+    for name, value in service["environment"].items():
+        if name.startswith("FLOTILLA_TLS_"):
+            monkeypatch.setenv(name, str(value).replace(CERTS_DIR, str(certs)))
+
+
+@pytest.fixture(scope="module")
+def compose_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    certs_command = load_compose()["services"]["certs"]["command"]
+    root = tmp_path_factory.mktemp("compose-certs")
+    command = [str(root / w[1:]) if w in ("/ca", CERTS_DIR) else w for w in certs_command]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "compose_certs.py"), *command],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root / CERTS_DIR.lstrip("/")
+
+
 def test_every_node_service_command_is_accepted_by_the_node_cli(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
 ) -> None:
     monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
     services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
     nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
     assert list(nodes) == ["n1", "n2", "n3", "n4"]
     for name, service in nodes.items():
+        _with_certificates(service, compose_certs, monkeypatch)
         config = _config_from_cli(service["command"], monkeypatch)
+        assert config.tls and not config.insecure
+        assert config.tls_cert == str(compose_certs / f"{name}.pem")
         number = int(name[1:])
         assert config.node_id == name
         assert config.advertised == f"{name}:{7000 + number}"
@@ -662,12 +687,14 @@ def test_every_node_service_command_is_accepted_by_the_node_cli(
         assert config.metrics == f"0.0.0.0:{9100 + number}"
 
 
-def test_a_controller_without_the_secret_fails_clearly(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", ["n1", "n4"])
+def test_a_node_without_the_secret_fails_clearly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
+    """A controller (n1) and a data node alike: every node signs its peer calls with it."""
     monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)
-    command = load_compose()["services"]["n1"]["command"]
-    assert cli.main(command) == 2
+    services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
+    assert cli.main(services[name]["command"]) == 2
     assert "FLOTILLA_CLUSTER_SECRET" in capsys.readouterr().err
 
 
@@ -681,7 +708,7 @@ def _readme_add_node_block() -> str:
 
 
 def test_the_readmes_fourth_node_is_a_service_of_the_project(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
 ) -> None:
     """`docker run ... --network flotilla_default` made `docker compose down -v` fail ("network
     ... has active endpoints"): the added node must be a service of the project in every later
@@ -691,10 +718,12 @@ def test_the_readmes_fourth_node_is_a_service_of_the_project(
     assert "cp deploy/add-node.yml docker-compose.override.yml" in block
     assert "docker compose up -d n4" in block
     assert "docker run" not in block
-    monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)  # not a controller: not needed
+    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")  # every node's
     service = load_compose(path=ADD_NODE_FILE)["services"]["n4"]
     assert "profiles" not in service
+    _with_certificates(service, compose_certs, monkeypatch)
     config = _config_from_cli(service["command"], monkeypatch)
+    assert config.tls_cert == str(compose_certs / "n4.pem")
     n1 = flags_of(load_compose()["services"]["n1"]["command"])
     assert config.node_id == "n4"
     assert config.join == ("n1:7001", "n2:7002", "n3:7003")
@@ -713,3 +742,4 @@ def test_the_images_default_command_is_a_valid_single_node(monkeypatch: pytest.M
     config = _config_from_cli(json.loads(line.group(1)), monkeypatch)
     assert (config.node_id, config.data_dir, config.listen) == ("n1", "/data", "0.0.0.0:7001")
     assert config.is_controller and config.join == ()
+    assert config.insecure and not config.tls  # plaintext only by saying so (it warns)
