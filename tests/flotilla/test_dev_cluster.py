@@ -102,13 +102,18 @@ class Dev:
     """`flotilla dev` running; its stdout collected line by line."""
 
     def __init__(
-        self, nodes: int, port: int, data_dir: Path, env: dict[str, str] | None = None
+        self,
+        nodes: int,
+        port: int,
+        data_dir: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "flotilla", "dev", "--nodes", str(nodes),
-             "--base-port", str(port), "--data-dir", str(data_dir)],
+             "--base-port", str(port), "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, start_new_session=True, cwd=ROOT, env={**os.environ, **(env or {})},
         )  # fmt: skip
@@ -281,3 +286,20 @@ def test_the_readme_three_node_block_makes_a_working_cluster(tmp_path: Path) -> 
         assert "Traceback" not in log.read_text()
     finally:
         _stop_group(process, tmp_path / "data")
+
+
+def test_flotilla_dev_insecure_runs_plaintext_whatever_the_shell_exported(tmp_path: Path) -> None:
+    """`--insecure`: no certificates, and the client settings an earlier `flotilla dev` had the
+    shell export do not become the nodes' own TLS settings (FLOTILLA_TLS_CERT means a node's
+    certificate to a node; these name no file, so a node given them would not start)."""
+    port = base_port(1)
+    dev = Dev(1, port, tmp_path / "dev", env=STALE_CLIENT_ENV, args=("--insecure",))
+    try:
+        dev.wait_up()
+        assert any("is up (plaintext (--insecure))" in line for line in dev.lines), dev.lines
+        assert not any(line.strip().startswith("export ") for line in dev.lines), dev.lines
+        assert not (tmp_path / "dev" / "certs").exists()
+        with Client(f"127.0.0.1:{port}", timeout_s=20) as client:
+            client.create_topic("plain", partitions=1, replication_factor=1)
+    finally:
+        assert dev.stop() == 0, dev.lines
