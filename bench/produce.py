@@ -4,9 +4,10 @@ transport's ceiling, in one run.
     python -m bench.produce [--records 50000] [--sync-records 500] [--event-loop asyncio]
 
 Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records. The
-cluster cases run twice, each on a fresh cluster: plaintext, then with mutual TLS on every
+cluster cases run on two clusters side by side, one plaintext, one with mutual TLS on every
 connection (clients and peers; `LocalCluster(tls=True)`, the client with the `admin`
-certificate). What TLS costs: `tls_producer_throughput_ratio` (best batching producer, TLS over
+certificate), each case on one then the other, `--rounds` times (medians), so that load from
+elsewhere on the machine weighs on both alike. What TLS costs: `tls_producer_throughput_ratio` (best batching producer, TLS over
 plaintext; goal >= 0.8), `tls_sync_throughput_ratio` and `tls_sync_p50_delta_ms` (goal <= +0.3).
 - synchronous produce, one record in flight: records/s, p50 and p99 latency, and where its
   time goes: the CPU each process (client, leader, followers) spends per request;
@@ -26,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -198,20 +201,15 @@ def disk_ceiling(directory: str, batch_bytes: int, total_bytes: int, writers: in
 
 
 # -- the cluster -----------------------------------------------------------------------------------
-def sync_produce(client: Client, count: int) -> tuple[float, float, float]:
+def sync_latencies(client: Client, count: int) -> tuple[list[float], float]:
+    """`count` synchronous produces one after another: each one's latency (s), and the total."""
     latencies = []
     started = time.perf_counter()
     for _ in range(count):
         t = time.perf_counter()
         client.produce("bench", RECORD, partition=0)
         latencies.append(time.perf_counter() - t)
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return (
-        count / elapsed,
-        latencies[len(latencies) // 2] * 1000,
-        latencies[int(len(latencies) * 0.99)] * 1000,
-    )
+    return latencies, time.perf_counter() - started
 
 
 def process_cpu_s(pid: int) -> float:
@@ -260,10 +258,10 @@ def batching_produce(client: Client, count: int, linger_ms: int, batch_bytes: in
 
 @dataclass(frozen=True, slots=True)
 class ClusterFigures:
-    """One pass of the cluster cases (plaintext or TLS)."""
+    """The cluster cases on one side (plaintext or TLS), medians over the rounds."""
 
     sync_rate: float  # records/s, one in flight
-    p50_ms: float
+    p50_ms: float  # over every round's requests
     p99_ms: float
     cpu_ms: dict[str, float]  # CPU per sync produce, by process role
     mean_ms: float
@@ -274,37 +272,64 @@ class ClusterFigures:
         return max(self.batching.items(), key=lambda item: item[1])
 
 
-def cluster_cases(args: argparse.Namespace, *, tls: bool) -> ClusterFigures:
-    """The sync and batching cases on a fresh 3-node cluster, with TLS or without."""
-    with (
-        tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd()) as root,
-        LocalCluster(
-            root, 3, config_text=CONFIG, node_args=["--event-loop", args.event_loop], tls=tls
-        ) as cluster,
-    ):
-        cluster.start()
-        settings = cluster.tls
-        security = (
-            {
-                "tls_ca": str(settings.ca),
-                "tls_cert": str(settings.cert),
-                "tls_key": str(settings.key),
-            }
-            if settings is not None
-            else {}
-        )
-        with Client(cluster.addresses(), timeout_s=60, **security) as client:
+def _percentile(latencies: list[float], share: float) -> float:
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] * 1000
+
+
+def cluster_cases(args: argparse.Namespace) -> tuple[ClusterFigures, ClusterFigures]:
+    """The sync and batching cases on two 3-node clusters running side by side, one plaintext,
+    one with mutual TLS: each case runs on one, then the other, `args.rounds` times, the first
+    alternating, so that what else the machine does in the meantime weighs on both alike (the
+    ratio is what this measures; medians over the rounds)."""
+    with contextlib.ExitStack() as stack:
+        sides: dict[bool, tuple[LocalCluster, Client]] = {}
+        for tls in (False, True):
+            root = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd())
+            )
+            cluster = stack.enter_context(
+                LocalCluster(root, 3, config_text=CONFIG, tls=tls,
+                             node_args=["--event-loop", args.event_loop])
+            )  # fmt: skip
+            cluster.start()
+            paths = cluster.tls
+            security = (
+                {"tls_ca": str(paths.ca), "tls_cert": str(paths.cert), "tls_key": str(paths.key)}
+                if paths is not None
+                else {}
+            )
+            client = stack.enter_context(Client(cluster.addresses(), timeout_s=60, **security))
             client.create_topic("bench", partitions=3, replication_factor=3)
             client.produce("bench", RECORD, partition=0)
-            sync_rate, p50_ms, p99_ms = sync_produce(client, args.sync_records)
-            cpu_ms, mean_ms = sync_cpu_per_produce(client, cluster, args.sync_records)
-            batching = {
-                (linger_ms, batch_bytes): batching_produce(
-                    client, args.records, linger_ms, batch_bytes
-                )
-                for linger_ms, batch_bytes in SETTINGS
-            }
-    return ClusterFigures(sync_rate, p50_ms, p99_ms, cpu_ms, mean_ms, batching)
+            sides[tls] = (cluster, client)
+        latencies: dict[bool, list[float]] = {False: [], True: []}
+        busy_s: dict[bool, float] = {False: 0.0, True: 0.0}
+        rates: dict[bool, dict[tuple[int, int], list[float]]] = {False: {}, True: {}}
+        per_round = max(1000, args.records // args.rounds)
+        for number in range(args.rounds):
+            order = (False, True) if number % 2 == 0 else (True, False)
+            for tls in order:
+                spent, took = sync_latencies(sides[tls][1], args.sync_records)
+                latencies[tls] += spent
+                busy_s[tls] += took
+            for linger_ms, batch_bytes in SETTINGS:
+                for tls in order:
+                    rate = batching_produce(sides[tls][1], per_round, linger_ms, batch_bytes)
+                    rates[tls].setdefault((linger_ms, batch_bytes), []).append(rate)
+        cpu = {tls: sync_cpu_per_produce(sides[tls][1], sides[tls][0], args.sync_records)
+               for tls in (False, True)}  # fmt: skip
+    return tuple(  # type: ignore[return-value]
+        ClusterFigures(
+            sync_rate=len(latencies[tls]) / busy_s[tls],
+            p50_ms=_percentile(latencies[tls], 0.5),
+            p99_ms=_percentile(latencies[tls], 0.99),
+            cpu_ms=cpu[tls][0],
+            mean_ms=cpu[tls][1],
+            batching={k: statistics.median(v) for k, v in rates[tls].items()},
+        )
+        for tls in (False, True)
+    )
 
 
 def _cluster_rows(figures: ClusterFigures, suffix: str) -> list[tuple[str, float, float]]:
@@ -319,7 +344,14 @@ def _cluster_rows(figures: ClusterFigures, suffix: str) -> list[tuple[str, float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--sync-records", type=int, default=500)
+    parser.add_argument("--sync-records", type=int, default=500, help="per round")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="each cluster case runs this many times on each side, alternating (default 3); "
+        "--records is split over them",
+    )
     parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
@@ -331,8 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ceiling_server:
         asyncio.run(_serve_ceiling(args.ceiling_server))
         return 0
-    plain = cluster_cases(args, tls=False)
-    secure = cluster_cases(args, tls=True)
+    plain, secure = cluster_cases(args)
     rows = _cluster_rows(plain, "") + _cluster_rows(secure, ", TLS")
     sync_rate, p50_ms, p99_ms = plain.sync_rate, plain.p50_ms, plain.p99_ms
     cpu_ms, mean_ms = plain.cpu_ms, plain.mean_ms

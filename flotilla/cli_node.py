@@ -376,7 +376,7 @@ def _client_exports(paths: Any) -> str:
 def _run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console  # noqa: PLC0415
 
-    from flotilla.demo import run_demo  # noqa: PLC0415
+    from flotilla.demo import run_demo, tls_settings  # noqa: PLC0415
 
     console = Console()
     if args.no_spark:
@@ -387,7 +387,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     run_demo(
         args.count,
         console,
-        after=lambda cluster, client: run_spark_demo(cluster.bootstrap, console=console),
+        after=lambda cluster, client: run_spark_demo(
+            cluster.bootstrap, console=console, security=tls_settings(cluster)
+        ),
     )
     return 0
 
