@@ -9,12 +9,18 @@ It calls `flotilla.v1.Flotilla/Health` once with a 2 s deadline and exits
 
 One line on stdout (healthy) or stderr (not) says why; Docker keeps it in `docker inspect`.
 It imports only grpc and the generated stubs, so that a check every few seconds stays cheap.
+
+TLS: with `FLOTILLA_TLS_CA` set (as in a compose node's environment) it dials with TLS, trusting
+that CA and presenting `FLOTILLA_TLS_CERT`/`FLOTILLA_TLS_KEY` when set (inside a node's container:
+the node's own certificate, which names 127.0.0.1 and serves as a client certificate too).
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import grpc
 
@@ -27,12 +33,36 @@ DEFAULT_ADDRESS = "127.0.0.1:7001"
 TIMEOUT_S = 2.0
 
 
-def check(address: str, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
+def credentials(environ: Mapping[str, str]) -> grpc.ChannelCredentials | None:
+    """TLS credentials from FLOTILLA_TLS_CA (+ _CERT, _KEY), or None (plaintext) without a CA.
+    Raises OSError naming the variable whose file cannot be read."""
+    files: dict[str, bytes | None] = {}
+    for name in ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY"):
+        path = environ.get(name, "")
+        try:
+            files[name] = Path(path).read_bytes() if path else None
+        except OSError as error:
+            raise OSError(f"{name}={path!r} cannot be read: {error.strerror}") from None
+    if files["FLOTILLA_TLS_CA"] is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        files["FLOTILLA_TLS_CA"], files["FLOTILLA_TLS_KEY"], files["FLOTILLA_TLS_CERT"]
+    )
+
+
+def check(
+    address: str, timeout_s: float = TIMEOUT_S, environ: Mapping[str, str] | None = None
+) -> tuple[bool, str]:
     """(healthy, one-line reason) for the node at `address`."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         return False, f"{address!r} is not HOST:PORT with a port in 1..65535"
-    with grpc.insecure_channel(address) as channel:
+    try:
+        tls = credentials(os.environ if environ is None else environ)
+    except OSError as error:
+        return False, str(error)
+    channel = grpc.insecure_channel(address) if tls is None else grpc.secure_channel(address, tls)
+    with channel:
         stub = flotilla_pb2_grpc.FlotillaStub(channel)
         try:
             response = stub.Health(pb.HealthRequest(), timeout=timeout_s)
