@@ -10,17 +10,16 @@ It calls `flotilla.v1.Flotilla/Health` once with a 2 s deadline and exits
 One line on stdout (healthy) or stderr (not) says why; Docker keeps it in `docker inspect`.
 It imports only grpc and the generated stubs, so that a check every few seconds stays cheap.
 
-TLS: with `FLOTILLA_TLS_CA` set (as in a compose node's environment) it dials with TLS, trusting
-that CA and presenting `FLOTILLA_TLS_CERT`/`FLOTILLA_TLS_KEY` when set (inside a node's container:
-the node's own certificate, which names 127.0.0.1 and serves as a client certificate too).
+TLS: with FLOTILLA_TLS_CA, FLOTILLA_TLS_CERT and FLOTILLA_TLS_KEY set (a node's container has
+its own: the node certificate serves as a client certificate too) it connects with TLS,
+verifying the name every node certificate carries (`flotilla-node`), whatever address it dials.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import grpc
 
@@ -33,35 +32,31 @@ DEFAULT_ADDRESS = "127.0.0.1:7001"
 TIMEOUT_S = 2.0
 
 
-def credentials(environ: Mapping[str, str]) -> grpc.ChannelCredentials | None:
-    """TLS credentials from FLOTILLA_TLS_CA (+ _CERT, _KEY), or None (plaintext) without a CA.
-    Raises OSError naming the variable whose file cannot be read."""
-    files: dict[str, bytes | None] = {}
-    for name in ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY"):
-        path = environ.get(name, "")
-        try:
-            files[name] = Path(path).read_bytes() if path else None
-        except OSError as error:
-            raise OSError(f"{name}={path!r} cannot be read: {error.strerror}") from None
-    if files["FLOTILLA_TLS_CA"] is None:
-        return None
-    return grpc.ssl_channel_credentials(
-        files["FLOTILLA_TLS_CA"], files["FLOTILLA_TLS_KEY"], files["FLOTILLA_TLS_CERT"]
-    )
+TLS_ENV = ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY")
+NODE_SERVER_NAME = "flotilla-node"  # cluster.certs: in every node certificate
+
+
+def _channel(address: str, tls: Sequence[str] | None) -> grpc.Channel:
+    if not tls:
+        return grpc.insecure_channel(address)
+    ca, cert, key = (open(path, "rb").read() for path in tls)  # noqa: SIM115 (three small files)
+    credentials = grpc.ssl_channel_credentials(ca, key, cert)
+    options = [("grpc.ssl_target_name_override", NODE_SERVER_NAME)]
+    return grpc.secure_channel(address, credentials, options=options)
 
 
 def check(
-    address: str, timeout_s: float = TIMEOUT_S, environ: Mapping[str, str] | None = None
+    address: str, timeout_s: float = TIMEOUT_S, tls: Sequence[str] | None = None
 ) -> tuple[bool, str]:
-    """(healthy, one-line reason) for the node at `address`."""
+    """(healthy, one-line reason) for the node at `address`; `tls`: (CA, certificate, key)
+    files to connect with, or None (plaintext)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         return False, f"{address!r} is not HOST:PORT with a port in 1..65535"
     try:
-        tls = credentials(os.environ if environ is None else environ)
+        channel = _channel(address, tls)
     except OSError as error:
-        return False, str(error)
-    channel = grpc.insecure_channel(address) if tls is None else grpc.secure_channel(address, tls)
+        return False, f"{address}: the TLS files cannot be read: {error}"
     with channel:
         stub = flotilla_pb2_grpc.FlotillaStub(channel)
         try:
@@ -84,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) > 1 or (args and args[0] in ("-h", "--help")):
         print("usage: python -m cluster.healthcheck [HOST:PORT]   (default 127.0.0.1:7001)")
         return 0 if args and args[0] in ("-h", "--help") else 1
-    healthy, reason = check(args[0] if args else DEFAULT_ADDRESS)
+    tls = [os.environ.get(name, "") for name in TLS_ENV]
+    healthy, reason = check(args[0] if args else DEFAULT_ADDRESS, tls=tls if all(tls) else None)
     print(reason, file=sys.stdout if healthy else sys.stderr)
     return 0 if healthy else 1
 

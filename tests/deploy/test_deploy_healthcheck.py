@@ -16,7 +16,6 @@ import pytest
 from harness import free_port
 
 from cluster import healthcheck
-from cluster.local import LocalCluster
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
@@ -115,27 +114,3 @@ def test_module_runs_as_the_dockerfile_calls_it(fake: tuple[FakeHealth, str]) ->
         timeout=30,
     )
     assert ran.returncode == 1
-
-
-@pytest.mark.integration
-def test_a_tls_node_is_healthy_to_the_check_with_its_own_certificate(tmp_path: Path) -> None:
-    """As in a compose node's container: FLOTILLA_TLS_* name the node's own files. Without
-    them the check gets no answer from a TLS node; with a file that is not there it says so."""
-    with LocalCluster(tmp_path, 1, tls=True) as cluster:
-        cluster.start()
-        spec = cluster.nodes["n1"]
-        paths = cluster.node_tls("n1")
-        assert paths is not None
-        environ = {
-            "FLOTILLA_TLS_CA": str(paths.ca),
-            "FLOTILLA_TLS_CERT": str(paths.cert),
-            "FLOTILLA_TLS_KEY": str(paths.key),
-        }
-        healthy, reason = healthcheck.check(spec.address, environ=environ)
-        assert healthy, reason
-        assert "node n1" in reason
-        healthy, reason = healthcheck.check(spec.address, environ={})
-        assert not healthy and "no answer" in reason
-        missing = {**environ, "FLOTILLA_TLS_KEY": str(tmp_path / "gone.key")}
-        healthy, reason = healthcheck.check(spec.address, environ=missing)
-        assert not healthy and reason.startswith("FLOTILLA_TLS_KEY=") and "gone.key" in reason
