@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from cluster.acl_state import TOKEN_HASHES_KEY, Authorizer, PermissionDenied
+from cluster.acl_state import TOKEN_HASHES_KEY, Authorizer, PermissionDenied, TableNotLoaded
 from cluster.authz import Acl, Operation, check_principal, parse_acl
 from cluster.errors import ClusterError, ControlPlaneUnavailable, Invalid
 from cluster.identity import Identity, Unauthenticated, new_token, token_hash, token_id
@@ -29,6 +29,7 @@ from cluster.node_api import NodeApi
 from cluster.statuses import abort
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.groups import INTERNAL_PREFIX, is_internal
 
 __all__ = ["SecurityCalls"]
 
@@ -80,6 +81,16 @@ class SecurityCalls:
             return Identity("", "", False)
         try:
             who = authorizer.authorize(context, None)
+            if operation in (PRODUCE, ADMIN) and who.via != "peer":
+                # the cluster's own topics: a client's marker (`TIMER_FORWARD_KEY`,
+                # `INTERNAL_TOPIC_KEY`) is no credential, whatever ACL it holds
+                for topic in topics:
+                    if is_internal(topic):
+                        raise PermissionDenied(
+                            f"principal {who.principal!r} may not {operation.value} "
+                            f"topic {topic!r}: it is the cluster's own (names starting with "
+                            f"{INTERNAL_PREFIX!r}); only its nodes may"
+                        )
             if operation is not None:
                 for topic in topics or ("*",):
                     decision = authorizer.check(who.principal, operation, topic)
@@ -131,13 +142,21 @@ class SecurityCalls:
         self, request: pb.ListAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListAclsResponse:
         await self._allow(context, ADMIN)
-        await self._authorizer.refresh(now=not self._authorizer.enabled)
+        await self._loaded(context)
         acls = [
             _binding(acl)
             for acl in self._authorizer.table.acls
             if not request.principal or acl.principal == request.principal
         ]
         return pb.ListAclsResponse(acls=acls)
+
+    async def _loaded(self, context: grpc.aio.ServicerContext) -> None:
+        """Refreshes the table (at once where authorization is off: nothing polls it), or ends
+        the call UNAVAILABLE if this node has none yet."""
+        authorizer = self._authorizer
+        await authorizer.refresh(now=not authorizer.enabled)
+        if not authorizer.loaded:
+            await refuse(context, TableNotLoaded(self.node.config.node_id))
 
     async def _parsed(self, request: pb.AclBinding, context: grpc.aio.ServicerContext) -> Acl:
         try:
@@ -180,8 +199,8 @@ class SecurityCalls:
         self, request: pb.ListTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTokensResponse:
         await self._allow(context, ADMIN)
+        await self._loaded(context)
         authorizer = self._authorizer
-        await authorizer.refresh(now=not authorizer.enabled)
         hashes = False
         if any(key == TOKEN_HASHES_KEY for key, _ in context.invocation_metadata() or ()):
             try:  # full hashes go to the cluster's own nodes only
@@ -227,10 +246,14 @@ class SecurityCalls:
         self, request: pb.WhoAmIRequest, context: grpc.aio.ServicerContext
     ) -> pb.WhoAmIResponse:
         authorizer = self._authorizer
+        if not authorizer.loaded:  # where authorization is off, nothing polls the table
+            await authorizer.refresh(now=True)
         try:
             who = authorizer.identify(context)
         except Unauthenticated:
             who = Identity("", "", False)
+        except ClusterError as error:  # the table not loaded yet: UNAVAILABLE
+            await refuse(context, error)
         principal = who.principal if who.authenticated else ""
         return pb.WhoAmIResponse(
             principal=principal,

@@ -39,6 +39,7 @@ from cluster.identity import (
     PeerRefused,
     TokenEntry,
     Unauthenticated,
+    UnknownToken,
     identify,
     token_hash,
     token_id,
@@ -52,6 +53,7 @@ __all__ = [
     "TOKEN_HASHES_KEY",
     "Authorizer",
     "PermissionDenied",
+    "TableNotLoaded",
     "authorization_enabled",
 ]
 
@@ -69,6 +71,17 @@ _ANSWERS: dict[grpc.StatusCode, type[ClusterError]] = {
 
 class PermissionDenied(ClusterError):
     """The caller is known but no ACL lets it do this: PERMISSION_DENIED, nothing changed."""
+
+
+class TableNotLoaded(ControlPlaneUnavailable):
+    """The node has not loaded the ACL table yet (it is starting): a refusal it would make now
+    may be wrong, so it says UNAVAILABLE (retried) instead."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(
+            f"node {node_id} is starting: it has not loaded the ACL and token table from the "
+            "control plane yet; retry"
+        )
 
 
 def authorization_enabled(config: NodeConfig) -> bool:
@@ -119,6 +132,10 @@ class Authorizer:
             if self.peer_rejected is not None:
                 self.peer_rejected("call", context.peer(), str(error))
             raise
+        except UnknownToken:
+            if not self.loaded:
+                raise TableNotLoaded(self.config.node_id) from None
+            raise
 
     def authorize(self, context: Any, operation: Operation | None, topic: str = "*") -> Identity:
         """The caller, if it may do `operation` on `topic` (None: anything an authenticated
@@ -136,7 +153,10 @@ class Authorizer:
         return who
 
     def check(self, principal: str, operation: Operation, topic: str) -> Decision:
-        return self.table.check(principal, operation, topic)
+        decision = self.table.check(principal, operation, topic)
+        if not decision.allowed and not self.loaded:
+            raise TableNotLoaded(self.config.node_id)
+        return decision
 
     # -- the table ------------------------------------------------------------------------------
     def _sync_from_controller(self) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "PeerRefused",
     "TokenEntry",
     "Unauthenticated",
+    "UnknownToken",
     "identify",
     "new_token",
     "token_hash",
@@ -59,6 +60,10 @@ NO_CREDENTIALS = (
 
 class Unauthenticated(ClusterError):
     """The call proves no principal, or a wrong one: UNAUTHENTICATED, nothing changed."""
+
+
+class UnknownToken(Unauthenticated):
+    """A bearer token whose hash the table does not hold."""
 
 
 class PeerRefused(Unauthenticated):
@@ -127,9 +132,15 @@ def identify(
     if bearer is not None:
         return _token(bearer, tokens)
     presented = certificate(context)
-    if presented is not None and presented.kind != "node":
-        return Identity(presented.name, "certificate", True)
-    return Identity(ANONYMOUS, "", False)
+    if presented is None or presented.kind == "node":
+        return Identity(ANONYMOUS, "", False)
+    if presented.name.startswith(NODE_PRINCIPAL_PREFIX):  # a CA of the operator's may say so
+        raise Unauthenticated(
+            f"the client certificate names {presented.name!r}: names starting with "
+            f"{NODE_PRINCIPAL_PREFIX!r} are the cluster's nodes, proven by a node certificate "
+            "and the cluster secret, never by a client certificate"
+        )
+    return Identity(presented.name, "certificate", True)
 
 
 def _peer(
@@ -168,7 +179,7 @@ def _token(value: str | bytes, tokens: Mapping[str, TokenEntry]) -> Identity:
     entry = tokens.get(hashed)
     if entry is None:
         shown = token[: len(TOKEN_PREFIX)] if token.startswith(TOKEN_PREFIX) else ""
-        raise Unauthenticated(
+        raise UnknownToken(
             f"token {shown}… (id {token_id(hashed)}) is not known to the cluster: it was "
             "revoked, or never made by this cluster"
         )

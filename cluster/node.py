@@ -205,7 +205,7 @@ class Node:
         )
         # who may do what: every client call asks it first (`cluster.acl_state`)
         self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
-        # a call that carries a peer proof is checked with it (`cluster.acl_state`)
+        # a call carrying a node's proof is that node's (`cluster.identity`)
         self.authorizer.peer_check = self.peer_auth.verify_call
         self.authorizer.peer_rejected = self.peer_auth.reject
         self.authorizer.certificate = caller_certificate

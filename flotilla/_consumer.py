@@ -28,7 +28,14 @@ from flotilla._group_plans import GroupCalls
 from flotilla._member import MemberState
 from flotilla._plans import POLL_STEP_S
 from flotilla._router import decode_fetch
-from flotilla.errors import FencedMember, FlotillaError, InvalidArgument, OffsetOutOfRange
+from flotilla.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    FencedMember,
+    FlotillaError,
+    InvalidArgument,
+    OffsetOutOfRange,
+)
 from flotilla.types import Record, TopicPartition
 
 __all__ = ["Callback", "ConsumerCore", "ConsumerPlan", "PartitionsCallback"]
@@ -97,8 +104,10 @@ class ConsumerCore:
             return self.state.heartbeat_interval_s
         except FlotillaError as error:
             self.state.check_session(time.monotonic())
-            if isinstance(error, InvalidArgument):
-                self.error = error  # e.g. a session timeout the coordinator refuses
+            if isinstance(error, InvalidArgument | AuthenticationError | AuthorizationError):
+                # e.g. a session timeout the coordinator refuses, or a caller the cluster does
+                # not know or lets not consume: no retry cures it, so poll raises it
+                self.error = error
             return min(self.state.heartbeat_interval_s, 0.25)
         self.state.heartbeat_ok(request, reply, sent_at)
         return self.state.heartbeat_interval_s

@@ -36,6 +36,8 @@ from flotilla._queue import (
 )
 from flotilla._router import decode_fetch
 from flotilla.errors import (
+    AuthenticationError,
+    AuthorizationError,
     FencedMember,
     FlotillaError,
     InvalidArgument,
@@ -105,8 +107,10 @@ class QueueCore:
             return 0.0  # rejoin at once
         except FlotillaError as error:
             self.state.check_session(time.monotonic())
-            if isinstance(error, InvalidArgument | TopicNotFound):
-                self.error = error  # e.g. a topic that does not exist
+            if isinstance(
+                error, InvalidArgument | TopicNotFound | AuthenticationError | AuthorizationError
+            ):  # e.g. a topic that does not exist, a caller not let consume it
+                self.error = error
             return min(member.heartbeat_interval_s, 0.25)
         self.error = None
         member.heartbeat_ok(request, reply, sent_at)

@@ -170,7 +170,7 @@ def _client_parsers(sub: Any) -> None:
     add_security_parsers(sub, [bootstrap])
     add_certs_parser(sub)
 
-    status = sub.add_parser("status", parents=[bootstrap], help="members and partitions")
+    status = sub.add_parser("status", parents=[bootstrap], help="members, partitions and ACLs")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
 

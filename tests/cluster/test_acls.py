@@ -16,11 +16,16 @@ from typing import Any
 import grpc
 import pytest
 from harness import wait_until
+from queue_calls import Member, Router, take
 
+from cluster.certs import CertPaths, issue_client
+from cluster.delayed import TIMER_FORWARD_KEY
 from cluster.local import LocalCluster
+from cluster.peer_auth import PEER_KEY, PeerAuth
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.records import encode_batch
+from timers.types import DELIVER_AT_HEADER
 
 pytestmark = pytest.mark.integration
 
@@ -218,9 +223,12 @@ def test_a_principal_allowed_only_to_produce_on_a_prefix_can_do_nothing_else(
     ]
 
 
-def _request(topic: str) -> pb.ProduceRequest:
-    batch = encode_batch([(None, b"v", None, int(time.time() * 1000))])
-    return pb.ProduceRequest(topic=topic, partition=0, batch=batch, acks=pb.ACKS_ALL)
+def _request(topic: str, deliver_at_ms: int = 0) -> pb.ProduceRequest:
+    headers = [(DELIVER_AT_HEADER, str(deliver_at_ms).encode())] if deliver_at_ms else None
+    batch = encode_batch([(None, b"v", headers, int(time.time() * 1000))])
+    return pb.ProduceRequest(
+        topic=topic, partition=0, batch=batch, acks=pb.ACKS_ALL, deliver_at_ms=deliver_at_ms
+    )
 
 
 def _may_produce(calls: Calls, topic: str) -> bool:
@@ -228,7 +236,8 @@ def _may_produce(calls: Calls, topic: str) -> bool:
         _produce(calls, topic)
         return True
     except grpc.RpcError as error:
-        if error.code() not in (DENIED, grpc.StatusCode.FAILED_PRECONDITION):
+        retry = (DENIED, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE)
+        if error.code() not in retry:  # a leader moving, an ACL not polled yet
             raise
         return False
 
@@ -261,6 +270,16 @@ def test_deny_wins_over_allow_and_a_bad_binding_is_refused(
     assert "operation 'write' is invalid: use produce | consume | admin | all" in error.details()
 
 
+def _answers(calls: Calls, node_id: str, method: str, request: Any) -> bool:
+    try:
+        calls(node_id, method, request)
+        return True
+    except grpc.RpcError as error:
+        if error.code() is not grpc.StatusCode.UNAVAILABLE:  # starting: not loaded yet
+            raise
+        return False
+
+
 def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_at_once(
     cluster: LocalCluster, admin: Calls
 ) -> None:
@@ -269,7 +288,9 @@ def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_
     dave = _known_everywhere(cluster, made.token)
     cluster.stop("n1")
     cluster.start("n1")
-    # the controller's table comes from its own journal and dumps, nothing else
+    # the controller's table comes from its own journal and dumps, nothing else (until it has
+    # loaded them it says so: UNAVAILABLE)
+    wait_until(lambda: _answers(admin, "n1", "ListTokens", pb.ListTokensRequest()))
     listed = admin("n1", "ListTokens", pb.ListTokensRequest(principal="dave")).tokens
     assert [(t.principal, t.token_id) for t in listed] == [("dave", made.token_id)]
     acls = admin("n1", "ListAcls", pb.ListAclsRequest(principal="dave")).acls
@@ -278,7 +299,8 @@ def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_
         lambda: dave("n1", "WhoAmI", pb.WhoAmIRequest()).principal == "dave",
         what="dave known on the restarted controller",
     )
-    dave("n1", "Fetch", pb.FetchRequest(topic="payments", partition=0, max_records=1))
+    fetch = pb.FetchRequest(topic="payments", partition=0, max_records=1)
+    wait_until(lambda: _answers(dave, "n1", "Fetch", fetch), what="dave's fetch on n1")
 
     revoked = admin("n3", "RevokeToken", pb.RevokeTokenRequest(token_id=made.token_id))
     assert revoked.revoked == 1
@@ -292,3 +314,145 @@ def test_acls_and_tokens_survive_a_controller_restart_and_a_revoked_token_stops_
     )
     error = admin.refused("n2", "RevokeToken", pb.RevokeTokenRequest(token_id="xyz"))
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Adds `authorization: Bearer <token>` to every unary call (for tests/queue_calls.py's
+    router, which calls without metadata)."""
+
+    def __init__(self, token: str) -> None:
+        self.pair = ("authorization", f"Bearer {token}")
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = (*(details.metadata or ()), self.pair)
+        return continuation(details._replace(metadata=metadata), request)
+
+
+def test_the_nodes_own_calls_pass_for_a_client_s_delayed_produce_and_queue(
+    cluster: LocalCluster, admin: Calls
+) -> None:
+    """What a node does for a client call, it does as itself (`node:<id>`, its signed proof):
+    delayed batches forwarded to their timer partition's leader (and the timer topic created
+    through the controller), queue source reads from partition leaders, dead-letter copies
+    (and the dead-letter topic created). erin may do all on orders.* and nothing else."""
+    made = _token(admin, "erin")
+    admin("n1", "AddAcl", pb.AclBinding(principal="erin", operation="all", resource="orders.*"))
+    erin = _known_everywhere(cluster, made.token)
+    wait_until(lambda: _may_produce(erin, "orders.eu"), what="erin's ACL on every node")
+    start = _high_watermark(admin, "orders.eu")
+    for node_id in ("n1", "n2", "n3"):  # at most one of them leads the timer partition
+        erin(node_id, "Produce", _request("orders.eu", int(time.time() * 1000) + 300))
+    wait_until(
+        lambda: _high_watermark(admin, "orders.eu") == start + 3,
+        what="the three delayed records delivered",
+        detail=lambda: _high_watermark(admin, "orders.eu"),
+    )
+    # internal topics stay the nodes' own, even for a superuser holding the forward marker
+    timers = [
+        name
+        for name in admin("n1", "Metadata", pb.MetadataRequest()).topics
+        if name.name.startswith("__timers.")
+    ]
+    assert timers, "the timer topic was made"
+    forged = _request(timers[0].name, int(time.time() * 1000) + 60_000)
+    marked = Calls(cluster, BOOTSTRAP)
+    marked.metadata = (*marked.metadata, (TIMER_FORWARD_KEY, "1"))
+    error = marked.refused(timers[0].partitions[0].leader, "Produce", forged)
+    assert error.code() is DENIED
+    assert "is the cluster's own (names starting with '__'); only its nodes may" in (
+        error.details()
+    )
+
+    router = Router(cluster)
+    for spec in cluster.nodes.values():
+        channel = grpc.insecure_channel(spec.address)
+        router.channels[spec.address] = grpc.intercept_channel(channel, _Bearer(made.token))
+    try:
+        member = Member(router, "w", "orders.eu").join()
+        leases = take(member, 1)
+        member.settle(leases[:1], pb.SETTLE_REJECT)
+        wait_until(
+            lambda: (
+                _leader(admin, "n1", "orders.eu.w.dlq")
+                and _high_watermark(admin, "orders.eu.w.dlq") == 1
+            ),
+            what="the rejected record copied to the dead-letter topic",
+        )
+    finally:
+        router.close()
+
+
+# -- with TLS: client certificates name principals ---------------------------------------------
+
+
+def _tls_stub(
+    cluster: LocalCluster, node_id: str, paths: CertPaths
+) -> flotilla_pb2_grpc.FlotillaStub:
+    credentials = grpc.ssl_channel_credentials(
+        paths.ca.read_bytes(), paths.key.read_bytes(), paths.cert.read_bytes()
+    )
+    channel = grpc.secure_channel(cluster.nodes[node_id].address, credentials)
+    return flotilla_pb2_grpc.FlotillaStub(channel)
+
+
+def test_with_mutual_tls_a_client_certificate_is_the_principal(tmp_path: Path) -> None:
+    """authorization "auto" is on with TLS: the admin certificate (a superuser) makes a topic
+    through the non-controller (its forward goes as the node, over mutual TLS) and an ACL; the
+    certificate of client bob may produce and nothing else; a token beats a certificate, and a
+    valid peer proof presented with a client certificate is no node."""
+    with LocalCluster(tmp_path, nodes=2, controllers=1, tls=True) as cluster:
+        cluster.start()
+        assert cluster.tls is not None and cluster.tls_dir is not None
+        admin = _tls_stub(cluster, "n2", cluster.tls)
+        bob_paths = issue_client(cluster.tls_dir, "bob")
+        bob = {n: _tls_stub(cluster, n, bob_paths) for n in ("n1", "n2")}
+        who = admin.WhoAmI(pb.WhoAmIRequest(), timeout=10)
+        assert (who.principal, who.via, who.superuser, who.authorization) == (
+            "admin", "certificate", True, True,
+        )  # fmt: skip
+        request = pb.CreateTopicRequest(name="orders.eu", partitions=1, replication_factor=2)
+        admin.CreateTopic(request, timeout=15)
+        binding = pb.AclBinding(principal="bob", operation="produce", resource="orders.*")
+        admin.AddAcl(binding, timeout=15)
+        assert bob["n2"].WhoAmI(pb.WhoAmIRequest(), timeout=10).via == "certificate"
+
+        def produced() -> bool:
+            for stub in bob.values():
+                try:
+                    stub.Produce(_request("orders.eu"), timeout=10)
+                    return True
+                except grpc.RpcError as error:
+                    retry = (
+                        DENIED,
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        grpc.StatusCode.UNAVAILABLE,
+                    )
+                    if error.code() not in retry:  # a leader not elected, an ACL not polled
+                        raise
+            return False
+
+        wait_until(produced, what="bob's produce over TLS")
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n1"].Fetch(pb.FetchRequest(topic="orders.eu", partition=0), timeout=10)
+        assert caught.value.code() is DENIED
+        assert "principal 'bob' may not consume from topic 'orders.eu'" in caught.value.details()
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].DeleteTopic(pb.DeleteTopicRequest(name="orders.eu"), timeout=10)
+        assert caught.value.code() is DENIED
+        # a token is looked at before the certificate: an unknown one is refused outright
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].ListTopics(
+                pb.ListTopicsRequest(), timeout=10, metadata=(("authorization", "Bearer flt_x"),)
+            )
+        assert caught.value.code() is UNAUTHENTICATED
+        # the cluster's secret (stolen) signs a proof of n1, but bob's certificate is no node's
+        forged = PeerAuth("n1", cluster.secret).sign_call()
+        with pytest.raises(grpc.RpcError) as caught:
+            bob["n2"].ListTopics(pb.ListTopicsRequest(), timeout=10, metadata=((PEER_KEY, forged),))
+        assert caught.value.code() is UNAUTHENTICATED
+        assert "the client certificate of 'bob'" in caught.value.details()
+        # and a node's certificate without the proof is nobody
+        as_node = _tls_stub(cluster, "n1", cluster.node_tls("n2") or cluster.tls)
+        with pytest.raises(grpc.RpcError) as caught:
+            as_node.ListTopics(pb.ListTopicsRequest(), timeout=10)
+        assert caught.value.code() is UNAUTHENTICATED

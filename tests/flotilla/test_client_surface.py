@@ -97,6 +97,19 @@ def test_the_asyncio_client_has_every_call_of_the_sync_one() -> None:
     )
 
 
+def test_both_clients_take_the_same_settings() -> None:
+    """The constructors match too: bootstrap, timeout, acks, and the TLS and token settings."""
+    sync_init, async_init = parameters(Client.__init__), parameters(aio.Client.__init__)
+    assert sync_init == async_init
+    names = [name for name, *_ in sync_init]
+    assert names[-5:] == ["tls_ca", "tls_cert", "tls_key", "token", "tls_server_name"]
+
+    def drifted(self: object, bootstrap: str, *, timeout_s: float = 15.0) -> None:
+        return None
+
+    assert parameters(drifted) != sync_init  # the check sees a constructor that lost some
+
+
 def test_the_asyncio_producer_has_every_call_of_the_sync_one() -> None:
     assert drift(Producer, aio.AsyncProducer) == []
 

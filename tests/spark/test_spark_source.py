@@ -223,6 +223,23 @@ def test_a_read_can_start_at_a_consumer_groups_committed_offsets(
     assert got == {(0, o) for o in range(4, ends[0])} | {(1, o) for o in range(ends[1])}
 
 
+def test_a_read_over_mutual_tls(spark: Any, tmp_path: Path) -> None:
+    """The options tls_ca, tls_cert and tls_key reach the driver's and the executors' clients
+    (a one-node cluster with mutual TLS, whose nodes accept no client without a certificate)."""
+    with LocalCluster(tmp_path / "tls", 1, config_text=CONFIG, tls=True) as secure:
+        secure.start()
+        assert secure.tls is not None
+        files = {"tls_ca": str(secure.tls.ca), "tls_cert": str(secure.tls.cert)}
+        files["tls_key"] = str(secure.tls.key)
+        with Client(secure.addresses(), timeout_s=30, **files) as admin:
+            admin.create_topic("secure", partitions=2, replication_factor=1)
+            for n in range(6):
+                admin.produce("secure", b"s%d" % n, key=b"k%d" % n)
+            expected = sdk_rows(admin, "secure")
+        df = reader(spark, secure, "secure", **files)
+        assert spark_rows(df) == expected and sum(map(len, expected.values())) == 6
+
+
 def test_a_replica_killed_while_a_job_runs_does_not_fail_it(
     spark: Any, cluster: LocalCluster, client: Client
 ) -> None:
