@@ -31,7 +31,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --system --gid 10001 flotilla \
  && useradd --system --uid 10001 --gid flotilla --home-dir /home/flotilla --create-home \
         --shell /usr/sbin/nologin flotilla \
- && install -d -o flotilla -g flotilla /data /home/flotilla/chaos-runs \
+ && install -d -o flotilla -g flotilla /data /ca /certs /home/flotilla/chaos-runs \
  && python3 -m venv /opt/flotilla/venv
 WORKDIR /home/flotilla
 
@@ -53,5 +53,8 @@ EXPOSE 7001 7101 9101
 # the exec-form ENTRYPOINT makes it PID 1 (compose adds `init: true`), so the signal reaches it
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["flotilla"]
+# the default: one node for a first look, plaintext (--insecure: it warns at every start), so
+# publish its port on the host's loopback only as above; docker-compose.yml runs nodes with TLS
 CMD ["node", "--id", "n1", "--listen", "0.0.0.0:7001", "--advertise", "127.0.0.1:7001", \
-     "--data-dir", "/data", "--controllers", "n1=127.0.0.1:7101", "--metrics", "0.0.0.0:9101"]
+     "--data-dir", "/data", "--controllers", "n1=127.0.0.1:7101", "--metrics", "0.0.0.0:9101", \
+     "--insecure"]

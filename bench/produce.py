@@ -1,8 +1,14 @@
-"""Produce benchmark: the SDK against a 3-node cluster, and our transport's ceiling, in one run.
+"""Produce benchmark: the SDK against a 3-node cluster, plaintext and with TLS, and our
+transport's ceiling, in one run.
 
     python -m bench.produce [--records 50000] [--sync-records 500] [--event-loop asyncio]
 
-Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records.
+Cluster: three local nodes, replication factor 3, acks=all, fsync always, 1 KiB records. The
+cluster cases run on two clusters side by side, one plaintext, one with mutual TLS on every
+connection (clients and peers; `LocalCluster(tls=True)`, the client with the `admin`
+certificate), each case on one then the other, `--rounds` times (medians), so that load from
+elsewhere on the machine weighs on both alike. What TLS costs: `tls_producer_throughput_ratio` (best batching producer, TLS over
+plaintext; goal >= 0.8), `tls_sync_throughput_ratio` and `tls_sync_p50_delta_ms` (goal <= +0.3).
 - synchronous produce, one record in flight: records/s, p50 and p99 latency, and where its
   time goes: the CPU each process (client, leader, followers) spends per request;
 - the batching producer at several (linger_ms, batch_bytes) settings: records/s and MB/s;
@@ -21,14 +27,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 import grpc
 
@@ -192,20 +201,15 @@ def disk_ceiling(directory: str, batch_bytes: int, total_bytes: int, writers: in
 
 
 # -- the cluster -----------------------------------------------------------------------------------
-def sync_produce(client: Client, count: int) -> tuple[float, float, float]:
+def sync_latencies(client: Client, count: int) -> tuple[list[float], float]:
+    """`count` synchronous produces one after another: each one's latency (s), and the total."""
     latencies = []
     started = time.perf_counter()
     for _ in range(count):
         t = time.perf_counter()
         client.produce("bench", RECORD, partition=0)
         latencies.append(time.perf_counter() - t)
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return (
-        count / elapsed,
-        latencies[len(latencies) // 2] * 1000,
-        latencies[int(len(latencies) * 0.99)] * 1000,
-    )
+    return latencies, time.perf_counter() - started
 
 
 def process_cpu_s(pid: int) -> float:
@@ -252,10 +256,102 @@ def batching_produce(client: Client, count: int, linger_ms: int, batch_bytes: in
     return count / (time.perf_counter() - started)
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterFigures:
+    """The cluster cases on one side (plaintext or TLS), medians over the rounds."""
+
+    sync_rate: float  # records/s, one in flight
+    p50_ms: float  # over every round's requests
+    p99_ms: float
+    cpu_ms: dict[str, float]  # CPU per sync produce, by process role
+    mean_ms: float
+    batching: dict[tuple[int, int], float]  # (linger_ms, batch_bytes) -> records/s
+
+    @property
+    def best(self) -> tuple[tuple[int, int], float]:
+        return max(self.batching.items(), key=lambda item: item[1])
+
+
+def _percentile(latencies: list[float], share: float) -> float:
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] * 1000
+
+
+def cluster_cases(args: argparse.Namespace) -> tuple[ClusterFigures, ClusterFigures]:
+    """The sync and batching cases on two 3-node clusters running side by side, one plaintext,
+    one with mutual TLS: each case runs on one, then the other, `args.rounds` times, the first
+    alternating, so that what else the machine does in the meantime weighs on both alike (the
+    ratio is what this measures; medians over the rounds)."""
+    with contextlib.ExitStack() as stack:
+        sides: dict[bool, tuple[LocalCluster, Client]] = {}
+        for tls in (False, True):
+            root = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd())
+            )
+            cluster = stack.enter_context(
+                LocalCluster(root, 3, config_text=CONFIG, tls=tls,
+                             node_args=["--event-loop", args.event_loop])
+            )  # fmt: skip
+            cluster.start()
+            paths = cluster.tls
+            security = (
+                {"tls_ca": str(paths.ca), "tls_cert": str(paths.cert), "tls_key": str(paths.key)}
+                if paths is not None
+                else {}
+            )
+            client = stack.enter_context(Client(cluster.addresses(), timeout_s=60, **security))
+            client.create_topic("bench", partitions=3, replication_factor=3)
+            client.produce("bench", RECORD, partition=0)
+            sides[tls] = (cluster, client)
+        latencies: dict[bool, list[float]] = {False: [], True: []}
+        busy_s: dict[bool, float] = {False: 0.0, True: 0.0}
+        rates: dict[bool, dict[tuple[int, int], list[float]]] = {False: {}, True: {}}
+        per_round = max(1000, args.records // args.rounds)
+        for number in range(args.rounds):
+            order = (False, True) if number % 2 == 0 else (True, False)
+            for tls in order:
+                spent, took = sync_latencies(sides[tls][1], args.sync_records)
+                latencies[tls] += spent
+                busy_s[tls] += took
+            for linger_ms, batch_bytes in SETTINGS:
+                for tls in order:
+                    rate = batching_produce(sides[tls][1], per_round, linger_ms, batch_bytes)
+                    rates[tls].setdefault((linger_ms, batch_bytes), []).append(rate)
+        cpu = {tls: sync_cpu_per_produce(sides[tls][1], sides[tls][0], args.sync_records)
+               for tls in (False, True)}  # fmt: skip
+    return tuple(  # type: ignore[return-value]
+        ClusterFigures(
+            sync_rate=len(latencies[tls]) / busy_s[tls],
+            p50_ms=_percentile(latencies[tls], 0.5),
+            p99_ms=_percentile(latencies[tls], 0.99),
+            cpu_ms=cpu[tls][0],
+            mean_ms=cpu[tls][1],
+            batching={k: statistics.median(v) for k, v in rates[tls].items()},
+        )
+        for tls in (False, True)
+    )
+
+
+def _cluster_rows(figures: ClusterFigures, suffix: str) -> list[tuple[str, float, float]]:
+    rate = figures.sync_rate
+    rows = [(f"sync produce (1 in flight){suffix}", rate, rate * len(RECORD) / 1e6)]
+    for (linger_ms, batch_bytes), rate in figures.batching.items():
+        name = f"producer linger={linger_ms}ms batch={batch_bytes // 1024}KiB{suffix}"
+        rows.append((name, rate, rate * len(RECORD) / 1e6))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--sync-records", type=int, default=500)
+    parser.add_argument("--sync-records", type=int, default=500, help="per round")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="each cluster case runs this many times on each side, alternating (default 3); "
+        "--records is split over them",
+    )
     parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
@@ -267,31 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.ceiling_server:
         asyncio.run(_serve_ceiling(args.ceiling_server))
         return 0
-    rows: list[tuple[str, float, float]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="flotilla-produce-", dir=os.getcwd()) as root,
-        LocalCluster(
-            root, 3, config_text=CONFIG, node_args=["--event-loop", args.event_loop]
-        ) as cluster,
-    ):
-        cluster.start()
-        with Client(cluster.addresses(), timeout_s=60) as client:
-            client.create_topic("bench", partitions=3, replication_factor=3)
-            client.produce("bench", RECORD, partition=0)
-            sync_rate, p50_ms, p99_ms = sync_produce(client, args.sync_records)
-            cpu_ms, mean_ms = sync_cpu_per_produce(client, cluster, args.sync_records)
-            rows.append(("sync produce (1 in flight)", sync_rate, sync_rate * len(RECORD) / 1e6))
-            batching: dict[tuple[int, int], float] = {}
-            for linger_ms, batch_bytes in SETTINGS:
-                rate = batching_produce(client, args.records, linger_ms, batch_bytes)
-                batching[(linger_ms, batch_bytes)] = rate
-                rows.append(
-                    (
-                        f"producer linger={linger_ms}ms batch={batch_bytes // 1024}KiB",
-                        rate,
-                        rate * len(RECORD) / 1e6,
-                    )
-                )
+    plain, secure = cluster_cases(args)
+    rows = _cluster_rows(plain, "") + _cluster_rows(secure, ", TLS")
+    sync_rate, p50_ms, p99_ms = plain.sync_rate, plain.p50_ms, plain.p99_ms
+    cpu_ms, mean_ms = plain.cpu_ms, plain.mean_ms
     sizes = sorted({b for _, b in SETTINGS})
     limits, rtt_ms, stream_ms = ceiling(sizes, total_bytes=args.records * len(RECORD))
     for size, mb_s in limits.items():
@@ -306,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, rate, mb_s in rows:
         print(f"{name:<42}{rate:>12,.0f}{mb_s:>10.1f}")
     print(f"sync produce latency: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms")
+    print(f"sync produce latency with TLS: p50 {secure.p50_ms:.2f} ms, p99 {secure.p99_ms:.2f} ms")
     print(f"bare gRPC unary round trip (sync client, aio server, 1 KiB): p50 {rtt_ms:.2f} ms")
     print(
         f"floor under a sync produce, no work at all: unary {rtt_ms:.2f} + stream round trip "
@@ -319,8 +395,18 @@ def main(argv: list[str] | None = None) -> int:
         + f"; total {total_cpu_ms:.2f} over {cores} cores = {total_cpu_ms / cores:.2f} ms "
         f"against a mean latency of {mean_ms:.2f} ms"
     )
-    (best_linger, best_batch), best_rate = max(batching.items(), key=lambda item: item[1])
+    (best_linger, best_batch), best_rate = plain.best
     best_mb_s = best_rate * len(RECORD) / 1e6
+    tls_setting, tls_rate = secure.best
+    tls_ratio = tls_rate / best_rate
+    tls_sync_ratio = secure.sync_rate / plain.sync_rate
+    tls_p50_delta_ms = secure.p50_ms - plain.p50_ms
+    tls_cpu_ms = sum(secure.cpu_ms.values())
+    print(
+        f"TLS cost: best producer {tls_rate:,.0f} vs {best_rate:,.0f} records/s = {tls_ratio:.2f}x "
+        f"(goal >= 0.8); sync {tls_sync_ratio:.2f}x, p50 {tls_p50_delta_ms:+.2f} ms (goal <= +0.3); "
+        f"CPU per sync produce {tls_cpu_ms:.2f} vs {total_cpu_ms:.2f} ms"
+    )
     print(json.dumps({
         "sync_records_per_s": round(sync_rate), "sync_p50_ms": round(p50_ms, 2), "sync_p99_ms": round(p99_ms, 2),
         "producer_records_per_s": round(best_rate), "producer_mb_per_s": round(best_mb_s, 1),
@@ -336,6 +422,16 @@ def main(argv: list[str] | None = None) -> int:
         "sync_cpu_ms_per_produce": {role: round(ms, 2) for role, ms in sorted(cpu_ms.items())},
         "sync_cpu_ms_total_per_core": round(total_cpu_ms / cores, 2),
         "sync_mean_ms": round(mean_ms, 2),
+        "tls": {
+            "sync_records_per_s": round(secure.sync_rate), "sync_p50_ms": round(secure.p50_ms, 2),
+            "sync_p99_ms": round(secure.p99_ms, 2), "producer_records_per_s": round(tls_rate),
+            "producer_best_setting": {"linger_ms": tls_setting[0], "batch_bytes": tls_setting[1]},
+            "sync_cpu_ms_per_produce": {role: round(ms, 2) for role, ms in sorted(secure.cpu_ms.items())},
+        },
+        "tls_producer_throughput_ratio": round(tls_ratio, 3),
+        "tls_sync_throughput_ratio": round(tls_sync_ratio, 3),
+        "tls_sync_p50_delta_ms": round(tls_p50_delta_ms, 2),
+        "tls_goals_met": tls_ratio >= 0.8 and tls_p50_delta_ms <= 0.3,
     }))  # fmt: skip
     return 0
 

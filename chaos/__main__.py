@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--delayed", type=float, default=0.0,
                          help="delayed records a second to <topic>-delayed beside the normal "
                               "workload, judged by chaos.delay_checker (0: none)")  # fmt: skip
+        sub.add_argument("--no-tls", dest="tls", action="store_false",
+                         help="plaintext nodes and clients (default: mutual TLS everywhere, "
+                              "the harness's own CA)")  # fmt: skip
         sub.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
         sub.add_argument("--unsafe-read-uncommitted", action="store_true", help=argparse.SUPPRESS)
         if command == "run":
@@ -89,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         group_members=args.group_members,
         queue_receivers=args.queue_receivers,
         delayed=args.delayed,
+        tls=args.tls,
     )
     if args.command == "run":
         outcome = run(replace(config, seed=args.seed))

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chaos.client_tls import PLAINTEXT, ClientTls
 from chaos.delay_checker import delayed_value
 from chaos.history import EventType, HistoryWriter
 from flotilla import Client
@@ -67,8 +68,10 @@ class DelayWorkload:
         partitions: int,
         seed: int,
         settings: DelaySettings = DelaySettings(),
+        tls: ClientTls = PLAINTEXT,
     ) -> None:
         self.bootstrap = list(bootstrap)
+        self.tls = tls
         self.history = history
         self.topic = topic
         self.partitions = partitions
@@ -96,7 +99,10 @@ class DelayWorkload:
     def _replicas(self) -> list[list[str | None]]:
         """Each partition's replicas (one follower each), or [None] where unknown."""
         found: list[list[str | None]] = [[None] for _ in range(self.partitions)]
-        with contextlib.suppress(FlotillaError), Client(self.bootstrap, timeout_s=10) as client:
+        with (
+            contextlib.suppress(FlotillaError),
+            self.tls.client(self.bootstrap, timeout_s=10) as client,
+        ):
             for info in client.describe_topic(self.topic).partitions:
                 if info.index < self.partitions and info.replicas:
                     found[info.index] = list(info.replicas)
@@ -109,7 +115,7 @@ class DelayWorkload:
         thread.start()
 
     def _client(self, timeout_s: float) -> Client:
-        client = Client(self.bootstrap, timeout_s=timeout_s)
+        client = self.tls.client(self.bootstrap, timeout_s=timeout_s)
         with self._lock:
             self._clients.append(client)
         return client

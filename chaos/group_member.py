@@ -17,8 +17,8 @@ import signal
 import threading
 from pathlib import Path
 
+from chaos.client_tls import ClientTls
 from chaos.history import EventType, HistoryWriter
-from flotilla import Client
 from flotilla.errors import FencedMember, FlotillaError
 
 __all__ = ["main"]
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=Path, required=True)
     parser.add_argument("--session-timeout-ms", type=int, default=4000)
     parser.add_argument("--poll-timeout-s", type=float, default=0.2)
+    ClientTls.add_arguments(parser)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with (
-            Client(args.bootstrap.split(","), timeout_s=10) as client,
+            ClientTls.from_args(args).client(args.bootstrap.split(","), timeout_s=10) as client,
             client.consumer(
                 args.group, [args.topic], start="earliest", auto_commit=True,
                 session_timeout_ms=args.session_timeout_ms, on_assign=assigned,

@@ -15,6 +15,7 @@ import random
 import threading
 from collections.abc import Mapping, Sequence
 
+from chaos.client_tls import PLAINTEXT, ClientTls
 from chaos.history import EventType, HistoryWriter
 from flotilla import Client
 from flotilla.errors import FlotillaError
@@ -36,8 +37,10 @@ class GroupWorkload:
         members: int,
         seed: int,
         timeout_s: float = 5.0,
+        tls: ClientTls = PLAINTEXT,
     ) -> None:
         self.bootstrap = list(bootstrap)
+        self.tls = tls
         self.history = history
         self.topic = topic
         self.members = members
@@ -77,7 +80,7 @@ class GroupWorkload:
     def _member(self, number: int) -> None:
         process = f"member-{number}"
         rng = random.Random(f"{self.seed}/group/{number}")
-        with Client(self.bootstrap, timeout_s=self.timeout_s) as client:
+        with self.tls.client(self.bootstrap, timeout_s=self.timeout_s) as client:
             while not self.stopping.is_set():
                 try:
                     self._session(client, process, rng)

@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from chaos.client_tls import ClientTls
 from chaos.history import EventType, HistoryWriter
-from flotilla import Client
 from flotilla.errors import FlotillaError, LeaseLost
 from flotilla.types import Delivery
 
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-timeout-ms", type=int, default=8000)
     parser.add_argument("--backoff-ms", default="200,500,1000", help="comma-separated ms")
     parser.add_argument("--batch", type=int, default=20)
+    ClientTls.add_arguments(parser)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -165,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     receiver = Receiver(history, args.name, args.invisible_ms, args.seed)
     backoff = [int(ms) for ms in args.backoff_ms.split(",") if ms]
     try:
-        with Client(args.bootstrap.split(","), timeout_s=10) as client:
+        tls = ClientTls.from_args(args)
+        with tls.client(args.bootstrap.split(","), timeout_s=10) as client:
             queue = client.queue(
                 args.group, args.topic, invisible_ms=args.invisible_ms,
                 max_deliveries=args.max_deliveries, session_timeout_ms=args.session_timeout_ms,

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.client_tls import PLAINTEXT, ClientTls
 from chaos.history import Event, EventType, HistoryWriter
 from chaos.queue_checker import DeadLetter
 from flotilla import Client
@@ -64,8 +65,10 @@ class QueueWorkload:
         seed: int,
         settings: QueueSettings = QueueSettings(),
         env: Mapping[str, str] | None = None,
+        tls: ClientTls = PLAINTEXT,
     ) -> None:
         self.bootstrap = list(bootstrap)
+        self.tls = tls
         self.history = history
         self.directory = directory
         self.topic = topic
@@ -100,6 +103,7 @@ class QueueWorkload:
             "--invisible-ms", str(s.invisible_ms), "--max-deliveries", str(s.max_deliveries),
             "--session-timeout-ms", str(s.session_timeout_ms),
             "--backoff-ms", ",".join(str(ms) for ms in s.backoff_ms), "--batch", str(s.batch),
+            *self.tls.argv(),
         ]  # fmt: skip
         log = open(self.directory / f"receiver-{number}.log", "ab")  # noqa: SIM115
         with log:
@@ -139,7 +143,7 @@ class QueueWorkload:
         dead letter pending (every record acked or dead-lettered); records `drained` if so.
         Call after the heal, before `stop`: the receivers are still receiving."""
         deadline = time.monotonic() + timeout_s
-        with Client(self.bootstrap, timeout_s=10) as client:
+        with self.tls.client(self.bootstrap, timeout_s=10) as client:
             while time.monotonic() < deadline:
                 if _settled(client, self.settings.group, ends):
                     self.history.record("queue", EventType.OK, "drained")

@@ -4,6 +4,11 @@ seeded nemesis schedule, then heal, wait for convergence, check and report.
     python -m chaos run --nodes 5 --nemesis partition-random,kill-leader,pause --duration 60 --seed 7
     python -m chaos sweep --nemesis all --seeds 1,2,3 --duration 60
     python -m chaos run --nemesis kill-leader --duration 30 --delayed 20
+    python -m chaos run --nemesis kill-leader --duration 30 --no-tls
+
+A run is TLS by default (mutual TLS on every connection, node certificates on the Raft and
+gossip links through the proxies, every client with the cluster's `admin` client certificate:
+`chaos.client_tls`); `--no-tls` runs plaintext, to compare.
 
 `--delayed N` adds N delayed records a second to a topic of their own (`<topic>-delayed`)
 beside the normal workload (`chaos.delay_workload`), judged by `chaos.delay_checker`: each
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import CheckResult, FinalLogs, check, reference_logs, with_group
+from chaos.client_tls import PLAINTEXT, ClientTls
 from chaos.delay_checker import DelayBounds, DelayCheck, check_delayed
 from chaos.delay_workload import DelaySettings, DelayWorkload, wall_ms
 from chaos.disk import DiskFaultCluster
@@ -80,6 +86,7 @@ class RunConfig:
     queue: QueueSettings = field(default_factory=QueueSettings)
     # delayed records a second to `<topic>-delayed` (`chaos.delay_workload`); 0: none
     delayed: float = 0.0
+    tls: bool = True  # nodes and clients on mutual TLS (False: plaintext, `--no-tls`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,7 @@ def replay_command(config: RunConfig) -> str:
         if value != usual
     )
     flags += "".join(f" {flag}" for flag in config.unsafe_flags)
+    flags += "" if config.tls else " --no-tls"
     return (
         f"python -m chaos run --nodes {config.nodes} --nemesis {','.join(config.nemeses)} "
         f"--duration {config.duration_s:g} --seed {config.seed}{flags}"
@@ -152,7 +160,7 @@ def run(config: RunConfig) -> RunOutcome:
     env = {UNSAFE_ENV: "1"} if config.unsafe_flags else {}
     # nodes read disk faults from their own control file only when a disk nemesis runs
     options: dict[str, Any] = {"env": env, "node_args": list(config.unsafe_flags),
-                               "config_text": _node_config(config)}  # fmt: skip
+                               "config_text": _node_config(config), "tls": config.tls}  # fmt: skip
     if any(n in DISK for n in config.nemeses) or config.node_launcher:
         cluster: LocalCluster = DiskFaultCluster(
             directory / "cluster", config.nodes, launcher=config.node_launcher, **options
@@ -172,30 +180,32 @@ def run(config: RunConfig) -> RunOutcome:
     try:
         network.attach(cluster)
         cluster.start()
-        client = Client(cluster.addresses(), timeout_s=20)
+        tls = client_tls(cluster)
+        client = tls.client(cluster.addresses(), timeout_s=20)
         client.create_topic(topic, config.workload.partitions, replication_factor(config))
         replicas = _wait_for_leaders(client, topic, config.workload.partitions)
         if config.delayed:
             client.create_topic(delayed_topic, config.workload.partitions,
                                 replication_factor(config))  # fmt: skip
             _wait_for_leaders(client, delayed_topic, config.workload.partitions)
-        workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed)
+        workload = Workload(cluster.addresses(), replicas, history, config.workload, config.seed,
+                            tls)  # fmt: skip
         nemesis = Nemesis(cluster, network, client, topic, history, config.seed,
                           fail_stop_timeout_s=config.fail_stop_timeout_s)  # fmt: skip
         workload.start()
         if config.group_members:
             group = GroupWorkload(cluster.addresses(), history, topic, config.group_members,
-                                  config.seed)  # fmt: skip
+                                  config.seed, tls=tls)  # fmt: skip
             group.start()
         if config.queue_receivers:
             settings = replace(config.queue, receivers=config.queue_receivers)
             queue = QueueWorkload(cluster.addresses(), history, directory / "queue", topic,
-                                  config.seed, settings)  # fmt: skip
+                                  config.seed, settings, tls=tls)  # fmt: skip
             queue.start()
         if config.delayed:
             delayer = DelayWorkload(cluster.addresses(), history, delayed_topic,
                                     config.workload.partitions, config.seed,
-                                    DelaySettings(rate_per_s=config.delayed))  # fmt: skip
+                                    DelaySettings(rate_per_s=config.delayed), tls)  # fmt: skip
             delayer.start()
         started_at = time.monotonic()
         runner = threading.Thread(target=nemesis.run, args=(faults, started_at), name="nemesis")
@@ -245,6 +255,14 @@ def run(config: RunConfig) -> RunOutcome:
     outcome = RunOutcome(config, directory, result, converged, delayed)
     write_report(outcome, faults)
     return outcome
+
+
+def client_tls(cluster: LocalCluster) -> ClientTls:
+    """The client settings for `cluster`: its `admin` client certificate when it runs TLS."""
+    paths = cluster.tls
+    if paths is None:
+        return PLAINTEXT
+    return ClientTls(str(paths.ca), str(paths.cert), str(paths.key))
 
 
 def drain_and_check_queue(

@@ -16,7 +16,10 @@ Every rendering keeps these equations (tests/deploy checks them on both):
     dial_map(a)[b]       == proxy(a->b).dial                         for every b != a
     controllers_arg      == ",".join(f"{c}={node(c).control}" for c in controller_ids)
     node_args(a)         == the flags LocalCluster passes (--id --listen --data-dir --controllers
-                            --join), plus --advertise/--dial-map/--metrics where the rendering has them
+                            --join), plus --advertise/--dial-map/--metrics where the rendering has
+                            them (and --metrics-public for metrics off loopback); TLS comes from
+                            the environment in compose (`tls_environment`), from LocalCluster's
+                            --tls-* flags locally
 
 Only the data plane (gRPC: Raft, SWIM, client calls) follows the dial map and so the proxies. The
 control plane (pysyncobj on the control addresses) identifies peers by address and is dialled
@@ -34,6 +37,7 @@ keeping the renderings beside the description is what keeps them in step.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import re
 import sys
@@ -67,6 +71,9 @@ RUNTIME_UID = 10001  # the image's unprivileged user (Dockerfile), owner of the 
 DATA_DIR = "/data"
 ROUTES_DIR = "/routes"  # dial maps appear here (tmpfs volume) only while the chaos profile runs
 DEPLOY_DIR = "/opt/flotilla/deploy"  # deploy/ as copied into the image
+CERTS_DIR = "/certs"  # the `certs` volume: the CA certificate, node and client certificates
+CA_DIR = "/ca"  # the `ca` volume: the CA's key too, mounted by the `certs` step alone
+CLIENT_CERT = "admin"  # the client certificate the `client` service presents (a superuser)
 SECRET = "${FLOTILLA_CLUSTER_SECRET:?set FLOTILLA_CLUSTER_SECRET to a long random string, the same for every node}"
 CHAOS_ARGS = ("--nemesis", "partition-random,kill-leader", "--duration", "60", "--seed", "7")
 
@@ -193,6 +200,8 @@ class Rendering:
             args += ["--dial-map", dial_map_path]
         if node.metrics:
             args += ["--metrics", node.metrics]
+            if not _loopback(node.metrics):  # Prometheus scrapes it from the compose network
+                args.append("--metrics-public")
         return args
 
 
@@ -216,6 +225,14 @@ class LocalPorts:
             proxies={link.proxy_name: free_port("127.0.0.1") for link in topology.links},
             toxiproxy_api=free_port("127.0.0.1"),
         )
+
+
+def _loopback(address: str) -> bool:
+    host = address.rpartition(":")[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def local_host(number: int) -> str:
@@ -300,8 +317,15 @@ def _node_service(rendering: Rendering, node: NodeEndpoints) -> dict[str, Any]:
             "FLOTILLA_LOG": "${FLOTILLA_LOG:-info}",
             # `docker compose exec n<i> flotilla topic list` asks the node it runs in
             "FLOTILLA_BOOTSTRAP": node.advertise,
+            # TLS on the one port (clients and peers), mutual: the node's own certificate
+            **tls_environment(node.node_id),
         },
-        "volumes": [f"{node.node_id}-data:{DATA_DIR}", f"routes:{ROUTES_DIR}:ro"],
+        "volumes": [
+            f"{node.node_id}-data:{DATA_DIR}",
+            f"routes:{ROUTES_DIR}:ro",
+            f"certs:{CERTS_DIR}:ro",
+        ],
+        "depends_on": {"certs": {"condition": "service_completed_successfully"}},
         "ports": ports,
         "healthcheck": {"test": health, **_HEALTH_TIMING},
         "stop_signal": "SIGTERM",
@@ -310,13 +334,42 @@ def _node_service(rendering: Rendering, node: NodeEndpoints) -> dict[str, Any]:
     }
 
 
+def tls_environment(name: str) -> dict[str, str]:
+    """The TLS settings of a node (its certificate) or a client (a client certificate): the same
+    variables for both, `FLOTILLA_TLS_CA`, `FLOTILLA_TLS_CERT`, `FLOTILLA_TLS_KEY`."""
+    return {
+        "FLOTILLA_TLS_CA": f"{CERTS_DIR}/ca.pem",
+        "FLOTILLA_TLS_CERT": f"{CERTS_DIR}/{name}.pem",
+        "FLOTILLA_TLS_KEY": f"{CERTS_DIR}/{name}.key",
+    }
+
+
+def _certs_service(topology: Topology) -> dict[str, Any]:
+    """The one-shot step every node waits for: a CA and certificates in the `certs` volume, made
+    once (deploy/compose_certs.py keeps what is there), for every node, the one
+    deploy/add-node.yml adds too, and the clients' `admin`."""
+    nodes = [f"n{number}" for number in range(1, topology.nodes + 2)]
+    command = ["--ca-dir", CA_DIR, "--dir", CERTS_DIR, "--node", *nodes]
+    return {
+        "image": IMAGE,
+        "build": dict(_BUILD),
+        "entrypoint": ["python", f"{DEPLOY_DIR}/compose_certs.py"],
+        "command": [*command, "--client", CLIENT_CERT],
+        "volumes": [f"ca:{CA_DIR}", f"certs:{CERTS_DIR}"],
+        **_ONE_SHOT,
+    }
+
+
 def compose_document(topology: Topology) -> dict[str, Any]:
-    """docker-compose.yml as data: the nodes, plus the `chaos` and `spark` profiles."""
+    """docker-compose.yml as data: the certificates step and the nodes, plus the `chaos`,
+    `spark`, `tools` and `monitoring` profiles."""
     rendering = render_compose(topology)
     bootstrap = rendering.nodes[0].advertise
     toxiproxy_url = f"http://{rendering.toxiproxy_api}"
     nodes_healthy = {n: {"condition": "service_healthy"} for n in topology.node_ids}
-    services: dict[str, Any] = {n.node_id: _node_service(rendering, n) for n in rendering.nodes}
+    services: dict[str, Any] = {"certs": _certs_service(topology)}
+    services.update({n.node_id: _node_service(rendering, n) for n in rendering.nodes})
+    client_tls = tls_environment(CLIENT_CERT)
     services["toxiproxy"] = {
         "image": TOXIPROXY_IMAGE,
         "profiles": ["chaos"],
@@ -356,7 +409,8 @@ def compose_document(topology: Topology) -> dict[str, Any]:
         },
         "profiles": ["spark"],
         "entrypoint": ["python", "-m", "flotilla.spark_demo"],
-        "environment": {"FLOTILLA_BOOTSTRAP": bootstrap},
+        "environment": {"FLOTILLA_BOOTSTRAP": bootstrap, **client_tls},
+        "volumes": [f"certs:{CERTS_DIR}:ro"],
         "depends_on": nodes_healthy,
         **_ONE_SHOT,
     }
@@ -367,12 +421,15 @@ def compose_document(topology: Topology) -> dict[str, Any]:
         # `docker compose run --rm client topic create orders`: the CLI inside the compose network
         "entrypoint": ["flotilla"],
         "command": ["--help"],
-        "environment": {"FLOTILLA_BOOTSTRAP": bootstrap},
+        "environment": {"FLOTILLA_BOOTSTRAP": bootstrap, **client_tls},
+        "volumes": [f"certs:{CERTS_DIR}:ro"],
         **_ONE_SHOT,
     }
     services.update(_monitoring_services(rendering))
     tmpfs = f"size=1m,uid={RUNTIME_UID},gid={RUNTIME_UID},mode=0755"
     volumes: dict[str, Any] = {f"{node_id}-data": {} for node_id in topology.node_ids}
+    volumes["ca"] = {}  # the CA's key: only the `certs` step mounts it
+    volumes["certs"] = {}
     # the routes volume is a tmpfs: dial maps vanish when the stack stops, so nodes dial directly
     volumes["routes"] = {"driver_opts": {"type": "tmpfs", "device": "tmpfs", "o": tmpfs}}
     volumes["chaos-runs"] = {}
@@ -444,7 +501,11 @@ _HEADER = """\
 #   docker compose --profile monitoring up -d   + Prometheus (127.0.0.1:9090), Grafana (:3000)
 #   add a node: cp deploy/add-node.yml docker-compose.override.yml; docker compose up -d n{added}
 #
-# FLOTILLA_CLUSTER_SECRET must be set: it authenticates and encrypts the control plane.
+# FLOTILLA_CLUSTER_SECRET must be set: it authenticates and encrypts the control plane and
+# proves a peer's calls and gossip. TLS is on: the one-shot `certs` service makes a CA, a
+# certificate per node and the client certificate `admin` in the `certs` volume once (kept after
+# that; the CA's key stays in the `ca` volume, which no node mounts); every connection is
+# mutual TLS. `client` and `spark-demo` present `admin`.
 # FLOTILLA_BASE_IMAGE replaces python:3.11-slim as the base of the images built here.
 # Metrics: curl http://127.0.0.1:9101/metrics (n1; 9102 for n2, ...).
 # `toxiproxy-setup` creates one proxy per directed link and then copies the dial maps into the

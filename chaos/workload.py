@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chaos.client_tls import PLAINTEXT, ClientTls
 from chaos.history import EventType, HistoryWriter
 from flotilla import Client
 from flotilla.errors import FlotillaError, InvalidArgument, OffsetOutOfRange, TopicNotFound
@@ -44,8 +45,10 @@ class Workload:
         history: HistoryWriter,
         config: WorkloadConfig,
         seed: int,
+        tls: ClientTls = PLAINTEXT,
     ) -> None:
         self.bootstrap = list(bootstrap)
+        self.tls = tls
         self.replicas = list(replicas)
         self.history = history
         self.config = config
@@ -55,7 +58,7 @@ class Workload:
         self.clients: list[Client] = []
 
     def _client(self, timeout_s: float) -> Client:
-        client = Client(self.bootstrap, timeout_s=timeout_s)
+        client = self.tls.client(self.bootstrap, timeout_s=timeout_s)
         self.clients.append(client)
         return client
 

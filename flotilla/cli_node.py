@@ -9,15 +9,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 __all__ = ["DEV_BASE_PORT", "EVENT_LOOPS", "add_server_parsers", "run_server_command"]
 
 UNSAFE_ENV = "FLOTILLA_ALLOW_UNSAFE"
 DEV_BASE_PORT = 7001
+# a client's security settings (flotilla.client): never passed on to the dev cluster's nodes
+CLIENT_ENV = (
+    "FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY", "FLOTILLA_TOKEN",
+    "FLOTILLA_TLS_SERVER_NAME",
+)  # fmt: skip
+CLIENT_ENV_FILE = "client.env"  # `flotilla dev` writes the client settings here (`. FILE`)
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # a node's --event-loop choices
 
@@ -266,7 +274,15 @@ def add_server_parsers(sub: Any) -> None:
         "--data-dir",
         default=".flotilla-dev",
         metavar="DIR",
-        help="where the nodes keep their data (default: %(default)s)",
+        help="where the nodes keep their data, and the CA and certificates (default: %(default)s)",
+    )
+    dev.add_argument(
+        "--insecure",
+        "--no-tls",
+        dest="insecure",
+        action="store_true",
+        help="plaintext, no certificates (default: mutual TLS with a CA made under --data-dir "
+        "once, and the client settings printed)",
     )
 
     demo = sub.add_parser("demo", help="the end-to-end demo on a temporary local cluster")
@@ -279,6 +295,7 @@ def add_server_parsers(sub: Any) -> None:
 
 
 def _run_dev(args: argparse.Namespace) -> int:
+    from cluster.certs import CertError  # noqa: PLC0415
     from cluster.local import LocalCluster  # noqa: PLC0415
 
     if not 1 <= args.nodes <= 9:
@@ -287,19 +304,40 @@ def _run_dev(args: argparse.Namespace) -> int:
     if not 1 <= args.base_port <= 65535 - 100:
         print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 100}", file=sys.stderr)
         return 2
-    with LocalCluster(args.data_dir, args.nodes, base_port=args.base_port) as cluster:
+    # the nodes inherit this environment: the client settings this command prints, exported in
+    # the shell that runs it again, must not become the nodes' own (FLOTILLA_TLS_CERT is a node's
+    # certificate to a node, the admin's to a client)
+    for name in CLIENT_ENV:
+        os.environ.pop(name, None)
+    tls = not args.insecure
+    try:
+        cluster = LocalCluster(args.data_dir, args.nodes, base_port=args.base_port, tls=tls)
+    except (CertError, OSError) as error:
+        print(f"flotilla: the dev cluster's certificates: {error}", file=sys.stderr)
+        return 1
+    with cluster:
         try:
             cluster.start()
         except (RuntimeError, TimeoutError) as error:
             print(f"flotilla: the dev cluster did not start: {error}", file=sys.stderr)
             return 1
+        security = "mutual TLS" if tls else "plaintext (--insecure)"
         print(
-            f"flotilla dev cluster of {args.nodes} node(s) is up; bootstrap {cluster.bootstrap}",
+            f"flotilla dev cluster of {args.nodes} node(s) is up ({security}); "
+            f"bootstrap {cluster.bootstrap}",
             flush=True,
         )
+        settings = ""
+        if cluster.tls is not None:
+            exports = _client_exports(cluster.tls)
+            env_file = Path(args.data_dir) / CLIENT_ENV_FILE
+            env_file.write_text(exports + "\n")
+            print(f"  client settings (the admin certificate; also in {env_file}):", flush=True)
+            print(f"  {exports}", flush=True)
+            settings = f". {shlex.quote(str(env_file))}; "
         bootstrap = "" if args.base_port == DEV_BASE_PORT else f" --bootstrap {cluster.bootstrap}"
         print(
-            f"  try: flotilla topic create orders --partitions 3{bootstrap}; "
+            f"  try: {settings}flotilla topic create orders --partitions 3{bootstrap}; "
             f"echo hello | flotilla produce orders{bootstrap}",
             flush=True,
         )
@@ -325,10 +363,20 @@ def _run_dev(args: argparse.Namespace) -> int:
     return status
 
 
+def _client_exports(paths: Any) -> str:
+    """`export FLOTILLA_TLS_CA=... FLOTILLA_TLS_CERT=... FLOTILLA_TLS_KEY=...`: absolute paths,
+    so the line works from any directory."""
+    files = {"FLOTILLA_TLS_CA": paths.ca, "FLOTILLA_TLS_CERT": paths.cert,
+             "FLOTILLA_TLS_KEY": paths.key}  # fmt: skip
+    return "export " + " ".join(
+        f"{name}={shlex.quote(str(Path(path).resolve()))}" for name, path in files.items()
+    )
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console  # noqa: PLC0415
 
-    from flotilla.demo import run_demo  # noqa: PLC0415
+    from flotilla.demo import run_demo, tls_settings  # noqa: PLC0415
 
     console = Console()
     if args.no_spark:
@@ -339,7 +387,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     run_demo(
         args.count,
         console,
-        after=lambda cluster, client: run_spark_demo(cluster.bootstrap, console=console),
+        after=lambda cluster, client: run_spark_demo(
+            cluster.bootstrap, console=console, security=tls_settings(cluster)
+        ),
     )
     return 0
 

@@ -1,6 +1,7 @@
 """The main job, `flotilla demo` (`make demo`): a local 3-node cluster end to end.
 
-It starts three real node processes on loopback, creates a topic (3 partitions, replication
+It starts three real node processes on loopback with mutual TLS (a CA and certificates made in
+its temporary directory; the client presents the `admin` certificate), creates a topic (3 partitions, replication
 factor 3), produces `count` keyed records with the batching producer while showing progress,
 reads them all back from *follower* replicas and checks every one, prints throughput and the
 cluster status, and stops every node (leaving no process behind, even on Ctrl-C or failure).
@@ -20,7 +21,7 @@ from cluster.local import LocalCluster
 from flotilla.client import Client
 from flotilla.tools import status
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "run_demo", "tls_settings"]
 
 TOPIC = "demo"
 KEYS = 20
@@ -48,12 +49,12 @@ def run_demo(
     console = console or Console()
     with (
         tempfile.TemporaryDirectory(prefix="flotilla-demo-") as root,
-        LocalCluster(root, 3, config_text=DEMO_CONFIG) as cluster,
+        LocalCluster(root, 3, config_text=DEMO_CONFIG, tls=True) as cluster,
     ):
-        console.print("[bold]starting[/] a 3-node cluster on 127.0.0.1-3 ...")
+        console.print("[bold]starting[/] a 3-node cluster on 127.0.0.1-3 (mutual TLS) ...")
         cluster.start()
         console.print(f"cluster up; bootstrap [cyan]{cluster.bootstrap}[/]")
-        with Client(cluster.addresses(), timeout_s=30) as client:
+        with Client(cluster.addresses(), timeout_s=30, **tls_settings(cluster)) as client:
             client.create_topic(TOPIC, partitions=3, replication_factor=3)
             produce_s = _produce(client, count, console)
             read_back, read_s = _read_from_followers(client, count, console)
@@ -78,6 +79,14 @@ def run_demo(
         "[bold green]demo complete[/]: every record was read back from a follower replica"
     )
     return DemoResult(count, read_back, produce_s, read_s, cluster.bootstrap)
+
+
+def tls_settings(cluster: LocalCluster) -> dict[str, str]:
+    """`Client` keyword arguments for `cluster`: its admin client certificate, when TLS."""
+    paths = cluster.tls
+    if paths is None:
+        return {}
+    return {"tls_ca": str(paths.ca), "tls_cert": str(paths.cert), "tls_key": str(paths.key)}
 
 
 def _produce(client: Client, count: int, console: Console) -> float:

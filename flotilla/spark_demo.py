@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.table import Table
@@ -47,8 +48,13 @@ def seed_topic(bootstrap: str, topic: str, console: Console) -> None:
 
 
 def run_spark_demo(
-    bootstrap: str, topic: str = "demo", console: Console | None = None
+    bootstrap: str,
+    topic: str = "demo",
+    console: Console | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
+    """`security`: the data source's `tls_ca`, `tls_cert`, `tls_key`, `token` options (none:
+    its defaults, the FLOTILLA_* variables)."""
     console = console or Console()
     console.print("[bold]spark[/]: starting a local SparkSession (local[2]) ...")
     spark = local_session("flotilla-demo")
@@ -59,6 +65,7 @@ def run_spark_demo(
             .option("bootstrap", bootstrap)
             .option("topic", topic)
             .option("replica", "followers")
+            .options(**(security or {}))
             .load()
         )
         rows = (

@@ -258,7 +258,7 @@ produce_and_consume() { # produce_and_consume TAG: RECORDS_PER_PARTITION more in
         seq 1 "$RECORDS_PER_PARTITION" | sed "s/^/$tag-p$partition-/" >"$WORK/sent"
         client produce check --partition "$partition" <"$WORK/sent" >/dev/null ||
             fail "produce to check/$partition failed: $(tail -3 "$WORK/client.log")"
-        client consume check --partition "$partition" --from-beginning >"$WORK/read" ||
+        client consume check --partition "$partition" --from-beginning -e >"$WORK/read" ||
             fail "consume of check/$partition failed: $(tail -3 "$WORK/client.log")"
         expected=$(cat "$WORK/sent")
         got=$(grep "^$tag-p$partition-" "$WORK/read" || true)

@@ -6,7 +6,9 @@ not, on the line right above it:
 
 How a block runs: each command (a line, with `\\` continuations joined; in a `console` block the
 lines starting with `$ `) runs in bash, in a scratch directory, with `.venv/bin/` meaning this
-interpreter's directory and no `FLOTILLA_*` variable set; it must exit 0 without a traceback, and
+interpreter's directory and no `FLOTILLA_*` variable set but those an earlier command of the page
+exported or sourced (`. .flotilla-dev/client.env`: the session's variables carry over, as in the
+reader's shell); it must exit 0 without a traceback, and
 where the README says what it prints (`EXPECTED_OUTPUT`), print that. A command ending in `&` is
 a server: it starts in its own process group, and its README comment must say what to wait for
 (`# wait for "... is up"`), which the test waits for in its output (what a reader does). After
@@ -197,6 +199,20 @@ def _environment() -> dict[str, str]:
     return env
 
 
+# what bash itself sets: never carried from one command to the next
+_SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_"}
+
+
+def _carried(env_file: Path, before: dict[str, str]) -> dict[str, str]:
+    """The environment a command left (`env -0` at its end), minus what bash sets itself."""
+    if not env_file.exists():
+        return before
+    after = dict(entry.split("=", 1) for entry in env_file.read_text().split("\0") if "=" in entry)
+    return {k: v for k, v in after.items() if k not in _SHELL_OWN} | {
+        k: before[k] for k in _SHELL_OWN if k in before
+    }
+
+
 def _localise(code: str) -> str:
     return code.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
 
@@ -304,8 +320,10 @@ def run_blocks(blocks: list[Block], cwd: Path, page: str = "README.md") -> list[
                         _ports_free(60)
                     running.append(_start_server(code, comment, cwd, env))
                     continue
+                env_file = cwd / f"env-{time.monotonic_ns()}"
+                script = f"{_localise(code)}\nstatus=$?; env -0 > {env_file}; exit $status"  # the variables it exported or sourced carry over to the next command
                 done = subprocess.run(
-                    ["bash", "-o", "pipefail", "-c", _localise(code)],
+                    ["bash", "-o", "pipefail", "-c", script],
                     cwd=cwd,
                     env=env,
                     capture_output=True,
@@ -323,6 +341,8 @@ def run_blocks(blocks: list[Block], cwd: Path, page: str = "README.md") -> list[
                     f"{shown} printed a traceback:\n{done.stderr}"
                 )
                 results.append((code, done.stdout))
+                env = _carried(env_file, env)
+                env_file.unlink(missing_ok=True)
         problems = [problem for server in running for problem in _stop_server(server)]
         assert not problems, problems
     return results
@@ -396,6 +416,17 @@ def test_the_parser_reads_blocks_markers_and_continuations() -> None:
     ]
     assert commands(found[1]) == ["echo a      b   # joined"]
     assert commands(found[2]) == ["true"]
+
+
+def test_an_exported_or_sourced_variable_carries_over_to_the_next_command(tmp_path: Path) -> None:
+    (tmp_path / "client.env").write_text("export FLOTILLA_TLS_CA=/x/ca.pem\n")
+    block = Block(1, "sh", '. ./client.env\nexport B=2\necho "$FLOTILLA_TLS_CA $B"', "")
+    assert run_block(block, tmp_path)[-1] == ('echo "$FLOTILLA_TLS_CA $B"', "/x/ca.pem 2\n")
+
+
+def test_a_failing_command_still_fails_when_its_environment_is_kept(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="exited with 3"):
+        run_block(Block(1, "sh", "export A=1; (exit 3)", ""), tmp_path)
     assert split_comment("printf 'a # b' | wc -c  # counts") == ("printf 'a # b' | wc -c", "counts")
 
 

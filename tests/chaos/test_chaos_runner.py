@@ -219,6 +219,8 @@ def test_command_line_names_nemeses_and_the_replay_command() -> None:
     assert replay_command(moving).endswith(" --seed 7 --replace-after-s 2.5")
     assert _node_config(moving) == NODE_CONFIG + "replace_after_s = 2.5\n"
     assert _node_config(config) == NODE_CONFIG
+    assert config.tls  # secure by default; a plaintext run replays as one
+    assert replay_command(replace(config, tls=False)).endswith(" --seed 7 --no-tls")
 
 
 class RecordingNetwork(ChaosNetwork):

@@ -29,7 +29,14 @@ import pytest
 from ruamel.yaml import YAML
 
 import cluster.node
-from chaos.topology import DEPLOY_DIR, Topology, add_node_document, compose_document
+from chaos.topology import (
+    CERTS_DIR,
+    CLIENT_CERT,
+    DEPLOY_DIR,
+    Topology,
+    add_node_document,
+    compose_document,
+)
 from cluster import healthcheck
 from flotilla import cli
 
@@ -108,11 +115,10 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
         problems.append(
             f"{where} is in profiles {service['profiles']}: nodes belong to every profile"
         )
-    controllers = [item.split("=")[0] for item in flags["--controllers"][0].split(",")]
     secret = service.get("environment", {}).get("FLOTILLA_CLUSTER_SECRET", "")
-    if name in controllers and not REQUIRED_SECRET.fullmatch(str(secret)):
+    if not REQUIRED_SECRET.fullmatch(str(secret)):  # every node signs its peer calls with it
         problems.append(
-            f"{where} is a controller but FLOTILLA_CLUSTER_SECRET={secret!r} is not required (${{VAR:?message}})"
+            f"{where}: FLOTILLA_CLUSTER_SECRET={secret!r} is not required (${{VAR:?message}})"
         )
     if service.get("stop_signal") != "SIGTERM" or not service.get("stop_grace_period"):
         problems.append(f"{where} lacks stop_signal SIGTERM and a stop_grace_period")
@@ -134,6 +140,57 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     dial_map_dir = str(Path(flags.get("--dial-map", ["/"])[0]).parent)
     if dial_map_dir not in mounts:
         problems.append(f"{where} reads its dial map from {dial_map_dir}, which is not mounted")
+    problems += _tls_problems(where, service, name)
+    condition = (service.get("depends_on") or {}).get("certs", {}).get("condition")
+    if condition != "service_completed_successfully":
+        problems.append(f"{where} does not wait for the certs step to complete ({condition})")
+    return problems
+
+
+def _tls_problems(where: str, service: dict[str, Any], name: str) -> list[str]:
+    """Secure by default: the node or client presents certificate `name` from the mounted
+    certificates volume, read-only, and trusts the cluster's CA."""
+    environment = service.get("environment", {})
+    mounts = {v.split(":")[1]: v for v in service.get("volumes", [])}
+    wanted = {
+        "FLOTILLA_TLS_CA": f"{CERTS_DIR}/ca.pem",
+        "FLOTILLA_TLS_CERT": f"{CERTS_DIR}/{name}.pem",
+        "FLOTILLA_TLS_KEY": f"{CERTS_DIR}/{name}.key",
+    }
+    problems = [
+        f"{where} has {key}={environment.get(key)!r}, not {value!r}"
+        for key, value in wanted.items()
+        if environment.get(key) != value
+    ]
+    if mounts.get(CERTS_DIR) != f"certs:{CERTS_DIR}:ro":
+        problems.append(f"{where} does not mount the certs volume read-only at {CERTS_DIR}")
+    return problems
+
+
+def _certs_problems(services: dict[str, Any]) -> list[str]:
+    """The one-shot `certs` step issues a certificate for every node service (and the client's),
+    keeps the CA's key in a volume no other service mounts."""
+    certs = services.get("certs")
+    if certs is None:
+        return ["no `certs` step (the certificates every node needs)"]
+    problems = []
+    if certs.get("profiles") or not certs.get("healthcheck", {}).get("disable"):
+        problems.append("the certs step must be a one-shot in no profile")
+    issued = flags_of(["compose_certs", *certs["command"]])
+    nodes = [n for n, s in services.items() if s.get("command", [None])[0] == "node"]
+    missing = sorted(set(nodes) - set(issued.get("--node", [])))
+    if missing:
+        problems.append(f"the certs step issues no certificate for node(s) {missing}")
+    if CLIENT_CERT not in issued.get("--client", []):
+        problems.append(f"the certs step issues no client certificate {CLIENT_CERT!r}")
+    ca_volume = issued.get("--ca-dir", ["?"])[0]
+    readers = sorted(
+        n
+        for n, s in services.items()
+        if n != "certs" and any(v.split(":")[1] == ca_volume for v in s.get("volumes", []))
+    )
+    if readers:
+        problems.append(f"{readers} mount {ca_volume}, where the CA's key is")
     return problems
 
 
@@ -218,6 +275,7 @@ def compose_problems(document: dict[str, Any], stages: set[str] | None = None) -
         problems.append("no service in the spark profile")
     problems += _client_problems(services)
     problems += _monitoring_problems(services)
+    problems += _certs_problems(services)
     return problems
 
 
@@ -241,6 +299,7 @@ def _client_problems(services: dict[str, Any]) -> list[str]:
         problems.append("client must run `flotilla` in a profile of its own")
     if not client.get("healthcheck", {}).get("disable"):
         problems.append("client has a health check: a client serves nothing")
+    problems += _tls_problems("client", client, CLIENT_CERT)
     return problems
 
 
@@ -369,7 +428,8 @@ def test_other_topologies_render_valid_compose_documents(nodes: int, controllers
     assert schema_errors(document) == []
     assert compose_problems(document) == []
     assert [n for n, s in document["services"].items() if not s.get("profiles")] == [
-        f"n{i}" for i in range(1, nodes + 1)
+        "certs",
+        *(f"n{i}" for i in range(1, nodes + 1)),
     ]
     added = add_node_document(Topology(nodes, controllers))
     assert list(added["services"]) == [f"n{nodes + 1}"]
@@ -503,6 +563,37 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         "a client serves nothing",
     ),
     "no grafana": (lambda d: d["services"].pop("grafana"), "no grafana service"),
+    "node without TLS": (
+        lambda d: d["services"]["n2"]["environment"].pop("FLOTILLA_TLS_CERT"),
+        "node service n2 has FLOTILLA_TLS_CERT=None",
+    ),
+    "node with another node's key": (
+        lambda d: d["services"]["n2"]["environment"].__setitem__(
+            "FLOTILLA_TLS_KEY", "/certs/n1.key"
+        ),
+        "FLOTILLA_TLS_KEY='/certs/n1.key', not '/certs/n2.key'",
+    ),
+    "certs writable by a node": (
+        lambda d: d["services"]["n3"]["volumes"].__setitem__(2, "certs:/certs"),
+        "node service n3 does not mount the certs volume read-only",
+    ),
+    "node starts before its certificate": (
+        lambda d: d["services"]["n1"].pop("depends_on"),
+        "does not wait for the certs step",
+    ),
+    "client without TLS": (
+        lambda d: d["services"]["client"]["environment"].pop("FLOTILLA_TLS_CA"),
+        "client has FLOTILLA_TLS_CA=None",
+    ),
+    "no certificate for a node": (
+        lambda d: d["services"]["certs"]["command"].remove("n3"),
+        "no certificate for node(s) ['n3']",
+    ),
+    "a node reads the CA key": (
+        lambda d: d["services"]["n1"]["volumes"].append("ca:/ca:ro"),
+        "['n1'] mount /ca, where the CA's key is",
+    ),
+    "no certs step": (lambda d: d["services"].pop("certs"), "no `certs` step"),
     "prometheus config elsewhere": (
         lambda d: d["services"]["prometheus"]["volumes"].__setitem__(
             0, "./prometheus.yml:/etc/prometheus/prometheus.yml:ro"
@@ -552,15 +643,41 @@ def _config_from_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     return caught.value.args[0]
 
 
+def _with_certificates(
+    service: dict[str, Any], certs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's TLS environment, its /certs paths moved to `certs` (made by the compose
+    certs step, as the `certs` service makes them)."""
+    for name, value in service["environment"].items():
+        if name.startswith("FLOTILLA_TLS_"):
+            monkeypatch.setenv(name, str(value).replace(CERTS_DIR, str(certs)))
+
+
+@pytest.fixture(scope="module")
+def compose_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    certs_command = load_compose()["services"]["certs"]["command"]
+    root = tmp_path_factory.mktemp("compose-certs")
+    command = [str(root / w[1:]) if w in ("/ca", CERTS_DIR) else w for w in certs_command]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "compose_certs.py"), *command],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root / CERTS_DIR.lstrip("/")
+
+
 def test_every_node_service_command_is_accepted_by_the_node_cli(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
 ) -> None:
     monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
     services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
     nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
     assert list(nodes) == ["n1", "n2", "n3", "n4"]
     for name, service in nodes.items():
+        _with_certificates(service, compose_certs, monkeypatch)
         config = _config_from_cli(service["command"], monkeypatch)
+        assert config.tls and not config.insecure
+        assert config.tls_cert == str(compose_certs / f"{name}.pem")
         number = int(name[1:])
         assert config.node_id == name
         assert config.advertised == f"{name}:{7000 + number}"
@@ -570,12 +687,14 @@ def test_every_node_service_command_is_accepted_by_the_node_cli(
         assert config.metrics == f"0.0.0.0:{9100 + number}"
 
 
-def test_a_controller_without_the_secret_fails_clearly(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", ["n1", "n4"])
+def test_a_node_without_the_secret_fails_clearly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
+    """A controller (n1) and a data node alike: every node signs its peer calls with it."""
     monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)
-    command = load_compose()["services"]["n1"]["command"]
-    assert cli.main(command) == 2
+    services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
+    assert cli.main(services[name]["command"]) == 2
     assert "FLOTILLA_CLUSTER_SECRET" in capsys.readouterr().err
 
 
@@ -589,7 +708,7 @@ def _readme_add_node_block() -> str:
 
 
 def test_the_readmes_fourth_node_is_a_service_of_the_project(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
 ) -> None:
     """`docker run ... --network flotilla_default` made `docker compose down -v` fail ("network
     ... has active endpoints"): the added node must be a service of the project in every later
@@ -599,10 +718,12 @@ def test_the_readmes_fourth_node_is_a_service_of_the_project(
     assert "cp deploy/add-node.yml docker-compose.override.yml" in block
     assert "docker compose up -d n4" in block
     assert "docker run" not in block
-    monkeypatch.delenv("FLOTILLA_CLUSTER_SECRET", raising=False)  # not a controller: not needed
+    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")  # every node's
     service = load_compose(path=ADD_NODE_FILE)["services"]["n4"]
     assert "profiles" not in service
+    _with_certificates(service, compose_certs, monkeypatch)
     config = _config_from_cli(service["command"], monkeypatch)
+    assert config.tls_cert == str(compose_certs / "n4.pem")
     n1 = flags_of(load_compose()["services"]["n1"]["command"])
     assert config.node_id == "n4"
     assert config.join == ("n1:7001", "n2:7002", "n3:7003")
@@ -621,3 +742,4 @@ def test_the_images_default_command_is_a_valid_single_node(monkeypatch: pytest.M
     config = _config_from_cli(json.loads(line.group(1)), monkeypatch)
     assert (config.node_id, config.data_dir, config.listen) == ("n1", "/data", "0.0.0.0:7001")
     assert config.is_controller and config.join == ()
+    assert config.insecure and not config.tls  # plaintext only by saying so (it warns)

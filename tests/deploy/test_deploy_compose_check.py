@@ -90,3 +90,28 @@ def test_make_has_the_target_outside_make_test() -> None:
     assert target is not None and target.group(1) == "scripts/compose_check.sh"
     test_target = re.search(r"^test:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
     assert test_target is not None and "compose" not in test_target.group(1)
+
+
+# `flotilla consume` follows the tail until told to stop (as kafka-console-consumer): a check
+# that reads what it wrote must say where to stop, or it waits until its step's deadline
+STOPS = {"-e", "--exit-at-end", "--max", "--idle-timeout"}
+
+
+def consumes_that_never_end(text: str) -> list[str]:
+    """The script's `client consume ...` commands that give no way to stop."""
+    commands = re.findall(r"\bclient consume\b[^\n|>]*", text.replace("\\\n", " "))
+    return [c.strip() for c in commands if not STOPS & set(c.split())]
+
+
+def test_every_consume_of_the_check_stops_by_itself() -> None:
+    text = SCRIPT.read_text()
+    assert re.search(r"\bclient consume\b", text)
+    assert consumes_that_never_end(text) == []
+
+
+def test_the_consume_check_catches_one_that_follows_the_tail() -> None:
+    text = 'client consume check --partition "$partition" --from-beginning >"$WORK/read"\n'
+    assert consumes_that_never_end(text) == [
+        'client consume check --partition "$partition" --from-beginning'
+    ]
+    assert consumes_that_never_end(text.replace("--from-beginning", "--from-beginning -e")) == []

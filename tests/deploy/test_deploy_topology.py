@@ -32,7 +32,7 @@ from chaos.topology import (
 from cluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_ONLY_FLAGS = {"--advertise", "--dial-map", "--metrics"}
+COMPOSE_ONLY_FLAGS = {"--advertise", "--dial-map", "--metrics", "--metrics-public"}
 
 
 # -- reading a deployment as plain data ----------------------------------------------------------
