@@ -35,6 +35,11 @@ from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
 __all__ = ["LocalCluster", "NodeSpec"]
+# a client's security settings (flotilla.client reads them): never inherited by a local node
+CLIENT_ENV = frozenset(
+    ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY", "FLOTILLA_TOKEN",
+     "FLOTILLA_TLS_SERVER_NAME")
+)  # fmt: skip
 
 
 _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outgoing sockets
@@ -128,7 +133,11 @@ class LocalCluster:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.secret = secrets.token_hex(16)
-        self.env = {**os.environ, "FLOTILLA_CLUSTER_SECRET": self.secret, **(env or {})}
+        # a client's settings exported in the calling shell (FLOTILLA_TLS_CERT is the client's
+        # certificate to a client, the node's own to a node) are not inherited by the nodes;
+        # `env` may still give them
+        inherited = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+        self.env = {**inherited, "FLOTILLA_CLUSTER_SECRET": self.secret, **(env or {})}
         self.node_args = node_args or []
         self.config_path: Path | None = None
         if config_text:

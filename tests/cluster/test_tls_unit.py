@@ -129,3 +129,20 @@ def test_authorization_and_superusers_are_checked() -> None:
     with pytest.raises(ConfigError, match="superusers entry 'bad name' is invalid"):
         _load(superusers="admin,bad name")
     assert _load(superusers="admin,ops").superusers == ("admin", "ops")
+
+
+def test_a_local_cluster_does_not_hand_the_shells_client_settings_to_its_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FLOTILLA_TLS_CERT is the client's certificate to a client and the node's own to a node:
+    exported for a client (as `flotilla dev` suggests), it must not become a local node's."""
+    from cluster.local import LocalCluster
+
+    for name in ("FLOTILLA_TLS_CA", "FLOTILLA_TLS_CERT", "FLOTILLA_TLS_KEY", "FLOTILLA_TOKEN"):
+        monkeypatch.setenv(name, "/nonexistent/client-setting")
+    monkeypatch.setenv("FLOTILLA_SOMETHING_ELSE", "kept")
+    cluster = LocalCluster(tmp_path, 1)
+    assert not any(v == "/nonexistent/client-setting" for v in cluster.env.values())
+    assert cluster.env["FLOTILLA_SOMETHING_ELSE"] == "kept"
+    given = LocalCluster(tmp_path / "b", 1, env={"FLOTILLA_TLS_CA": "/given/ca.pem"})
+    assert given.env["FLOTILLA_TLS_CA"] == "/given/ca.pem"  # an explicit setting still wins
