@@ -54,9 +54,14 @@ class Setup:
 
         def replicated() -> bool:
             for node_id in self.cluster.nodes:
-                response = self.stub(node_id).Metadata(
-                    pb.MetadataRequest(topics=[topic], local_only=True), timeout=10
-                )
+                try:
+                    response = self.stub(node_id).Metadata(
+                        pb.MetadataRequest(topics=[topic], local_only=True), timeout=10
+                    )
+                except grpc.RpcError as error:  # this node has not learned the topic yet
+                    if error.code() is grpc.StatusCode.NOT_FOUND:
+                        return False
+                    raise
                 partitions = response.topics[0].partitions if response.topics else []
                 if not partitions or partitions[0].high_watermark <= offset:
                     return False
