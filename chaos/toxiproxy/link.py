@@ -47,7 +47,13 @@ class SocketSide(asyncio.Protocol):
 
     (A plain Protocol on purpose: each read is a fresh `bytes` that the destination transport
     may keep. A BufferedProtocol with a reused buffer would be unsafe from Python 3.12 on,
-    whose transports queue the memoryview they are given instead of copying it.)"""
+    whose transports queue the memoryview they are given instead of copying it.)
+
+    Until its links exist (the upstream is being dialled) a side keeps what it reads and its
+    end of input for `Connection.start`, pausing on its first read. Not in `connection_made`:
+    CPython 3.11.2 (Debian bookworm, the compose image) starts reading after it regardless, so
+    a TLS ClientHello sent at once was dropped and the handshake stalled (the chaos runs in
+    the image did not converge)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -55,21 +61,27 @@ class SocketSide(asyncio.Protocol):
         self.destination_of: Link | None = None
         self.write_paused = False
         self.lost = False
+        self.early: list[bytes] = []  # read before the links existed, for Connection.start
+        self.early_eof = False  # its input ended before the links existed
         self._writable: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        if self.source_of is None:
-            transport.pause_reading()  # until its connection exists (Connection.start)
 
     def data_received(self, data: bytes) -> None:
         if self.source_of is not None:
             self.source_of.on_data(data)
+            return
+        self.early.append(data)  # no link yet: kept, and no more read until there is one
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         if self.source_of is not None:
             self.source_of.on_source_end()
+        else:
+            self.early_eof = True
         return True  # the links decide when the socket closes
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -349,9 +361,21 @@ class Connection:
         for link in self.links.values():
             link.start()
         for side in self._sides:
+            source_of = side.source_of
+            assert source_of is not None
+            early, side.early = side.early, []
+            for data in early:  # what it said before the links existed, first
+                source_of.on_data(data)
+            if side.early_eof:
+                source_of.on_source_end()
             if side.lost:  # a peer that left before the links existed
                 side.connection_lost(None)
-            elif side.transport is not None and not side.transport.is_reading():
+            elif (  # it reads again, unless it ended or its early bytes filled the link
+                side.transport is not None
+                and not side.early_eof
+                and not source_of.reader_paused
+                and not side.transport.is_reading()
+            ):
                 side.transport.resume_reading()
 
     def link_finished(self, link: Link) -> None:

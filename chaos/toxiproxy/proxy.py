@@ -167,7 +167,7 @@ class Proxy:
             self.stop()
 
     def accepted(self, client: SocketSide, generation: int) -> None:
-        """A client connected (its reading is paused): dial the upstream, then join them."""
+        """A client connected (what it sends meanwhile waits in it): dial the upstream, join them."""
         if generation != self._generation:
             if client.transport is not None:
                 client.transport.abort()
