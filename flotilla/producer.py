@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import xxhash
 
@@ -92,7 +92,11 @@ _BATCH_OVERHEAD = BATCH_HEADER_SIZE + 8
 # configured otherwise; a smaller one, reported in metadata, caps batches lower: see `send`),
 # so a producer never aims higher (bigger batches gain nothing anyway).
 MAX_BATCH_BYTES = DEFAULT_MAX_BATCH_BYTES - 64 * 1024
-_NO_HEADERS: list[list[Any]] = []  # shared, never mutated: msgpack only reads it
+# A record's row is a tuple, and its headers a tuple of tuples (msgpack writes a tuple as it
+# writes a list: the bytes are the same): a tuple of bytes, ints, None and the empty tuple holds
+# nothing the garbage collector follows, so it stops tracking it at its first pass, and the rows
+# of a hundred thousand buffered records do not lengthen every later collection.
+_NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
@@ -105,16 +109,37 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata[Any]]):
     # what Future.__init__ sets: the immutable ones as class defaults (an instance attribute
     # replaces them when set), the rest per record, with a shared condition instead of one
     # Condition (and its lock and deque) per record
+    # The waiter and callback lists too: made on first use, as most records never have either
+    # (two lists fewer per record for the garbage collector to follow while it is buffered).
     _state = _PENDING
     _result: RecordMetadata[Any] | None = None
     _exception: BaseException | None = None
+    _waiter_list: list[Any] | None = None
+    _callback_list: (
+        list[Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]] | None
+    ) = None
 
     def __init__(self, condition: threading.Condition) -> None:
         self._condition = condition
-        self._waiters = []
-        self._done_callbacks: list[
-            Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]
-        ] = []
+
+    if TYPE_CHECKING:  # to the type checker, the attribute concurrent.futures declares
+        _waiters: list[Any]
+    else:
+
+        @property
+        def _waiters(self) -> list[Any]:
+            """concurrent.futures' waiters (`wait`, `as_completed`), under `_condition`."""
+            if self._waiter_list is None:
+                self._waiter_list = []
+            return self._waiter_list
+
+    @property
+    def _done_callbacks(
+        self,
+    ) -> list[Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]]:
+        if self._callback_list is None:
+            self._callback_list = []
+        return self._callback_list
 
     def cancel(self) -> bool:
         """Always False: the record may already be on its way."""
@@ -152,11 +177,12 @@ def _settle(
                 else (topic, partition, base + position, None),
             )
             future._state = _FINISHED
-            for waiter in future._waiters:  # concurrent.futures.wait / as_completed
-                waiter.add_result(future)
+            if future._waiter_list:  # concurrent.futures.wait / as_completed
+                for waiter in future._waiter_list:
+                    waiter.add_result(future)
         condition.notify_all()
     for future in futures:
-        if future._done_callbacks:
+        if future._callback_list:
             future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
@@ -180,8 +206,8 @@ class _Batch:
         self.topic = topic
         self.partition = partition
         self.deliver_at_ms = deliver_at_ms  # 0: ordinary; else every record's due time
-        # [key, value, [[name, data], ...], timestamp_ms - first_timestamp]: the stored shape
-        self.records: list[list[Any]] = []
+        # (key, value, ((name, data), ...), timestamp_ms - first_timestamp): the stored shape
+        self.records: list[tuple[Any, ...]] = []
         self.first_timestamp = 0
         self.futures: list[RecordFuture] = []
         self.bytes = 0
@@ -345,8 +371,8 @@ class Producer:
             if not batch.records:
                 batch.first_timestamp = timestamp
                 batch.deliver_at_ms = due
-            rows = [list(h) for h in headers] if headers else _NO_HEADERS
-            batch.records.append([key, value, rows, timestamp - batch.first_timestamp])
+            rows = tuple(map(tuple, headers)) if headers else _NO_HEADERS
+            batch.records.append((key, value, rows, timestamp - batch.first_timestamp))
             batch.futures.append(future)
             batch.bytes += size
             self._buffered += size

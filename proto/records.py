@@ -103,14 +103,15 @@ def encode_batch(
 
 
 def encode_rows(
-    rows: Sequence[list[Any]],
+    rows: Sequence[Sequence[Any]],
     first_timestamp: int,
     *,
     producer_id: int = 0,
     base_sequence: int = 0,
 ) -> bytes:
     """Encodes records already in their stored shape, `[key, value, [[name, data], ...],
-    timestamp_ms - first_timestamp]`, into one batch (the producer builds them so as it goes)."""
+    timestamp_ms - first_timestamp]`, into one batch (the producer builds them so as it goes,
+    as tuples: msgpack writes a tuple as an array, as it writes a list)."""
     if not rows:
         raise InvalidBatch("a batch needs at least one record")
     body: bytes = msgpack.packb(rows, use_bin_type=True)
