@@ -44,6 +44,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.storage
 	$(PY) -m bench.produce
+	$(PY) -m bench.vs_nats
 	$(PY) -m bench.failover
 	$(PY) -m bench.idle --partitions 1000
 	$(PY) -m bench.queue
