@@ -9,9 +9,9 @@
   record count read back from its header). Two figures: the calling thread's CPU per `send`
   (`time.thread_time`), and the process's CPU per record end to end (send, dispatch, encode,
   settle the futures; rusage, every thread).
-- `Client.produce`'s encode path: what it does per call before the gRPC call (the record's
-  checks, the timestamp, the router's `encode`: one batch of one record under the partition's
-  producer id and sequence), per record.
+- `Client.produce`'s encode path: what it does per call before the gRPC call (its plan run up
+  to the request: the record's checks, the timestamp, routing, one batch of one record encoded
+  under the partition's producer id and sequence, the ProduceRequest built), per record.
 Medians over `--rounds`. Prints a table and one JSON line. Run it before and after a change in
 the same session, alternating (another process's load moves both alike).
 """
@@ -25,11 +25,10 @@ import statistics
 import threading
 import time
 
-from flotilla._checks import check_record
-from flotilla._plans import now_ms
-from flotilla._router import Router
+from flotilla import Client
 from flotilla.producer import Producer
-from flotilla.types import PartitionInfo, TopicInfo
+from flotilla.types import TopicInfo
+from proto import flotilla_pb2 as pb
 from proto.records import read_header
 
 RECORD = b"r" * 1024
@@ -38,13 +37,23 @@ TOPIC = "bench"
 
 class LoopbackSender:
     """A `Sender` whose partition leader is this process: each batch is acknowledged at once
-    with the next base offset of its partition."""
+    with the next base offset of its partition. Its router is a `Client`'s (never dialled),
+    told of one topic of one partition led by node "n1"."""
 
     def __init__(self) -> None:
-        self.router = Router(["127.0.0.1:1"])
+        self.client = Client(["127.0.0.1:1"])
+        self.router = self.client.router
         self.timeout_s = 30.0
-        self.info = TopicInfo(TOPIC, (PartitionInfo(0, "n1", ("n1",), 0, 0),), replication_factor=1)
-        self.router._topics[TOPIC] = self.info
+        self.router.absorb(
+            pb.MetadataResponse(
+                members=[pb.Member(id="n1", address="127.0.0.1:1", state=pb.ALIVE)],
+                topics=[pb.TopicInfo(name=TOPIC, replication_factor=1, partitions=[
+                    pb.PartitionInfo(index=0, leader="n1", replicas=["n1"])])],
+            )
+        )  # fmt: skip
+        info = self.router.topic(TOPIC)
+        assert info is not None
+        self.info: TopicInfo = info
         self.offsets: dict[int, int] = {}
         self.lock = threading.Lock()  # the producer's sending threads call at once
 
@@ -85,13 +94,18 @@ def producer_send(count: int) -> tuple[float, float]:
 
 
 def produce_encode(count: int) -> float:
-    """CPU µs per `Client.produce` call spent before its gRPC call (checks, timestamp, encode)."""
-    router = LoopbackSender().router
+    """CPU µs per `Client.produce` before its gRPC call: the call's plan run up to the Produce
+    request it would send (checks, timestamp, routing, the batch encoded under the partition's
+    producer id and sequence, the request built)."""
+    client = LoopbackSender().client
     before = time.thread_time()
     for _ in range(count):
-        value, key, headers = check_record(RECORD, None, None)
-        router.encode(TOPIC, 0, [(key, value, headers, now_ms())])
-    return (time.thread_time() - before) / count * 1e6
+        plan = client._core.produce(TOPIC, RECORD, None, 0, None)
+        step = next(plan)
+        plan.close()
+    spent = time.thread_time() - before
+    assert step.method == "Produce", step  # type: ignore[union-attr]
+    return spent / count * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
