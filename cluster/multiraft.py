@@ -91,6 +91,10 @@ class Proposal:
     waiter: Waiter
     producer_id: int = 0
     base_sequence: int = 0
+    # nonzero: only the leader of this term may append it. A proposer that decided in one term
+    # (a timer partition's plan, made from what its leader knew then) must not have its entry
+    # appended by the same node leading again in a later term, beside its successor's decisions
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +430,14 @@ class MultiRaft:
             return
         idempotence, producer_id = replica.idempotence, proposal.producer_id
         verdict: Verdict | None = None
+        if proposal.term and replica.node.term != proposal.term:
+            waiter.future.set_exception(
+                ProposalDropped(
+                    f"{replica.group}: proposed for term {proposal.term}, the node is at term "
+                    f"{replica.node.term}"
+                )
+            )
+            return
         try:
             if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
                 term, base_sequence = replica.node.term, proposal.base_sequence

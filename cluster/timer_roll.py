@@ -57,6 +57,7 @@ class Rolling:
 
     host: RollingHost
     replica: Replica
+    term: int  # the slot's leader term: its copies and floor are appended in it only
     follower: Follower
     _rolled_at = 0.0  # monotonic: the last round
     _floor = 0  # the highest floor this slot appended
@@ -134,7 +135,7 @@ class Rolling:
 
     def _propose(self, batch: bytes, now_ms: int) -> asyncio.Future[object]:
         waiter = Waiter(asyncio.get_running_loop().create_future())
-        self.host.propose(Proposal(self.replica, batch, 1, now_ms, waiter))
+        self.host.propose(Proposal(self.replica, batch, 1, now_ms, waiter, term=self.term))
         return waiter.future  # type: ignore[return-value]
 
     async def _committed(self, futures: list[asyncio.Future[object]]) -> bool:

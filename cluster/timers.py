@@ -244,9 +244,15 @@ class Slot(Firing, Rolling):
         return True
 
     async def _append_plan(self, plan: Plan) -> bool:
+        """Appends a plan (or a done marker) decided in this slot's term, and only in it: the
+        same node leading again in a later term has a new slot, whose plans this one's must
+        not be appended beside (two books numbering the same fire sequences fire twice)."""
+        if not self.leads():
+            return False
         now_ms = _now_ms()
         waiter = Waiter(asyncio.get_running_loop().create_future())
-        self.host.propose(Proposal(self.replica, plan_batch(plan, now_ms), 1, now_ms, waiter))
+        batch = plan_batch(plan, now_ms)
+        self.host.propose(Proposal(self.replica, batch, 1, now_ms, waiter, term=self.term))
         try:
             await asyncio.wait_for(waiter.future, self.host.write_timeout_s)
             return True

@@ -4,24 +4,29 @@ Ready's messages may leave before the round's disk work."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from pathlib import Path
 
 from harness import open_replica
 
 from cluster.clock import MAX_BEHIND_TICKS, FakeTicker
-from cluster.multiraft import MultiRaft
-from cluster.replica import Replica
+from cluster.multiraft import MultiRaft, Proposal
+from cluster.replica import Replica, Waiter
+from proto.records import encode_batch
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
+from raft.errors import ProposalDropped
 from raft.types import (
     AppendRequest,
+    Configuration,
     Heartbeat,
     HeartbeatResponse,
+    Role,
     VoteRequest,
     VoteResponse,
 )
-from storage import StateJournal
+from storage import FileHandles, HardState, LogConfig, StateJournal
 
 GROUP = "t/0"
 
@@ -264,6 +269,48 @@ def test_a_tick_after_a_pause_voids_every_lease_and_regular_ticks_do_not(tmp_pat
             assert multiraft.leases_voided == 0 and not voided
             multiraft.tick(late + (MAX_BEHIND_TICKS + 2) * 0.05)  # after a pause
             assert multiraft.leases_voided == 1 and voided == [1]
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_proposal_for_another_term_is_refused_and_appends_nothing(tmp_path: Path) -> None:
+    """A proposer that decided in one leader term (a timer partition's slot: its plan numbers
+    fire sequences from what its leader knew) must not have its entry appended when the same
+    node leads again in a later term, beside its successor's decisions: MultiRaft refuses a
+    proposal whose term is not the leader's, when the entry would be appended."""
+
+    async def scenario() -> None:
+        journal = StateJournal(tmp_path / "journal")
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.01, journal)
+        replica = Replica.open(
+            node_id="b", topic="t", partition=0, directory=str(tmp_path / "t" / "0"),
+            bootstrap=Configuration(voters=frozenset({"b"})), hard_state=HardState(term=4),
+            raft_config=RaftConfig(), log_config=LogConfig(), handles=FileHandles(16),
+            rng=random.Random(1),
+        )  # fmt: skip
+        multiraft.add(replica)
+        multiraft.start()
+        try:
+            await _until(lambda: replica.node.role is Role.LEADER, "an election")
+            term, last = replica.node.term, replica.node.log.last_index
+            batch = encode_batch([(None, b"x", None, 0)])
+            loop = asyncio.get_running_loop()
+            for stale in (term - 1, term + 1):
+                waiter = Waiter(loop.create_future())
+                multiraft.propose(Proposal(replica, batch, 1, 0, waiter, term=stale))
+                try:
+                    await asyncio.wait_for(waiter.future, 5)
+                except ProposalDropped:
+                    pass
+                else:
+                    raise AssertionError(f"a proposal for term {stale} was appended at {term}")
+            assert replica.node.log.last_index == last, "a refused proposal was appended"
+            waiter = Waiter(loop.create_future())
+            multiraft.propose(Proposal(replica, batch, 1, 0, waiter, term=term))
+            await asyncio.wait_for(waiter.future, 5)  # the leader's own term: appended
+            assert replica.node.log.last_index == last + 1
         finally:
             await multiraft.stop()
 
