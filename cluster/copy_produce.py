@@ -24,6 +24,7 @@ import xxhash
 from cluster.errors import ClusterError
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
+from proto.reasons import REASON_KEY, SEQUENCE_BEHIND
 from proto.records import peek_producer, with_producer
 
 __all__ = [
@@ -48,7 +49,13 @@ class CopyFailed(ClusterError):
 
 class SequenceRefused(CopyFailed):
     """The partition does not take the copy's (producer id, sequence) as that producer's next
-    batch (ABORTED: it does not know the producer, or a sequence is missing)."""
+    batch (ABORTED: it does not know the producer, or a sequence is missing). `behind`: the
+    sequence is below the producer's next one and older than the partition remembers
+    (`SEQUENCE_BEHIND`): that copy was written long ago."""
+
+    def __init__(self, message: str, behind: bool = False) -> None:
+        super().__init__(message)
+        self.behind = behind
 
 
 def rebased_producer_id(producer_id: int, sequence: int) -> int:
@@ -72,6 +79,11 @@ class CopyProducer:
         try:
             return await self.produce(topic, partition, batch)
         except SequenceRefused as refused:
+            if refused.behind:
+                # written long ago (a plan fired again after a failover reaches back past the
+                # batches the partition remembers): rebased, it would be written twice
+                log.info("%s; it is written already", refused)
+                return pb.ProduceResponse(duplicate=True)
             producer_id, sequence = peek_producer(batch)
             rebased = rebased_producer_id(producer_id, sequence)
             log.info("%s; appending it under producer %d at sequence 0", refused, rebased)
@@ -99,8 +111,14 @@ class CopyProducer:
             except grpc.aio.AioRpcError as error:
                 errors.append(f"{leader}: {error.code().name} {error.details()}")
                 if error.code() is grpc.StatusCode.ABORTED:
+                    reasons = {
+                        value
+                        for key, value in (error.trailing_metadata() or ())
+                        if key == REASON_KEY
+                    }
                     raise SequenceRefused(
-                        f"{topic}/{partition} refused the copy ({errors[-1]})"
+                        f"{topic}/{partition} refused the copy ({errors[-1]})",
+                        behind=SEQUENCE_BEHIND in reasons,
                     ) from None
                 if error.code() not in (
                     grpc.StatusCode.FAILED_PRECONDITION,

@@ -51,7 +51,13 @@ __all__ = [
 
 class OutOfOrderSequence(ClusterError):
     """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
-    of the same producer is not written yet (it is in flight or being retried). Retriable."""
+    of the same producer is not written yet (it is in flight or being retried). Retriable.
+    `behind`: the batch's sequence is below the expected one, so a batch at that sequence was
+    written long ago (older than the table remembers): never to be resent under another id."""
+
+    def __init__(self, message: str, behind: bool = False) -> None:
+        super().__init__(message)
+        self.behind = behind
 
 
 class UnknownProducer(OutOfOrderSequence):
@@ -150,6 +156,13 @@ class Idempotence:
             if isinstance(verdict, OutOfOrder)
             else self.expected(producer_id, term)
         )
+        if expected is not None and base_sequence < expected:
+            return OutOfOrderSequence(
+                f"batch of producer {producer_id} on {group} starts at sequence "
+                f"{base_sequence}, but {expected} comes next: a batch of this producer at that "
+                "sequence was written long ago (older than the batches remembered per producer)",
+                behind=True,
+            )
         return OutOfOrderSequence(
             f"batch of producer {producer_id} on {group} starts at sequence "
             f"{base_sequence}, but {expected} comes next: an earlier batch of this producer "

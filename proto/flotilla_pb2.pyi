@@ -32,6 +32,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FENCED_MEMBER: _ClassVar[ErrorReason]
     GROUP_NOT_FOUND: _ClassVar[ErrorReason]
     GROUP_NOT_EMPTY: _ClassVar[ErrorReason]
+    SEQUENCE_BEHIND: _ClassVar[ErrorReason]
 
 class GroupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -61,6 +62,7 @@ COORDINATOR_LOADING: ErrorReason
 FENCED_MEMBER: ErrorReason
 GROUP_NOT_FOUND: ErrorReason
 GROUP_NOT_EMPTY: ErrorReason
+SEQUENCE_BEHIND: ErrorReason
 GROUP_KIND_STREAM: GroupKind
 GROUP_KIND_QUEUE: GroupKind
 SETTLE_ACK: SettleAction

@@ -124,3 +124,42 @@ def test_long_lived_producers_a_late_retry_after_a_restart_is_a_duplicate(tmp_pa
                 offset = records[-1].offset + 1
         assert len(values) == LONG_LIVED_PRODUCERS  # nothing written twice
         assert values.count(b"p0") == 1
+
+
+def test_a_copy_older_than_the_remembered_batches_is_never_written_again(tmp_path: Path) -> None:
+    """A node's copier (a due timer fired again after a failover, a dead letter copied again)
+    resends a batch of its deterministic producer. Older than the batches the partition
+    remembers per producer (`cluster.producers.WINDOW`), it is refused ABORTED as behind
+    (`SEQUENCE_BEHIND`): the copier must take it as written, not rebase it under a new producer
+    id (which wrote it twice: found as timers fired twice after a restart of every node)."""
+    from cluster.copy_produce import CopyProducer
+    from cluster.producers import WINDOW
+
+    with LocalCluster(tmp_path, 1, controllers=1, config_text=CONFIG) as local:
+        local.start()
+        address = local.addresses()[0]
+        with Client(address, timeout_s=30) as client:
+            client.create_topic("ids", 1, 1)
+            wait_until(lambda: client.describe_topic("ids").partitions[0].leader, 30, "a leader")
+        batches = [
+            encode_batch([(None, b"%d" % i, None, 1)], producer_id=PRODUCER, base_sequence=i)
+            for i in range(WINDOW + 4)
+        ]
+        for batch in batches:
+            _produce(address, batch)
+
+        async def copy_again() -> pb.ProduceResponse:
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = flotilla_pb2_grpc.FlotillaStub(channel)
+
+                async def leader(topic: str, partition: int, fresh: bool) -> str:
+                    return "n1"
+
+                copies = CopyProducer(leader, lambda node: stub)
+                return await copies.copy("ids", 0, batches[0])
+
+        answer = asyncio.run(copy_again())
+        assert answer.duplicate
+        with Client(address, timeout_s=30) as client:
+            values = [r.value for r in client.read("ids", 0, 0, max_records=100)]
+        assert values == [b"%d" % i for i in range(WINDOW + 4)], "a copy was written twice"
