@@ -115,7 +115,8 @@ def test_consume_merges_every_partition_and_each_start_option(
     everything = {f"p{p}-{n}" for p in range(3) for n in range(4)}
 
     status, out, err = run("consume", "merged", "--from-beginning", "-e", *boot)
-    assert status == 0 and set(out.splitlines()) == everything and len(out.splitlines()) == 12
+    assert status == 0, err
+    assert set(out.splitlines()) == everything and len(out.splitlines()) == 12
     assert "consumed 12 records" in err
     status, out, _ = run("consume", "merged", "--partition", "1", "--from-beginning", "-e", *boot)
     assert out.splitlines() == [f"p1-{n}" for n in range(4)]

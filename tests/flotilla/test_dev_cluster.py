@@ -127,9 +127,13 @@ class Dev:
 
     def wait_up(self) -> None:
         wait_until(
-            lambda: any("is up" in line for line in self.lines) or self.process.poll() is not None,
+            # the banner's last line: the lines before it (settings, the hint) are all there
+            lambda: (
+                any("press Ctrl-C" in line for line in self.lines)
+                or self.process.poll() is not None
+            ),
             timeout_s=UP_WITHIN_S,
-            what="flotilla dev to say it is up",
+            what="flotilla dev to say it is up and print its banner",
             detail=lambda: self.lines,
         )
         assert self.process.poll() is None, self.lines
