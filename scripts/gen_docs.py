@@ -11,6 +11,10 @@
 option fails the suite until the pages are regenerated. The output depends on nothing but the
 code: `FLOTILLA_*` variables are hidden while the parser is built (a default read from the
 environment would otherwise leak into the page) and the usage lines are wrapped at a fixed width.
+
+Why one module of ~530 lines: it is a build tool with one pipeline (read the code, render both
+pages, write them or name the stale ones), and its tests load it as one file by path; its parts
+are short functions in two runs, the configuration page's and then the CLI page's.
 """
 
 from __future__ import annotations
