@@ -46,7 +46,6 @@ groups into one frame (heartbeats of many groups to one node thus travel togethe
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections import deque
@@ -69,6 +68,7 @@ from cluster.replica import (
     same_incarnation,
     save_commit_indexes,
 )
+from cluster.storage_thread import StorageThread
 from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
@@ -151,7 +151,7 @@ class MultiRaft:
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
         self._wake = asyncio.Event()
-        self._storage = concurrent.futures.ThreadPoolExecutor(1, "flotilla-storage")
+        self._storage = StorageThread("flotilla-storage")
         self._maintenance: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
@@ -225,9 +225,7 @@ class MultiRaft:
             except (asyncio.CancelledError, Exception):
                 pass
         if not self.fail_stop.stopped:  # else closing would fsync again: never retry one
-            await asyncio.get_running_loop().run_in_executor(
-                self._storage, self.fail_stop.guard, "closing the logs", self._close_all
-            )
+            await self._storage.run(self.fail_stop.guard, "closing the logs", self._close_all)
         self._storage.shutdown(wait=True)
 
     def _close_all(self) -> None:
@@ -259,7 +257,7 @@ class MultiRaft:
         if failure is not None:
             raise failure
         guarded = partial(self.fail_stop.guard, what or describe(work), work)
-        return await asyncio.get_running_loop().run_in_executor(self._storage, guarded)
+        return await self._storage.run(guarded)
 
     def save_commits_soon(self) -> asyncio.Future[object] | None:
         """Saves, within the next round, the commit indexes that moved (`save_commit_indexes`):
@@ -516,8 +514,7 @@ class MultiRaft:
         if heavy or maintenance:
             started = time.perf_counter()
             try:
-                outcomes, failed = await asyncio.get_running_loop().run_in_executor(
-                    self._storage,
+                outcomes, failed = await self._storage.run(
                     write_all,
                     [(r, ready) for r, ready, _ in heavy],
                     self.journal,

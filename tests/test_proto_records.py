@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proto.records import (
     BATCH_HEADER_SIZE,
     CHECK_CHUNK_RECORDS,
+    WHOLE_CHECK_RECORDS,
     InvalidBatch,
     check_body,
     decode_batch,
@@ -86,24 +87,40 @@ MALFORMED_BODIES = [
     (msgpack.packb([ROW, ROW]) + b"\xc0", 2, "1 bytes after its 2 records"),
     (b"\x92" + msgpack.packb(ROW) + b"\xc1", 2, "not valid msgpack"),
     (b"\x92" + msgpack.packb(ROW), 2, "ends after 1 of its 2 records"),
+    # what a one-pass typed decoder could let through: a fifth field (array-like structs accept
+    # trailing fields unless told not to), a bool for an int, nil for a value, a header name
+    # that is not UTF-8, a header of three, a record that is a map
+    (msgpack.packb([ROW, [b"k", b"v", [], 5, 6]]), 2, "record 1 is an array of 5"),
+    (msgpack.packb([ROW, [b"k", b"v", [], True]]), 2, "timestamp_delta_ms is bool"),
+    (msgpack.packb([ROW, [b"k", None, [], 5]]), 2, "record 1: value is nil; expected bin"),
+    (b"\x91\x94\xc0\xc4\x01v\x91\x92\xa1\xff\xc4\x00\x05", 1, "UnicodeDecodeError"),
+    (msgpack.packb([[b"k", b"v", [["h", b"x", b"y"]], 5]]), 1, "header 0 is an array of 3"),
+    (msgpack.packb([{"k": b"v"}]), 1, "not valid msgpack"),
+    (msgpack.packb([[b"k", b"v", b"headers", 5]]), 1, "headers is bin"),
 ]
+# both ways `check_body` checks a body: one msgspec pass (the message from the chunked check),
+# and the chunked check alone (batches of more than WHOLE_CHECK_RECORDS records)
+CHECK_WAYS = {"one-pass": WHOLE_CHECK_RECORDS, "chunked": 0}
 
 
+@pytest.mark.parametrize("whole_up_to", CHECK_WAYS.values(), ids=CHECK_WAYS.keys())
 @pytest.mark.parametrize(
     ("body", "count", "message"), MALFORMED_BODIES, ids=[m for _, _, m in MALFORMED_BODIES]
 )
 def test_a_malformed_body_is_refused_naming_what_is_wrong(
-    body: bytes, count: int, message: str
+    body: bytes, count: int, message: str, whole_up_to: int
 ) -> None:
     batch = batch_of_body(body, count)
     read_header(batch)  # the header, checksum and count are right: only the body is wrong
     with pytest.raises(InvalidBatch, match=message):
-        check_body(batch)
+        check_body(batch, whole_up_to=whole_up_to)
 
 
 @given(records)
 def test_every_encoded_batch_passes_the_body_check(rows) -> None:  # type: ignore[no-untyped-def]
-    check_body(encode_batch(rows))
+    batch = encode_batch(rows)
+    check_body(batch)
+    check_body(batch, whole_up_to=0)
 
 
 def test_a_record_with_more_headers_than_the_batch_has_records_passes_the_body_check() -> None:
@@ -115,13 +132,14 @@ def test_a_record_with_more_headers_than_the_batch_has_records_passes_the_body_c
         assert [len(r.headers) for r in decode_batch(batch, 0)] == [len(h) for _, _, h, _ in rows]
 
 
-def test_the_body_check_spans_chunks() -> None:
+@pytest.mark.parametrize("whole_up_to", CHECK_WAYS.values(), ids=CHECK_WAYS.keys())
+def test_the_body_check_spans_chunks(whole_up_to: int) -> None:
     count = 2 * CHECK_CHUNK_RECORDS + 5
     rows: list[list[object]] = [[None, b"v", [], n] for n in range(count)]
-    check_body(batch_of_body(msgpack.packb(rows), count))
+    check_body(batch_of_body(msgpack.packb(rows), count), whole_up_to=whole_up_to)
     rows[CHECK_CHUNK_RECORDS + 3][1] = "text"
     with pytest.raises(InvalidBatch, match=f"record {CHECK_CHUNK_RECORDS + 3}: value is str"):
-        check_body(batch_of_body(msgpack.packb(rows), count))
+        check_body(batch_of_body(msgpack.packb(rows), count), whole_up_to=whole_up_to)
 
 
 msgpack_values = st.recursive(
@@ -153,10 +171,16 @@ near_rows = (
 @given(st.lists(near_rows, min_size=1, max_size=6))
 def test_whatever_the_body_check_accepts_a_consumer_can_decode(rows) -> None:  # type: ignore[no-untyped-def]
     """The check exists so that no consumer ever fails on a committed batch; and it only ever
-    answers InvalidBatch (anything else would reach the client as UNKNOWN)."""
+    answers InvalidBatch (anything else would reach the client as UNKNOWN). Its one pass
+    refuses exactly what the chunked check refuses (which names the fault)."""
     batch = batch_of_body(msgpack.packb(rows), len(rows))
-    try:
-        check_body(batch)
-    except InvalidBatch:
-        return
-    assert len(decode_batch(batch, 0)) == len(rows)
+    verdicts = []
+    for whole_up_to in CHECK_WAYS.values():
+        try:
+            check_body(batch, whole_up_to=whole_up_to)
+            verdicts.append("accepted")
+        except InvalidBatch:
+            verdicts.append("refused")
+    assert verdicts[0] == verdicts[1], f"one pass {verdicts[0]}, chunked {verdicts[1]}"
+    if verdicts[0] == "accepted":
+        assert len(decode_batch(batch, 0)) == len(rows)

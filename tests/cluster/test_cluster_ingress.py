@@ -48,6 +48,8 @@ POISON = [
     (msgpack.packb([ROW, [b"k", 7, [], 5]]), 2, "record 1: value is int"),
     (msgpack.packb([ROW]) + b"\xc0", 1, "1 bytes after its 1 records"),
     (b"\x92" + msgpack.packb(ROW), 2, "ends after 1 of its 2 records"),
+    # what the server's one typed pass must not let through: a fifth field
+    (msgpack.packb([ROW, [b"k", b"v", [], 5, 6]]), 2, "record 1 is an array of 5"),
 ]
 
 

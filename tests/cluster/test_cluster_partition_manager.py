@@ -95,7 +95,7 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
         while "t/29" not in node.multiraft.replicas:
             assert time.monotonic() < deadline, "t/29 not opened"
             await asyncio.sleep(0.01)
-        assert threads == ["flotilla-storage_0"]
+        assert threads == ["flotilla-storage"]
         replica = node.multiraft.replicas["t/29"]
         assert replica.node.configuration.voters == frozenset({"n1", "n2", "n3"})
         assert delivered == [("n3", [("t/29", votes[0])]), ("n3", [("t/29", votes[1])])]
