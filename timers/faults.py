@@ -21,6 +21,11 @@ class TimerFaults:
     # a held batch rolled forward stays held beside its copy: the original and the copy are
     # both live (both planned, both fired)
     roll_keeps_original: bool = False
+    # the copier (`cluster.copy_produce`, modelled by `timers.sim.firing.Copier`) rebases a copy
+    # the source refused as behind (SEQUENCE_BEHIND), as it did before that reason existed: a
+    # plan fired again past the batches the source remembers lands twice. Honoured by the
+    # simulator only (the node's copier has no such switch)
+    rebase_behind: bool = False
 
     @property
     def any(self) -> bool:

@@ -1,6 +1,7 @@
 """The timer simulator (`python -m timers.sim`): a seed sweep with no violation that exercised
 every fault (failovers, lost tails, crashes between plan and fire, index crashes, producer
-retries, a source that forgot the fire producer, roll-forward rounds and crashes between a
+retries, a source that forgot the fire producer or answers a plan fired again as behind, a
+firing pipeline failing part-way, roll-forward rounds and crashes between a
 roll's copies and its floor), the same run over the real on-disk index on a
 simulated disk that loses and tears unflushed writes, replay determinism, each deliberately
 broken book caught by the violation meant for it, and each check of the checker failing on a
@@ -38,7 +39,10 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "far_timers",
         "bursts",
         "duplicates",  # a repeat after a failover answered as a duplicate by the source
-        "derived_sends",  # the source forgot the fire producer: a derived one, at sequence 0
+        "rebases",  # the source forgot the fire producer: a derived one, at sequence 0
+        "behind_answers",  # a plan fired again past the batches the source remembers
+        "pipeline_failures",  # a plan's pipeline failed part-way: sent again one by one
+        "crashes_after_fire",  # a long plan fired in full, then a crash before its marker
         "done_markers",
         "forgotten_producers",
         "failovers",
@@ -119,6 +123,7 @@ EXPECTED = {
     "skip_far_bucket": {"lost"},
     "no_done_marker": {"fired-twice"},
     "roll_keeps_original": {"both-live"},
+    "rebase_behind": {"fired-twice"},
 }
 
 

@@ -1,16 +1,24 @@
 """The simulation's model parts: a timer-log record, and the source partition's
 idempotent-producer table (what decides whether a fired batch lands, is a duplicate, or is
-refused as out of order)."""
+refused: behind, out of order ahead, or from a producer it does not know)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from timers.types import Plan, TimerBatch
 
-__all__ = ["FORGET_AFTER_MS", "LogRecord", "SourcePartition"]
+__all__ = ["FORGET_AFTER_MS", "SOURCE_WINDOW", "Answer", "LogRecord", "Producer", "SourcePartition"]
 
 FORGET_AFTER_MS = 20_000  # scaled: "a day" without a batch, and the source forgets a producer
+# scaled: the batches remembered per producer (`cluster.producers.WINDOW` is 8 beside plans of up
+# to 256 batches; here 4 beside plans of up to `SIM_CONFIG.max_plan_batches` = 6), so that a plan
+# fired again after a failover reaches back past them
+SOURCE_WINDOW = 4
+
+Producer = tuple[int, int]  # (producer id, the sequence it was rebased from; -1: not rebased)
+Answer = Literal["duplicate", "appended", "behind", "out-of-order", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,23 +40,48 @@ class LogRecord:
 
 
 class SourcePartition:
-    """The source partition's idempotent-producer table: per producer, the next sequence, and
-    when it last appended; a producer idle for FORGET_AFTER_MS is forgotten (as a partition
-    forgets one after a day without a batch), and then starts again at sequence 0."""
+    """The source partition's idempotent-producer table, as `cluster.producers` and
+    `cluster.idempotence` keep it: per producer only its last `window` batches (base sequence,
+    record count) and when it last wrote. A producer idle for FORGET_AFTER_MS is forgotten (a
+    partition forgets one after a day without a batch); a producer it does not know starts at
+    sequence 0. The answers (`Answer`):
 
-    def __init__(self) -> None:
-        self.next: dict[tuple[int, int], int] = {}
-        self.last_ms: dict[tuple[int, int], int] = {}
+        duplicate     the batch at this base sequence is among the remembered ones
+        appended      sequence == next (or an unknown producer at 0): written now
+        behind        sequence < next, not remembered: written long ago (SEQUENCE_BEHIND)
+        out-of-order  sequence > next: a gap ahead (an earlier batch is not written)
+        unknown       an unknown producer at a sequence > 0 (UNKNOWN_PRODUCER_ID)
+    """
+
+    def __init__(self, window: int = SOURCE_WINDOW) -> None:
+        self.window = window
+        self.batches: dict[
+            Producer, tuple[tuple[int, int], ...]
+        ] = {}  # (base, count), oldest first
+        self.last_ms: dict[Producer, int] = {}
         self.forgotten = 0
 
-    def append(self, producer: tuple[int, int], sequence: int, count: int, now_ms: int) -> str:
-        if now_ms - self.last_ms.get(producer, now_ms) > FORGET_AFTER_MS:
-            self.forgotten += self.next.pop(producer, None) is not None
-        self.last_ms[producer] = now_ms
-        expected = self.next.get(producer, 0)
-        if sequence < expected:
+    def next_sequence(self, producer: Producer) -> int | None:
+        batches = self.batches.get(producer)
+        if not batches:
+            return None
+        base, count = batches[-1]
+        return base + count
+
+    def append(self, producer: Producer, sequence: int, count: int, now_ms: int) -> Answer:
+        if producer in self.batches and now_ms - self.last_ms[producer] > FORGET_AFTER_MS:
+            del self.batches[producer], self.last_ms[producer]
+            self.forgotten += 1
+        remembered = self.batches.get(producer, ())
+        if any(base == sequence for base, _ in remembered):
             return "duplicate"
-        if sequence > expected:
+        expected = self.next_sequence(producer)
+        if expected is None and sequence != 0:
+            return "unknown"
+        if expected is not None and sequence < expected:
+            return "behind"
+        if expected is not None and sequence > expected:
             return "out-of-order"
-        self.next[producer] = sequence + count
+        self.batches[producer] = (*remembered, (sequence, count))[-self.window :]
+        self.last_ms[producer] = now_ms  # only a batch written refreshes a producer
         return "appended"

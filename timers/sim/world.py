@@ -1,9 +1,12 @@
 """One seeded run of a timer partition: producers accept delayed batches into a replicated timer
 log, replicas fold the committed log into their indexes (flushing now and then, crashing and
 replaying from `applied_offset`), and the leader builds a TimerBook from its index, plans, and
-fires each plan into a model source partition with the fire producer's (producer, sequence)
-dedupe. Faults: leader failovers (the uncommitted tail committed or lost), crashes between a
-plan and its firing or in the middle of it, index crashes, producer retries, crashes between a
+fires each plan into a model source partition (`parts.SourcePartition`: the idempotent-producer
+table remembering a producer's last batches only) through a model of the node's copier
+(`firing`: behind taken as written, out of order or unknown rebased once). Producers in
+`producers`. Faults: leader failovers (the uncommitted tail committed or lost), crashes between
+a plan and its firing, in the middle of it or right after it, a firing pipeline failing
+part-way (the plan sent again one by one), index crashes, producer retries, crashes between a
 roll's copies and its floor. Time is simulated (`now_ms`); every choice comes from
 `random.Random(seed)`.
 
@@ -30,8 +33,10 @@ from collections.abc import Callable
 from timers.book import TimerBook, bucket_of
 from timers.faults import NO_FAULTS, TimerFaults
 from timers.sim.checker import TimerChecker
+from timers.sim.firing import Copier, Firing
 from timers.sim.index_model import IndexStore, MemoryIndexStore
 from timers.sim.parts import LogRecord, SourcePartition
+from timers.sim.producers import PRODUCERS, Producers
 from timers.sim.retention import Retention
 from timers.sim.state import STAT_NAMES, Leader, Replica
 from timers.types import Rolled, TimerBatch, TimerConfig
@@ -47,11 +52,9 @@ ROLL_CHANCE = 0.15  # a leader starts a roll round in this share of steps
 CUT_CHANCE = 0.3  # the log is cut to what every index still needs in this share of steps
 LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
-FIRE_PRODUCER = 7_000_001
-PRODUCERS = 3
 
 
-class TimerSimulation(Retention):
+class TimerSimulation(Retention, Firing, Producers):
     def __init__(
         self,
         seed: int,
@@ -73,12 +76,13 @@ class TimerSimulation(Retention):
         self.floor_offset = 0  # the highest floor committed
         self.now = 1_000_000_000  # ms
         self.step_count = 0
+        self.faulty = False  # this step may crash a node
         self.checker = TimerChecker(config, LATE_BOUND_MS)
         self.stats = dict.fromkeys(STAT_NAMES, 0)
         self.log: list[LogRecord] = []
         self.offsets: list[int] = []
         self.commit = 0
-        self.source = SourcePartition()
+        self.copier = Copier(SourcePartition(), faults, self.stats)
         self.accepted_ids: set[tuple[int, int]] = set()  # the timer log's idempotence table
         self.unacked: list[tuple[int, int, int, int]] = []  # (producer, sequence, due, count)
         self.producer_next = dict.fromkeys(range(1, PRODUCERS + 1), 0)
@@ -106,6 +110,7 @@ class TimerSimulation(Retention):
 
     def step(self, *, faulty: bool) -> None:
         self.step_count += 1
+        self.faulty = faulty
         self.now += self.rng.randint(*STEP_MS)
         if faulty:
             self._faults()
@@ -147,61 +152,6 @@ class TimerSimulation(Retention):
 
     def _event(self, *parts: object) -> None:
         self.trace.update(repr((self.step_count, self.now, *parts)).encode())
-
-    # -- producers -------------------------------------------------------------------------------
-    def _produce(self) -> None:
-        rng = self.rng
-        if self.unacked and rng.random() < 0.3:
-            producer, sequence, due, count = self.unacked.pop(0)
-            self.stats["producer_retries"] += 1
-            self._accept(producer, sequence, due, count)
-        if rng.random() < 0.05:  # a retry of a batch already accepted: the table refuses it
-            accepted = [
-                r for r in self.log[: self.commit] if r.batch is not None and r.rolled_from < 0
-            ]
-            if accepted:
-                record = rng.choice(accepted)
-                assert record.batch is not None
-                self._accept(
-                    record.producer, record.sequence, record.batch.due_ms, record.batch.record_count
-                )
-        burst = rng.random() < 0.04
-        count = rng.randint(5, 15) if burst else (1 if rng.random() < 0.6 else 0)
-        self.stats["bursts"] += burst
-        due = self._due()
-        for _ in range(count):
-            producer = rng.randint(1, PRODUCERS)
-            records = rng.randint(1, 5)
-            sequence = self.producer_next[producer]
-            self.producer_next[producer] += records
-            self._accept(producer, sequence, due if burst else self._due(), records)
-
-    def _due(self) -> int:
-        rng, now = self.rng, self.now
-        kind = rng.random()
-        if kind < 0.1:
-            self.stats["past_timers"] += 1
-            return now - rng.randint(1, 999)
-        if kind < 0.2:
-            return now
-        if kind < 0.7:
-            return now + rng.randint(1, 15_000)
-        self.stats["far_timers"] += 1
-        return now + rng.randint(15_000, self.far_ms)
-
-    def _accept(self, producer: int, sequence: int, due: int, count: int) -> None:
-        if (producer, sequence) in self.accepted_ids:
-            self.stats["refused_at_acceptance"] += 1
-            return
-        self.accepted_ids.add((producer, sequence))
-        offset = self._next_offset()
-        self._append(
-            LogRecord(
-                offset, TimerBatch(due, offset, count), None, producer, sequence, at_ms=self.now
-            )
-        )
-        self.stats["batches"] += 1
-        self.stats["records"] += count
 
     # -- the timer log ---------------------------------------------------------------------------
     def _next_offset(self) -> int:
@@ -280,13 +230,14 @@ class TimerSimulation(Retention):
     def _faults(self) -> None:
         rng, leader = self.rng, self.leader
         if leader is not None and leader.inflight is not None and rng.random() < 0.2:
-            # the plan commits, then a crash before its firing or in the middle of it
+            # the plan commits, then a crash before its firing, in the middle of it or after it
+            # (before the next plan or done marker): its successor fires it again
             self.stats["crashes_mid_fire"] += 1
             self._commit_all()
             self._apply(self.replicas[leader.replica], leader.book)
             plan, leader.inflight = leader.inflight, None
             leader.firing, leader.next_batch = plan, 0
-            self._fire(leader, limit=rng.randint(0, max(0, len(plan.batches) - 1)))
+            self._fire(leader, limit=rng.randint(0, len(plan.batches)))
             self._failover()
         elif (
             leader is not None
@@ -388,6 +339,8 @@ class TimerSimulation(Retention):
             if leader.firing is not None:
                 self._fire(leader)
                 progress = True
+                if self._crash_after_fire(leader):
+                    return
             # firing comes first: a round starts only when nothing is due
             if roll and self._idle() and leader.book.next_plan(self.now) is None:
                 roll = False
@@ -412,28 +365,23 @@ class TimerSimulation(Retention):
                 break
         self._apply(replica, leader.book)
 
-    def _fire(self, leader: Leader, limit: int | None = None) -> None:
-        plan = leader.firing
-        assert plan is not None
-        end = len(plan.batches) if limit is None else min(limit, len(plan.batches))
-        for index in range(leader.next_batch, end):
-            batch = plan.batches[index]
-            self.checker.needed("the leader firing", batch.offset, self.log_start)
-            sequence = plan.sequence + sum(b.record_count for b in plan.batches[:index])
-            fire_id, count = (FIRE_PRODUCER, 0), batch.record_count
-            answer = self.source.append(fire_id, sequence, count, self.now)
-            if answer == "out-of-order":  # the partition forgot us: a derived producer, at 0
-                self.stats["derived_sends"] += 1
-                answer = self.source.append((FIRE_PRODUCER, sequence), 0, count, self.now)
-            self._event("fire", batch.offset, answer)
-            if answer == "appended":
-                self.stats["landed"] += 1
-                self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
-            else:
-                self.stats["duplicates"] += 1
-        leader.next_batch = end
-        if end == len(plan.batches):
-            leader.firing, leader.next_batch = None, 0
+    def _crash_after_fire(self, leader: Leader) -> bool:
+        """A crash (in a faulty step) right after a plan longer than the source remembers per
+        producer fired in full, before its done marker or the next plan: the successor fires it
+        again one by one, and its first batches are answered behind (the CI run that fired
+        twice)."""
+        plan = leader.book.last_plan
+        if (
+            not self.faulty
+            or leader.firing is not None
+            or plan is None
+            or len(plan.batches) <= self.copier.source.window
+            or self.rng.random() >= 0.3
+        ):
+            return False
+        self.stats["crashes_after_fire"] += 1
+        self._failover()
+        return True
 
     def _check(self, leader: Leader) -> None:
         self.checker.both_live("the leader's book", leader.book.holds)
@@ -451,6 +399,6 @@ class TimerSimulation(Retention):
                 )
         self.stats["max_loaded"] = max(self.stats["max_loaded"], leader.book.loaded_batches)
         self.stats["max_lateness_ms"] = self.checker.max_lateness_ms
-        self.stats["forgotten_producers"] = self.source.forgotten
+        self.stats["forgotten_producers"] = self.copier.source.forgotten
         far = bucket_of(self.now, self.config.bucket_ms) + self.config.window_buckets
         self._event("check", leader.book.pending, leader.book.loaded_batches, far)

@@ -1,0 +1,115 @@
+"""The simulation's firing (`timers.sim.world`): a plan's batches appended to the model source
+partition as the fire producer, the way `cluster.timer_fire` and `cluster.copy_produce` do it.
+
+Each batch goes through the copier (`Copier`, the model of `CopyProducer.copy`): a batch the
+source answers as behind (SEQUENCE_BEHIND: below the producer's next sequence, older than the
+batches it remembers) is written already and taken so; one refused as out of order ahead or
+from a producer the source does not know goes once more under a producer derived from (fire
+producer, sequence), at sequence 0, so a repeat of it is a duplicate there too.
+
+A plan is first sent in a pipeline now and then (`PIPELINE_FAILS`): a prefix of its batches
+lands, then the pipeline fails and every batch of the plan is sent again one by one through
+the copier, from the first — as the node does when a pipelined append fails, and as a new
+leader does with the last plan after a failover. A plan of more batches than the source
+remembers per producer then reaches back past them: its first batches are answered behind.
+A pipeline that did not fail gives the answers the one-by-one path gives (it starts only at the
+producer's next sequence, and lands each batch in order), so only the failing one is modelled.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+from timers.faults import TimerFaults
+from timers.sim.checker import TimerChecker
+from timers.sim.parts import Answer, SourcePartition
+from timers.sim.state import Leader
+
+__all__ = ["FIRE_PRODUCER", "PIPELINE_FAILS", "Copier", "Firing"]
+
+FIRE_PRODUCER = 7_000_001
+PIPELINE_FAILS = 0.1  # a plan's pipeline fails part-way in this share of plans
+
+
+class Copier:
+    """`cluster.copy_produce.CopyProducer.copy` in front of the model source partition."""
+
+    def __init__(self, source: SourcePartition, faults: TimerFaults, stats: dict[str, int]):
+        self.source = source
+        self.faults = faults
+        self.stats = stats
+
+    def copy(self, sequence: int, count: int, now_ms: int) -> Literal["landed", "written"]:
+        """Appends the fire producer's batch at `sequence`: "landed" when this append wrote it,
+        "written" when the source holds it already (a duplicate, or behind)."""
+        answer: Answer = self.source.append((FIRE_PRODUCER, -1), sequence, count, now_ms)
+        if answer == "behind":
+            self.stats["behind_answers"] += 1
+            if not self.faults.rebase_behind:
+                return "written"
+        if answer in ("behind", "out-of-order", "unknown"):
+            self.stats["rebases"] += 1
+            answer = self.source.append((FIRE_PRODUCER, sequence), 0, count, now_ms)
+            # the rebased producer only ever writes its one batch at sequence 0
+            assert answer in ("appended", "duplicate"), answer
+        return "landed" if answer == "appended" else "written"
+
+
+class Firing:
+    """Mixed into `TimerSimulation`: what of it firing uses."""
+
+    rng: random.Random
+    stats: dict[str, int]
+    checker: TimerChecker
+    copier: Copier
+    log_start: int
+    now: int
+
+    def _event(self, *parts: object) -> None:
+        raise NotImplementedError
+
+    def _fire(self, leader: Leader, limit: int | None = None) -> None:
+        """Fires the leader's plan from `leader.next_batch` (up to batch `limit`)."""
+        plan = leader.firing
+        assert plan is not None
+        end = len(plan.batches) if limit is None else min(limit, len(plan.batches))
+        if leader.next_batch == 0 and end > 1 and self.rng.random() < PIPELINE_FAILS:
+            self._pipeline(leader, self.rng.randint(1, end - 1))
+        for index in range(leader.next_batch, end):
+            batch = plan.batches[index]
+            self.checker.needed("the leader firing", batch.offset, self.log_start)
+            outcome = self.copier.copy(self._sequence(leader, index), batch.record_count, self.now)
+            self._event("fire", batch.offset, outcome)
+            if outcome == "landed":
+                self.stats["landed"] += 1
+                self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
+            else:
+                self.stats["duplicates"] += 1
+        leader.next_batch = end
+        if end == len(plan.batches):
+            leader.firing, leader.next_batch = None, 0
+
+    def _pipeline(self, leader: Leader, batches: int) -> None:
+        """The plan's first `batches` sent in a pipeline (never rebased: an append refused ends
+        it), which then fails: the caller sends them all again one by one."""
+        plan = leader.firing
+        assert plan is not None
+        self.stats["pipeline_failures"] += 1
+        for index in range(batches):
+            batch = plan.batches[index]
+            answer = self.copier.source.append(
+                (FIRE_PRODUCER, -1), self._sequence(leader, index), batch.record_count, self.now
+            )
+            self._event("pipeline", batch.offset, answer)
+            if answer == "appended":
+                self.stats["landed"] += 1
+                self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
+            elif answer != "duplicate":
+                break
+
+    @staticmethod
+    def _sequence(leader: Leader, index: int) -> int:
+        plan = leader.firing
+        assert plan is not None
+        return plan.sequence + sum(b.record_count for b in plan.batches[:index])
