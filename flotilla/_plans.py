@@ -352,6 +352,7 @@ class Subscription:
         self.stop_s = stop_s
         self.avoid: set[str] = set()
         self.quiet_since = time.monotonic()
+        self.grace_until = time.monotonic() + METADATA_GRACE_S
 
     def connect(self) -> tuple[str, pb.FetchRequest]:
         """Where the next stream goes, and what it asks for."""
@@ -383,8 +384,10 @@ class Subscription:
         return self.idle_for_good()
 
     def failed(self, error: FlotillaError) -> None:
-        """Raises a failure another replica cannot cure."""
-        if not isinstance(error, RETRIABLE):
+        """Raises a failure another replica cannot cure (a node answering that a topic does not
+        exist is one only after `METADATA_GRACE_S`, as for reads: it may not have learned a topic
+        just created)."""
+        if not worth_retrying(error, self.grace_until):
             raise error from None
 
     def idle_for_good(self) -> bool:
