@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from flotilla import _plans
 from flotilla._plans import METADATA_GRACE_S, Subscription
 from flotilla._router import Router
 from flotilla.errors import InvalidArgument, NotLeader, TopicNotFound, Unavailable
@@ -31,7 +30,7 @@ def test_a_topic_still_unknown_after_the_grace_ends_the_subscription(
 ) -> None:
     subscription = _subscription()
     later = time.monotonic() + METADATA_GRACE_S + 1
-    monkeypatch.setattr(_plans.time, "monotonic", lambda: later)
+    monkeypatch.setattr(time, "monotonic", lambda: later)
     with pytest.raises(TopicNotFound):
         subscription.failed(TopicNotFound("topic 't' does not exist"))
 
