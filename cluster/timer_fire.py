@@ -16,6 +16,8 @@ import logging
 import time
 from typing import Any, Protocol
 
+import xxhash
+
 from cluster.controller import TopicSpec
 from cluster.copy_produce import CopyProducer
 from cluster.errors import ClusterError
@@ -28,13 +30,22 @@ from proto.records import with_producer
 from raft.types import Role
 from timers.types import Plan, TimerBatch
 
-__all__ = ["Deposed", "Firing", "FiringHost", "read_timer_batch"]
+__all__ = ["Deposed", "Firing", "FiringHost", "fire_producer_id", "read_timer_batch"]
 
 log = logging.getLogger("flotilla.timers")
 
 READ_BYTES = 4 * 1024 * 1024
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 1.0  # a failover of the source partition costs at most ~1 s more
+
+
+def fire_producer_id(uid: str, partition: int, epoch: int = 0) -> int:
+    """The idempotent producer that fires the timers of source partition `partition` of topic
+    incarnation `uid` in fire-producer `epoch` (`timers.types`; epoch 0: the id from before
+    epochs): the same on every node, so a repeat after a failover is a duplicate."""
+    name = f"{uid}\0{partition}\0timers" + (f"\0{epoch}" if epoch else "")
+    digest = xxhash.xxh64_intdigest(name.encode())
+    return (digest & ((1 << 63) - 1)) or 1
 
 
 class Deposed(ClusterError):
@@ -58,10 +69,13 @@ class Firing:
     host: FiringHost
     source: TopicSpec
     replica: Replica
-    _producer_id: int
 
     def leads(self) -> bool:
         raise NotImplementedError
+
+    def _producer(self, plan: Plan) -> int:
+        """The fire producer of the plan's epoch (the same on every node)."""
+        return fire_producer_id(self.source.uid, self.replica.partition, plan.epoch)
 
     def _read(self, plan: Plan) -> asyncio.Future[list[tuple[TimerBatch, bytes | None]]]:
         """The plan's batches with their stored bytes (None: gone from the log), read in one
@@ -86,11 +100,11 @@ class Firing:
                           self.replica.group, batch.offset)  # fmt: skip
         if await self._fire_local(plan, batches) or await self._fire_remote(plan, batches):
             return
-        sequence = plan.sequence
+        sequence, producer = plan.sequence, self._producer(plan)
         for batch, data in batches:
             await _until(batch.due_ms)
             if data is not None:
-                await self._append(with_producer(data, self._producer_id, sequence))
+                await self._append(with_producer(data, producer, sequence))
             sequence += batch.record_count
 
     async def _fire_remote(
@@ -103,14 +117,14 @@ class Firing:
         if any(data is None for _, data in batches) or len(batches) < 2:
             return False
         calls = []
-        sequence = plan.sequence
+        sequence, producer = plan.sequence, self._producer(plan)
         for batch, data in batches:
             await _until(batch.due_ms)
             assert data is not None
             call = self.host.copies.produce(
                 self.source.name,
                 self.replica.partition,
-                with_producer(data, self._producer_id, sequence),
+                with_producer(data, producer, sequence),
             )
             calls.append(asyncio.get_running_loop().create_task(call))
             await asyncio.sleep(0)  # the call goes out before the next one
@@ -134,8 +148,9 @@ class Firing:
             return False
         if any(data is None for _, data in batches):
             return False
+        producer = self._producer(plan)
         verdict = source.idempotence.admit(
-            self._producer_id, plan.sequence, plan.batches[0].record_count, source.node.term
+            producer, plan.sequence, plan.batches[0].record_count, source.node.term
         )
         if not isinstance(verdict, Fresh):
             return False
@@ -149,8 +164,8 @@ class Firing:
             waiter.future.add_done_callback(_retrieve)
             self.host.propose(
                 Proposal(
-                    source, with_producer(data, self._producer_id, sequence), batch.record_count,
-                    _now_ms(), waiter, self._producer_id, sequence,
+                    source, with_producer(data, producer, sequence), batch.record_count,
+                    _now_ms(), waiter, producer, sequence,
                 )
             )  # fmt: skip
             futures.append(waiter.future)

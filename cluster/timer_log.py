@@ -7,7 +7,8 @@ the headers of their first record (the node unpacks that record only, never the 
   record's `flotilla-deliver-at` header (epoch ms, ASCII decimal; the SDK puts the same value on
   every record of the batch);
 - a *plan record*: one record with the header `flotilla-timer-plan`, value = msgpack
-  `[sequence, [[due_ms, offset, record_count], ...]]`, appended by the timer partition's leader
+  `[sequence, [[due_ms, offset, record_count], ...], epoch, made_ms]` (records from before
+  fire-producer epochs end after the list: epoch 0, made_ms 0), appended by the timer partition's leader
   before it fires the plan's batches (`cluster.timers`);
 - a *copy* rolled forward (`cluster.timer_roll`): one record with the headers
   `flotilla-timer-rolled` (the original's offset) and `flotilla-deliver-at`, value = the
@@ -121,9 +122,8 @@ def deliver_at_of(batch: bytes | memoryview) -> int | None:
 
 def plan_batch(plan: Plan, timestamp_ms: int) -> bytes:
     """The plan record's batch (no producer: a leader appends it once per plan it decides)."""
-    value = msgpack.packb(
-        [plan.sequence, [[b.due_ms, b.offset, b.record_count] for b in plan.batches]]
-    )
+    rows = [[b.due_ms, b.offset, b.record_count] for b in plan.batches]
+    value = msgpack.packb([plan.sequence, rows, plan.epoch, plan.made_ms])
     return encode_batch([(None, value, [(PLAN_HEADER, b"1")], timestamp_ms)])
 
 
@@ -156,14 +156,23 @@ def fired_bytes(stored: bytes) -> bytes:
 
 def decode_plan(value: bytes) -> Plan:
     try:
-        sequence, rows = msgpack.unpackb(value, raw=False)
+        # [sequence, rows] in records from before epochs: epoch 0, made_ms 0 (unknown)
+        fields = msgpack.unpackb(value, raw=False)
+        if not isinstance(fields, list) or len(fields) not in (2, 4):
+            raise ValueError(f"{fields!r:.80} is not a list of 2 or 4 fields")
+        sequence, rows, epoch, made_ms = (*fields, 0, 0)[:4]
+        if sequence < 0 or epoch < 0 or made_ms < 0:
+            raise ValueError(f"sequence {sequence}, epoch {epoch}, made at {made_ms} ms")
         return Plan(
             int(sequence),
             tuple(TimerBatch(int(due), int(offset), int(count)) for due, offset, count in rows),
+            int(epoch),
+            int(made_ms),
         )
     except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise TimerLogError(
-            f"a plan record that is not [sequence, [[due, offset, count]]]: {error}"
+            "a plan record that is not [sequence, [[due, offset, count]], epoch, made_ms] "
+            f"(each >= 0; epoch and made_ms may be left out): {error}"
         ) from None
 
 

@@ -18,7 +18,9 @@ Slot (the leader, one per term):
    book.next_plan(now + PLAN_AHEAD_MS)`, appends the plan record (acks=all; it commits while
    the due time comes), `book.planned(plan)` once committed, then appends each planned batch,
    never before its due time (an asyncio timer at that instant), to source partition p, in
-   order, unchanged but for its producer: `fire_producer_id(uid, p)` at `plan.sequence` + the records before it (`with_producer`),
+   order, unchanged but for its producer: `fire_producer_id(uid, p, plan.epoch)` at
+   `plan.sequence` + the records before it (`with_producer`; a plan made more than
+   `fire_renew_ms` after the last one starts a new epoch: the source forgets an idle producer),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
    a producer derived from the pair). The next plan only once every append succeeded; a failed
    append is retried (0.1 s doubling to 1 s) while the slot leads (`cluster.timer_fire`). A plan fired in full with
@@ -41,15 +43,13 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-import xxhash
-
 from cluster.config import ConfigError
 from cluster.controller import TopicSpec
 from cluster.copy_produce import CopyProducer
 from cluster.failstop import NodeFailStopped
 from cluster.multiraft import Proposal
 from cluster.replica import Replica, Waiter
-from cluster.timer_fire import Deposed, Firing
+from cluster.timer_fire import Deposed, Firing, fire_producer_id
 from cluster.timer_log import Follower, TimerItem, plan_batch
 from cluster.timer_roll import Rolling
 from raft.types import Role
@@ -66,13 +66,6 @@ log = logging.getLogger("flotilla.timers")
 PLAN_AHEAD_MS = 100
 LOOK_S = 0.1  # how often the host looks for timer partitions gained or lost
 RETRY_S = 1.0  # a slot that failed is built again after this long
-
-
-def fire_producer_id(uid: str, partition: int) -> int:
-    """The idempotent producer that fires the timers of source partition `partition` of topic
-    incarnation `uid`: the same on every node, so a repeat after a failover is a duplicate."""
-    digest = xxhash.xxh64_intdigest(f"{uid}\0{partition}\0timers".encode())
-    return (digest & ((1 << 63) - 1)) or 1
 
 
 class Slot(Firing, Rolling):
@@ -93,7 +86,6 @@ class Slot(Firing, Rolling):
         self.host = host
         self.book: TimerBook | None = None
         self._wake = asyncio.Event()
-        self._producer_id = fire_producer_id(source.uid, self.replica.partition)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def leads(self) -> bool:

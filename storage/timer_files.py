@@ -154,7 +154,12 @@ def encode_state(state: IndexState) -> bytes:
             "added_through": state.added_through,
             "plan": None
             if plan is None
-            else [plan.sequence, [[b.due_ms, b.offset, b.record_count] for b in plan.batches]],
+            else [
+                plan.sequence,
+                [[b.due_ms, b.offset, b.record_count] for b in plan.batches],
+                plan.epoch,
+                plan.made_ms,
+            ],
             "journal_bytes": state.journal_bytes,
             "start": state.start_offset,
             "plan_at": state.last_plan_offset,
@@ -183,7 +188,7 @@ def decode_state(data: bytes, where: str) -> IndexState:
             added_through=fields["added_through"],
             last_plan=None
             if plan is None
-            else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1])),
+            else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1]), *plan[2:4]),
             journal_bytes=fields["journal_bytes"],
             buckets={b: BucketState(r, n, size, low) for b, r, n, size, low in fields["buckets"]},
             start_offset=fields.get("start", 0),

@@ -33,9 +33,9 @@ rolled forward), so a reference below it is to a record outside the index: a pla
 there was pending and is fired now (skipped), a copy of a batch there is live (added).
 
 Replays are harmless: adds arrive in timer-log order, so an add whose offset is not above the
-highest added is a repeat, ignored; a plan whose sequence is below the next one expected (the
-last plan's sequence + its record count), likewise. A bucket whose batches all fired leaves the
-next state and its file is deleted.
+highest added is a repeat, ignored; a plan whose (epoch, sequence) is below the next one
+expected (the last plan's epoch and sequence + its record count), likewise. A bucket whose
+batches all fired leaves the next state and its file is deleted.
 
 Threads: `add`, `planned` and the reads of counts take a short lock and never wait for I/O;
 `flush` and `bucket` (blocking I/O: run them off the event loop) are serialised with each other.
@@ -104,7 +104,7 @@ class TimerIndex:
         self._start_offset = 0
         self._last_plan_offset = -1
         self._last_plan: Plan | None = None
-        self._next_sequence = 0
+        self._next_plan = (0, 0)  # (epoch, sequence) the next plan continues
         self._buffer = bytearray()  # entries since the last flush
         self._changed = False  # anything added or planned since the last flush
         self._journal_bytes = 0
@@ -219,7 +219,7 @@ class TimerIndex:
         the next plan continues."""
         with self._lock:
             self._check_usable()
-            if plan.sequence < self._next_sequence:
+            if (plan.epoch, plan.sequence) < self._next_plan:
                 return
             for batch in plan.batches:
                 state = self._buckets.get(batch.due_ms // self.bucket_ms)
@@ -495,7 +495,7 @@ class TimerIndex:
     # -- internals -------------------------------------------------------------------------------
     def _set_last_plan(self, plan: Plan | None) -> None:
         self._last_plan = plan
-        self._next_sequence = 0 if plan is None else plan.sequence + plan.record_count
+        self._next_plan = (0, 0) if plan is None else plan.after
 
     def _check_usable(self) -> None:
         if self._failed is not None:

@@ -68,7 +68,7 @@ class TimerBook:
         self._window_end: int | None = None  # the last bucket of the near window seen so far
         self._last_plan: Plan | None = None
         self._last_offsets: frozenset[int] = frozenset()  # the last plan's batches: fired
-        self._next_sequence = 0
+        self._after = (0, 0)  # (epoch, sequence) the next plan continues (`Plan.after`)
         self._skipped: set[int] = set()  # TEST ONLY (skip_far_bucket): buckets never loaded
         # buckets handed out by `buckets_to_load` and not loaded yet (the node is reading them),
         # and the offsets planned meanwhile (the read may still return them)
@@ -174,7 +174,7 @@ class TimerBook:
 
     def planned(self, plan: Plan) -> None:
         """A plan record committed in the timer log: its batches are fired (or being fired)."""
-        if plan.sequence < self._next_sequence:
+        if (plan.epoch, plan.sequence) < self._after:
             return  # a repeat of a plan already applied
         for i, batch in enumerate(plan.batches):
             if self._faults.fire_twice and i == 0:
@@ -241,8 +241,9 @@ class TimerBook:
     def next_plan(self, now_ms: int) -> Plan | None:
         """The leader's next plan: the pending timers due at `now_ms` or before, not planned,
         in (due, offset) order, at most max_plan_records / max_plan_batches (a batch larger than
-        max_plan_records goes alone); its sequence follows the last plan's. None when nothing is
-        due. Does not change the book: `planned` does, once the plan record committed."""
+        max_plan_records goes alone); its sequence follows the last plan's, in its epoch, unless
+        the last plan was made more than `fire_renew_ms` before `now_ms`: then the next epoch
+        at sequence 0 (`timers.types`). None when nothing is due. Does not change the book: `planned` does, once the plan record committed."""
         cutoff = now_ms + (FAULT_EARLY_MS if self._faults.fire_early else 0)
         taken: list[TimerBatch] = []
         popped: list[TimerBatch] = []
@@ -264,7 +265,12 @@ class TimerBook:
             heapq.heappush(heap, batch)
         if not taken:
             return None
-        return Plan(self._next_sequence, tuple(taken))
+        epoch, sequence = self._after
+        last = self._last_plan
+        if last is not None and now_ms - last.made_ms > self.config.fire_renew_ms:
+            # the source may have forgotten the idle fire producer: a new one, at sequence 0
+            epoch, sequence = epoch + 1, 0
+        return Plan(sequence, tuple(taken), epoch, now_ms)
 
     def done_marker(self) -> Plan | None:
         """The empty plan (the next sequence, no batches) that marks the last plan as fired in
@@ -276,7 +282,7 @@ class TimerBook:
         plan = self._last_plan
         if plan is None or not plan.batches or self._faults.no_done_marker:
             return None
-        return Plan(self._next_sequence, ())
+        return Plan(plan.sequence + plan.record_count, (), plan.epoch, plan.made_ms)
 
     def remark(self) -> Plan | None:
         """The done marker again (the empty plan at the next sequence) when the last plan is
@@ -287,7 +293,7 @@ class TimerBook:
         plan = self._last_plan
         if plan is None or plan.batches:
             return None
-        return Plan(self._next_sequence, ())
+        return Plan(plan.sequence, (), plan.epoch, plan.made_ms)
 
     @property
     def last_plan(self) -> Plan | None:
@@ -352,16 +358,13 @@ class TimerBook:
     def _set_last_plan(self, plan: Plan | None) -> None:
         self._last_plan = plan
         self._last_offsets = frozenset(b.offset for b in plan.batches) if plan else frozenset()
-        self._next_sequence = 0 if plan is None else _after(plan)
-
-
-def _after(plan: Plan) -> int:
-    return plan.sequence + plan.record_count
+        self._after = (0, 0) if plan is None else plan.after
 
 
 def _validate(config: TimerConfig) -> None:
     for name in (
         "bucket_ms",
+        "fire_renew_ms",
         "max_plan_records",
         "max_plan_batches",
         "max_roll_batches",

@@ -11,6 +11,14 @@ sequences. A plan is written only once the previous plan's appends all succeeded
 failover only the last plan's outcome is unknown: the new leader appends it again and the source
 partition answers each repeat as a duplicate. Times are epoch ms passed in (`now_ms`).
 
+The fire producer has epochs: `fire_producer_id(uid, p, epoch)` (epoch 0: the id plans had
+before epochs). A source partition forgets a producer idle for a day; a plan continuing the
+sequence of a producer it forgot would be refused (unknown producer, sequence > 0) batch by
+batch, for ever. So a plan made more than `TimerConfig.fire_renew_ms` (half that day) after the
+last plan that fired starts the next epoch at sequence 0: a new producer the source accepts at
+once. The epoch is in the plan record, so a plan fired again after a failover goes under the
+same producer at the same sequences as the first time (a duplicate there).
+
 When every append of a plan succeeded and no plan follows at once, the leader appends a *done
 marker*: an empty plan at the next sequence (`TimerBook.done_marker()`). A plan fired long ago
 must not be fired again by a later leader: the source partition forgets an idle producer (a day
@@ -43,6 +51,7 @@ __all__ = [
     "BUCKET_MS",
     "DEFAULT_MAX_DELAY_MS",
     "DELIVER_AT_HEADER",
+    "FIRE_RENEW_MS",
     "FLOOR_HEADER",
     "MAX_MAX_DELAY_MS",
     "MIN_MAX_DELAY_MS",
@@ -69,6 +78,11 @@ PLAN_HEADER = "flotilla-timer-plan"
 ROLLED_HEADER = "flotilla-timer-rolled"  # a copy of the pending batch at this offset (ASCII)
 FLOOR_HEADER = "flotilla-timer-floor"  # no pending timer lies below this offset (ASCII)
 TIMER_TOPIC_PREFIX = "__timers."
+# half of `cluster.producers.EXPIRATION_MS` (a day: a source partition forgets a producer idle
+# that long, measured on its batches' timestamps): a plan this long after the last one fires as
+# a new fire producer (the next epoch) at sequence 0, with half a day to spare for a slow fire,
+# a failover or clock skew (tests/timers/test_timers_book.py checks the relation)
+FIRE_RENEW_MS = 12 * 3_600_000
 
 
 def timer_topic(topic_uid: str) -> str:
@@ -89,16 +103,29 @@ class TimerBatch:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Batches fired together, in order: batch i is appended to the source partition with
-    sequence `sequence` + the record counts of the batches before it. `sequence` continues the
-    previous plan's (0 for the first): the fire producer's sequences are contiguous."""
+    """Batches fired together, in order: batch i is appended to the source partition as the
+    fire producer of `epoch` with sequence `sequence` + the record counts of the batches before
+    it. `sequence` continues the previous plan's (0 for the first): the fire producer's
+    sequences are contiguous within an epoch. A plan made more than `fire_renew_ms` after the
+    last one (the source may have forgotten the idle fire producer) starts the next epoch at
+    sequence 0 instead (module docstring). `made_ms`: when the fire producer last wrote as
+    far as the log knows: the plan's making (one with batches), its predecessor's (a done
+    marker fires nothing); 0 in records from before epochs (unknown: the next plan renews).
+    Plans are ordered by (epoch, sequence): a plan at or below the last one is a repeat."""
 
     sequence: int
     batches: tuple[TimerBatch, ...]
+    epoch: int = 0
+    made_ms: int = 0
 
     @property
     def record_count(self) -> int:
         return sum(b.record_count for b in self.batches)
+
+    @property
+    def after(self) -> tuple[int, int]:
+        """(epoch, the sequence after it): a plan below this is a repeat of one applied."""
+        return (self.epoch, self.sequence + self.record_count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +155,5 @@ class TimerConfig:
     max_plan_batches: int = 256
     max_roll_batches: int = 256  # a roll round copies at most this many batches
     max_roll_buckets: int = 16  # and reads at most this many buckets not loaded
+    # a plan this long after the last one starts a new fire-producer epoch (FIRE_RENEW_MS)
+    fire_renew_ms: int = FIRE_RENEW_MS

@@ -455,3 +455,20 @@ def test_several_buckets_read_at_once_are_each_bucket_read_alone(tmp_path: Path)
     assert index.buckets(wanted) == model
     assert {b: index.bucket(b) for b in wanted} == model
     assert model[1007] == [] and sum(map(len, model.values())) == 121 - 7
+
+
+def test_a_new_fire_producer_epoch_is_kept_and_an_older_epoch_is_a_repeat(tmp_path: Path) -> None:
+    index = TimerIndex.open(tmp_path / "e", H)
+    log = batches(3)
+    for batch in log:
+        index.add(batch)
+    index.planned(Plan(40, (log[0],), 0, T0))
+    renewed = Plan(0, (log[1],), 1, T0 + 13 * H)  # a new epoch starts at sequence 0 again
+    index.planned(renewed)
+    assert index.last_plan == renewed and index.pending == log[2].record_count
+    index.flush(applied_offset=3)
+    index.close()
+    again = TimerIndex.open(tmp_path / "e", H)
+    assert again.last_plan == renewed  # epoch and time survive the state file
+    again.planned(Plan(45, (log[2],), 0, T0))  # an older epoch's plan: a repeat, ignored
+    assert again.last_plan == renewed and again.pending == log[2].record_count

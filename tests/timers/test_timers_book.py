@@ -40,7 +40,7 @@ def test_a_timer_is_never_planned_before_its_due_time() -> None:
     b.accepted(TimerBatch(T0 + 5_000, 0, 1))
     assert b.next_plan(T0 + 4_999) is None
     plan = b.next_plan(T0 + 5_000)
-    assert plan == Plan(0, (TimerBatch(T0 + 5_000, 0, 1),))
+    assert plan == Plan(0, (TimerBatch(T0 + 5_000, 0, 1),), 0, T0 + 5_000)
     assert b.next_due_ms() == T0 + 5_000
 
 
@@ -132,7 +132,7 @@ def test_a_timer_due_in_the_past_fires_at_once_and_an_old_bucket_is_loaded() -> 
 
 
 def test_restore_continues_the_sequence_and_repeats_are_ignored() -> None:
-    last = Plan(40, (TimerBatch(T0 - 1, 3, 5),))
+    last = Plan(40, (TimerBatch(T0 - 1, 3, 5),), 0, T0 - 1)
     b = TimerBook(CONFIG)
     b.restore({1000: (2, 1)}, last)
     assert b.last_plan == last and b.pending == 2
@@ -141,7 +141,7 @@ def test_restore_continues_the_sequence_and_repeats_are_ignored() -> None:
     assert b.loaded_batches == 1
     b.accepted(TimerBatch(T0 - 1, 3, 5))  # a replay of the log: fired already
     plan = b.next_plan(T0 + 1)
-    assert plan == Plan(45, (TimerBatch(T0 + 1, 4, 2),))
+    assert plan == Plan(45, (TimerBatch(T0 + 1, 4, 2),), 0, T0 + 1)
     b.planned(plan)
     b.planned(last)  # a repeat of an older plan changes nothing
     assert b.last_plan == plan and b.pending == 0
@@ -297,11 +297,11 @@ def test_a_done_marker_follows_a_plan_fired_in_full() -> None:
     assert plan is not None
     b.planned(plan)
     marker = b.done_marker()
-    assert marker == Plan(3, ())
+    assert marker == Plan(3, (), 0, T0)  # the time of the last plan that fired
     b.planned(marker)
     assert b.last_plan == marker and b.done_marker() is None
     b.accepted(TimerBatch(T0, 1, 1))
-    assert b.next_plan(T0) == Plan(3, (TimerBatch(T0, 1, 1),))  # the sequence goes on
+    assert b.next_plan(T0) == Plan(3, (TimerBatch(T0, 1, 1),), 0, T0)  # the sequence goes on
     again = TimerBook(CONFIG)
     again.restore({}, marker)  # a new leader: nothing to fire again
     assert again.last_plan is not None and again.last_plan.batches == ()

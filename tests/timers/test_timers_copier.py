@@ -79,4 +79,7 @@ def test_the_sweep_catches_the_old_copier_and_passes_the_right_one() -> None:
     assert not right.failures, [f"{f.violation}: {f.detail}" for f in right.failures]
     # the model was exercised: plans fired again past the window after a crash, behind answers
     assert right.stats["crashes_after_fire"] > 0 and right.stats["behind_answers"] > 0
-    assert right.stats["pipeline_failures"] > 0 and right.stats["rebases"] > 0
+    assert right.stats["pipeline_failures"] > 0
+    # a plan after a long gap fires as a new fire producer: the source never forgot the one it
+    # continues, so nothing is rebased (the rebase path is the pure tests' above)
+    assert right.stats["fire_epochs"] > 0 and right.stats["rebases"] == 0

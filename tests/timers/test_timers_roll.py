@@ -35,7 +35,7 @@ def test_a_held_original_is_replaced_by_its_copy_and_fires_once_as_the_copy() ->
     b.rolled(Rolled(TimerBatch(T0 + 5_000, 40, 2), from_offset=0))
     assert not b.holds(0) and b.holds(40) and b.pending == 2
     plan = b.next_plan(T0 + 5_000)
-    assert plan == Plan(0, (TimerBatch(T0 + 5_000, 40, 2),))
+    assert plan == Plan(0, (TimerBatch(T0 + 5_000, 40, 2),), 0, T0 + 5_000)
     b.rolled(Rolled(TimerBatch(T0 + 5_000, 40, 2), from_offset=0))  # a repeat: ignored
     assert b.pending == 2
 

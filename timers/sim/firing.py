@@ -1,7 +1,8 @@
 """The simulation's firing (`timers.sim.world`): a plan's batches appended to the model source
 partition as the fire producer, the way `cluster.timer_fire` and `cluster.copy_produce` do it.
 
-Each batch goes through the copier (`Copier`, the model of `CopyProducer.copy`): a batch the
+Each batch is the fire producer of its plan's epoch (a plan made long after the last one starts
+the next epoch at sequence 0: `timers.types`). Each batch goes through the copier (`Copier`, the model of `CopyProducer.copy`): a batch the
 source answers as behind (SEQUENCE_BEHIND: below the producer's next sequence, older than the
 batches it remembers) is written already and taken so; one refused as out of order ahead or
 from a producer the source does not know goes once more under a producer derived from (fire
@@ -26,10 +27,15 @@ from timers.sim.checker import TimerChecker
 from timers.sim.parts import Answer, SourcePartition
 from timers.sim.state import Leader
 
-__all__ = ["FIRE_PRODUCER", "PIPELINE_FAILS", "Copier", "Firing"]
+__all__ = ["FIRE_PRODUCER", "PIPELINE_FAILS", "Copier", "Firing", "fire_producer"]
 
 FIRE_PRODUCER = 7_000_001
 PIPELINE_FAILS = 0.1  # a plan's pipeline fails part-way in this share of plans
+
+
+def fire_producer(epoch: int) -> int:
+    """The model's `cluster.timers.fire_producer_id`: one producer id per epoch."""
+    return FIRE_PRODUCER + epoch
 
 
 class Copier:
@@ -40,17 +46,22 @@ class Copier:
         self.faults = faults
         self.stats = stats
 
-    def copy(self, sequence: int, count: int, now_ms: int) -> Literal["landed", "written"]:
-        """Appends the fire producer's batch at `sequence`: "landed" when this append wrote it,
-        "written" when the source holds it already (a duplicate, or behind)."""
-        answer: Answer = self.source.append((FIRE_PRODUCER, -1), sequence, count, now_ms)
+    def copy(
+        self, sequence: int, count: int, now_ms: int, epoch: int = 0
+    ) -> Literal["landed", "written"]:
+        """Appends the batch of the fire producer of `epoch` at `sequence`: "landed" when this
+        append wrote it, "written" when the source holds it already (a duplicate, or behind)."""
+        producer = fire_producer(epoch)
+        answer: Answer = self.source.append((producer, -1), sequence, count, now_ms)
         if answer == "behind":
             self.stats["behind_answers"] += 1
             if not self.faults.rebase_behind:
                 return "written"
+        if answer == "unknown":  # the source forgot the fire producer: one round trip lost
+            self.stats["rebases_after_forget"] += 1
         if answer in ("behind", "out-of-order", "unknown"):
             self.stats["rebases"] += 1
-            answer = self.source.append((FIRE_PRODUCER, sequence), 0, count, now_ms)
+            answer = self.source.append((producer, sequence), 0, count, now_ms)
             # the rebased producer only ever writes its one batch at sequence 0
             assert answer in ("appended", "duplicate"), answer
         return "landed" if answer == "appended" else "written"
@@ -79,7 +90,9 @@ class Firing:
         for index in range(leader.next_batch, end):
             batch = plan.batches[index]
             self.checker.needed("the leader firing", batch.offset, self.log_start)
-            outcome = self.copier.copy(self._sequence(leader, index), batch.record_count, self.now)
+            outcome = self.copier.copy(
+                self._sequence(leader, index), batch.record_count, self.now, plan.epoch
+            )
             self._event("fire", batch.offset, outcome)
             if outcome == "landed":
                 self.stats["landed"] += 1
@@ -99,7 +112,10 @@ class Firing:
         for index in range(batches):
             batch = plan.batches[index]
             answer = self.copier.source.append(
-                (FIRE_PRODUCER, -1), self._sequence(leader, index), batch.record_count, self.now
+                (fire_producer(plan.epoch), -1),
+                self._sequence(leader, index),
+                batch.record_count,
+                self.now,
             )
             self._event("pipeline", batch.offset, answer)
             if answer == "appended":

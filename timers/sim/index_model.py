@@ -81,7 +81,7 @@ class MemoryIndex:
 
     def planned(self, plan: Plan, offset: int = -1) -> None:
         last = self._image.last_plan
-        if last is not None and plan.sequence < last.sequence + last.record_count:
+        if last is not None and (plan.epoch, plan.sequence) < last.after:
             return
         for batch in plan.batches:
             self._image.pending.pop(batch.offset, None)

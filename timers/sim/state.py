@@ -21,6 +21,8 @@ STAT_NAMES = (
     "landed",
     "duplicates",
     "rebases",
+    "rebases_after_forget",
+    "fire_epochs",
     "behind_answers",
     "pipeline_failures",
     "done_markers",

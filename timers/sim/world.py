@@ -35,7 +35,7 @@ from timers.faults import NO_FAULTS, TimerFaults
 from timers.sim.checker import TimerChecker
 from timers.sim.firing import Copier, Firing
 from timers.sim.index_model import IndexStore, MemoryIndexStore
-from timers.sim.parts import LogRecord, SourcePartition
+from timers.sim.parts import FORGET_AFTER_MS, LogRecord, SourcePartition
 from timers.sim.producers import PRODUCERS, Producers
 from timers.sim.retention import Retention
 from timers.sim.state import STAT_NAMES, Leader, Replica
@@ -44,7 +44,13 @@ from timers.types import Rolled, TimerBatch, TimerConfig
 __all__ = ["LATE_BOUND_MS", "SIM_CONFIG", "STAT_NAMES", "TimerSimulation"]
 
 # scaled: 5-second buckets, so far timers (up to 30 buckets ahead) come due within a run
-SIM_CONFIG = TimerConfig(bucket_ms=5_000, window_buckets=2, max_plan_records=40, max_plan_batches=6)
+SIM_CONFIG = TimerConfig(
+    bucket_ms=5_000,
+    window_buckets=2,
+    max_plan_records=40,
+    max_plan_batches=6,
+    fire_renew_ms=FORGET_AFTER_MS // 2,  # as FIRE_RENEW_MS is half the source's expiry
+)
 STEP_MS = (50, 600)  # time per step: the leader's timer resolution in the simulation
 FAR_MS = 150_000
 ROLL_AGE_MS = 10_000  # scaled: the timer log's retention (far timers are up to 15 times longer)
@@ -349,6 +355,8 @@ class TimerSimulation(Retention, Firing, Producers):
                 plan = leader.book.next_plan(self.now) or leader.book.done_marker()
                 if plan is not None:
                     self.stats["done_markers"] += not plan.batches
+                    last = leader.book.last_plan
+                    self.stats["fire_epochs"] += last is not None and plan.epoch > last.epoch
                     self.checker.plan_made(plan, self.now)
                     self._append(LogRecord(self._next_offset(), None, plan, at_ms=self.now))
                     leader.inflight, leader.inflight_position = plan, len(self.log) - 1
