@@ -299,7 +299,8 @@ class Client(AsyncGroupAdmin, AsyncSecurityAdmin):
                     if subscription.delivered(response):
                         return
             except grpc.aio.AioRpcError as error:
-                subscription.failed(from_rpc_error(error))
+                if subscription.failed(from_rpc_error(error)):
+                    await self._run(self._core.refresh_quietly(topic))
                 await asyncio.sleep(0.1)
             finally:
                 call.cancel()

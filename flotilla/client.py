@@ -367,7 +367,8 @@ class Client(GroupAdmin, SecurityAdmin):
                         return
             except grpc.RpcError as error:
                 if not watchdog.fired:
-                    subscription.failed(from_rpc_error(error))
+                    if subscription.failed(from_rpc_error(error)):
+                        self._run(self._core.refresh_quietly(topic))
                     time.sleep(0.1)
             finally:
                 watchdog.stop()

@@ -4,12 +4,10 @@ tests see is what the sync and the asyncio client do."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
+from harness import drive
 
-from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
+from flotilla._core import ClientCore, Failed, Rpc
 from flotilla.errors import InvalidArgument, NotLeader, TopicNotFound, Unavailable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
@@ -24,19 +22,6 @@ METADATA = pb.MetadataResponse(
         )
     ],
 )
-
-
-def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[object, list[Rpc | Sleep]]:
-    """Runs `plan` as a client would, `answer` standing in for the network; its value and the
-    steps it asked for."""
-    steps: list[Rpc | Sleep] = []
-    try:
-        step = next(plan)
-        while True:
-            steps.append(step)
-            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
-    except StopIteration as done:
-        return done.value, steps
 
 
 def refused(address: str) -> Failed:
