@@ -98,7 +98,7 @@ def batch_of_body(body: bytes, count: int) -> bytes:
     return struct.pack("<BBHIQqqQ", 0xF1, 0, 0, count, 0, 0, 0, checksum) + body
 
 
-def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[object, list[Rpc | Sleep]]:
+def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[Any, list[Rpc | Sleep]]:
     """Runs an SDK plan (`flotilla._core`) as a client would, `answer` standing in for the
     network; its value and the steps it asked for."""
     steps: list[Rpc | Sleep] = []

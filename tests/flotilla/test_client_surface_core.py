@@ -63,7 +63,7 @@ def test_a_produce_follows_the_leader_hint_with_the_same_bytes() -> None:
         return pb.ProduceResponse(base_offset=7)
 
     value, steps = drive(core.produce("t", b"v", None, 0, None), answer)
-    assert tuple(value) == ("t", 0, 7, None)  # type: ignore[arg-type]
+    assert tuple(value) == ("t", 0, 7, None)
     produces = [s for s in steps if isinstance(s, Rpc)]
     assert [s.address for s in produces] == [ADDRESS["n2"], ADDRESS["n3"]]
     first, second = (s.request for s in produces)
@@ -77,5 +77,5 @@ def test_a_topic_unknown_to_a_lagging_node_is_asked_again_within_the_grace() -> 
     core = ClientCore("127.0.0.1:1", timeout_s=10, acks="all")
     answers = iter([Failed(TopicNotFound("not yet"), ""), METADATA])
     info, steps = drive(core.describe_topic("t"), lambda rpc: next(answers))
-    assert info.name == "t" and [p.leader for p in info.partitions] == ["n1"]  # type: ignore[attr-defined]
+    assert info.name == "t" and [p.leader for p in info.partitions] == ["n1"]
     assert [type(s).__name__ for s in steps] == ["Rpc", "Sleep", "Rpc"]

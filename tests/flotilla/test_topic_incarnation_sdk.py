@@ -66,7 +66,7 @@ def test_a_produce_refused_as_another_incarnation_refreshes_and_names_the_new_on
         return pb.ProduceResponse(base_offset=7, record_count=1)
 
     value, steps = drive(core.produce("t", b"v", None, 0, None), answer)
-    assert value.offset == 7  # type: ignore[attr-defined]
+    assert value.offset == 7
     assert sent == ["old", "new"]
     methods = [s.method for s in steps if isinstance(s, Rpc)]
     assert methods == ["Produce", "Metadata", "Produce"]  # refreshed before the retry
