@@ -38,6 +38,8 @@ def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def flags_of(command: list[str]) -> dict[str, list[str]]:
+    """`node --id n1 --join a b` -> {"--id": ["n1"], "--join": ["a", "b"]} (the program name
+    first, then each flag and the words after it)."""
     flags: dict[str, list[str]] = {}
     current = ""
     for word in command[1:]:
