@@ -107,13 +107,18 @@ def _recreated_behind_n3(local: LocalCluster, client: Client, dial_map: Path) ->
     wait_until(lambda: _dead_on(n1), 30, "n1 to count n3 out")
     for name in ("reborn", "solo"):
         client.delete_topic(name)
-    # (the controllers count n3 out of the live members once it stops answering them)
     client.create_topic("reborn", partitions=1, replication_factor=2)
     client.create_topic("solo", partitions=6, replication_factor=1)
     new_uid = _uid_on(n1, "reborn")
     assert new_uid != old_uid
     # the precondition: n3 still knows (and holds) the deleted incarnation
     assert _uid_on(n3, "reborn") == old_uid
+
+    def elected() -> bool:
+        answer = n1.Metadata(pb.MetadataRequest(topics=["reborn"]), timeout=5)
+        return bool(answer.topics[0].partitions[0].leader)
+
+    wait_until(elected, 30, "a leader of the new incarnation of reborn")
     client.produce("reborn", b"second", partition=0)
     return Reborn(local, client, n3, old_uid, new_uid, on_n3[0], _uid_on(n1, "solo"))
 
