@@ -187,6 +187,8 @@ class Router:
                 self._deleted.setdefault(name, set()).add(deleted.uid)
             for key in [key for key in self._written if key[0] == name]:
                 del self._written[key]  # a topic created again under the name starts at 0
+            for key in [key for key in self._leaders if key[0] == name]:
+                del self._leaders[key]  # the deleted incarnation's leaders lead nothing now
 
     def topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)

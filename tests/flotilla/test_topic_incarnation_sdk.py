@@ -98,8 +98,9 @@ def test_a_node_s_report_of_an_incarnation_this_client_deleted_is_passed_over() 
     core = ClientCore(list(ADDRESS.values()), timeout_s=10, acks="all")
     core.router.absorb(_metadata("old"))
     drive(core.delete_topic("t"), lambda rpc: pb.DeleteTopicResponse())
+    assert core.router.leader_address("t", 0) is None  # its leaders went with it
     core.router.absorb(_metadata("old"))  # a node that has not caught up with the deletion
-    assert core.router.topic("t") is None
+    assert core.router.topic("t") is None and core.router.leader_address("t", 0) is None
     core.router.absorb(_metadata("new"))
     assert core.router.topic_uid("t") == "new"
 
