@@ -51,6 +51,8 @@ STAGES = [
     ("other cluster/", ("cluster/",)),
     ("bench driver", ("bench/",)),
 ]  # fmt: skip
+# the load's first round (its producer set up, its connections open) is acknowledged within this
+WARM_UP_TIMEOUT_S = 60.0
 LIBRARIES = [
     ("grpc", ("grpc/", "grpc_")),
     ("asyncio loop", ("asyncio/", "uvloop")),
@@ -181,12 +183,15 @@ def flame_svg(raw: Path, svg: Path, title: str, min_share: float = 0.002) -> Non
     )
 
 
-def _load(client: Client, kind: str, stop: threading.Event) -> int:
+def _load(client: Client, kind: str, stop: threading.Event, warm: threading.Event) -> int:
+    """Produces until `stop`; the records acknowledged. Sets `warm` once the first round (one
+    record, or a producer's first 4096) is acknowledged: from then on the load is steady."""
     done = 0
     if kind == "sync":
         while not stop.is_set():
             client.produce("profile", RECORD, partition=0)
             done += 1
+            warm.set()
         return done
     with client.producer(linger_ms=5, batch_bytes=1 << 20, max_in_flight=16) as producer:
         while not stop.is_set():
@@ -195,6 +200,7 @@ def _load(client: Client, kind: str, stop: threading.Event) -> int:
             for future in futures:
                 future.result()
             done += len(futures)
+            warm.set()
     return done
 
 
@@ -248,14 +254,19 @@ def main(argv: list[str] | None = None) -> int:
                 assert process is not None
                 pids[role] = process.pid
             for kind in args.loads.split(","):
-                stop = threading.Event()
+                stop, warm = threading.Event(), threading.Event()
                 counted: list[int] = []
                 worker = threading.Thread(
-                    target=lambda k=kind, c=counted, s=stop: c.append(_load(client, k, s))
+                    target=lambda k=kind, c=counted, s=stop, w=warm: c.append(
+                        _load(client, k, s, w)
+                    )
                 )
+                began = time.perf_counter()
                 worker.start()
-                time.sleep(1.0)  # past the first batch's setup: profile the steady state
-                started = time.perf_counter()
+                # past the first round's setup (producer, connections): profile the steady state
+                if not warm.wait(timeout=WARM_UP_TIMEOUT_S):
+                    stop.set()
+                    raise SystemExit(f"{kind}: no record acknowledged in {WARM_UP_TIMEOUT_S} s")
                 cpu_before = {role: process_cpu_s(pid) for role, pid in pids.items()}
                 record(
                     pids,
@@ -268,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu = {role: process_cpu_s(pid) - cpu_before[role] for role, pid in pids.items()}
                 stop.set()
                 worker.join(timeout=120)
-                elapsed = time.perf_counter() - started
-                print(f"== {kind}: {sum(counted):,} records in {elapsed + 1:.1f} s")
+                elapsed = time.perf_counter() - began  # the warm-up's records are counted too
+                print(f"== {kind}: {sum(counted):,} records in {elapsed:.1f} s")
                 for role in pids:
                     raw = args.out / f"{kind}-{role}.txt"
                     flame_svg(raw, raw.with_suffix(".svg"), f"{kind} produce, {role}")

@@ -73,11 +73,14 @@ class CopyProducer:
         self._stub = stub
         self.timeout_s = timeout_s
 
-    async def copy(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
-        """Appends `batch` (carrying its derived producer id and sequence); rebased once when
-        refused as out of sequence. Raises `CopyFailed`."""
+    async def copy(
+        self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
+    ) -> pb.ProduceResponse:
+        """Appends `batch` (carrying its derived producer id and sequence) to incarnation
+        `topic_uid` of the topic ("": whichever the leader holds); rebased once when refused
+        as out of sequence. Raises `CopyFailed`."""
         try:
-            return await self.produce(topic, partition, batch)
+            return await self.produce(topic, partition, batch, topic_uid)
         except SequenceRefused as refused:
             if refused.behind:
                 # written long ago (a plan fired again after a failover reaches back past the
@@ -87,14 +90,18 @@ class CopyProducer:
             producer_id, sequence = peek_producer(batch)
             rebased = rebased_producer_id(producer_id, sequence)
             log.info("%s; appending it under producer %d at sequence 0", refused, rebased)
-            return await self.produce(topic, partition, with_producer(batch, rebased, 0))
+            rebased_batch = with_producer(batch, rebased, 0)
+            return await self.produce(topic, partition, rebased_batch, topic_uid)
 
-    async def produce(self, topic: str, partition: int, batch: bytes) -> pb.ProduceResponse:
-        """One append, acks=all, to the partition's leader (asking anew where it moved).
+    async def produce(
+        self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
+    ) -> pb.ProduceResponse:
+        """One append, acks=all, to the partition's leader (asking anew where it moved), of
+        incarnation `topic_uid` ("": any; a replica of another is never written).
         Raises `SequenceRefused` on ABORTED, `CopyFailed` on anything else."""
         request = pb.ProduceRequest(
             topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
-            timeout_ms=int(self.timeout_s * 1000),
+            timeout_ms=int(self.timeout_s * 1000), topic_uid=topic_uid,
         )  # fmt: skip
         errors = []
         for attempt in range(ATTEMPTS):

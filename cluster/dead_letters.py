@@ -126,13 +126,13 @@ class DeadLetterSink:
         if source is None or source.uid != job.topic_uid:
             return f"{GONE}: its topic was deleted (or recreated)"
         dead_letters = await self._ensure_topic(job.dead_letter_topic, source)
-        record = await self._source.record(job.topic, job.partition, job.offset)
+        record = await self._source.record(job.topic, job.partition, job.offset, job.topic_uid)
         if record is None:
             return f"{GONE}: retention deleted the record first"
         partition = job.partition % dead_letters.partitions
         batch = dead_letter_batch(job, record)
         # refused as out of sequence: again under `rebased_producer_id(job)` (`copy_produce`)
-        response = await self._copies.copy(dead_letters.name, partition, batch)
+        response = await self._copies.copy(dead_letters.name, partition, batch, dead_letters.uid)
         where = f"{dead_letters.name}/{partition} offset {response.base_offset}"
         return f"copied before (a repeat: {where})" if response.duplicate else f"copied to {where}"
 

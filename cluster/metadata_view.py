@@ -88,8 +88,8 @@ class MetadataView:
     # -- metadata ----------------------------------------------------------------------------------
     def _local_partition(self, topic: str, index: int) -> pb.PartitionInfo | None:
         replica = self.multiraft.replicas.get(f"{topic}/{index}")
-        if replica is None:
-            return None
+        if replica is None or not self._same_incarnation(topic, replica.topic_uid):
+            return None  # none, or one of a deleted incarnation not dropped yet
         node = replica.node
         voters = sorted(node.configuration.voters, key=lambda v: (v != node.leader_id, v))
         return pb.PartitionInfo(
@@ -215,6 +215,8 @@ class MetadataView:
             if response is None:
                 continue
             for topic in response.topics:
+                if not self._same_incarnation(topic.name, topic.uid):
+                    continue  # that member's view of the topic (and replica) is another one
                 for info in topic.partitions:
                     key = (topic.name, info.index)
                     if (
@@ -233,6 +235,11 @@ class MetadataView:
                         or (not current.leader and info.leader)
                     ):
                         infos[key] = info
+
+    def _same_incarnation(self, topic: str, uid: str) -> bool:
+        """Is `uid` ("" unknown) the incarnation of `topic` this node knows?"""
+        spec = self.topics.get(topic)
+        return not uid or spec is None or not spec.uid or spec.uid == uid
 
     # -- health ------------------------------------------------------------------------------------
     def health(self) -> pb.HealthResponse:

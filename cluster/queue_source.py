@@ -8,7 +8,9 @@
 
 Reads are of committed data only: a local replica's `read_committed` (in a thread: never on
 the event loop), else a Fetch to a replica of the partition, followers first and the leader
-last (so the leader's disk and network stay free for writes).
+last (so the leader's disk and network stay free for writes). Every read is of one topic
+incarnation (the caller's, else the one this node knows): a local replica of another is passed
+over, and the Fetch names it (`topic_uid`), so no replica of a deleted incarnation answers.
 """
 
 from __future__ import annotations
@@ -159,10 +161,13 @@ class SourceReader:
             offset = last.base_offset + last.record_count
         return found
 
-    async def record(self, topic: str, partition: int, offset: int) -> Record | None:
-        """The committed record at `offset`; None when it is below the partition's log start
-        (deleted by retention). Raises `SourceUnavailable` when no replica serves it now."""
-        batches = await self._read(topic, partition, offset, 1, RECORD_READ_BYTES)
+    async def record(
+        self, topic: str, partition: int, offset: int, topic_uid: str = ""
+    ) -> Record | None:
+        """The committed record at `offset` of incarnation `topic_uid` ("": the one this node
+        knows); None when it is below the partition's log start (deleted by retention). Raises
+        `SourceUnavailable` when no replica serves it now."""
+        batches = await self._read(topic, partition, offset, 1, RECORD_READ_BYTES, topic_uid)
         if not batches:
             return None
         for batch in batches:
@@ -173,10 +178,22 @@ class SourceReader:
         raise SourceUnavailable(f"{topic}/{partition} offset {offset} is not readable yet")
 
     async def _read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        topic_uid: str = "",
     ) -> list[pb.StoredBatch]:
-        """Committed batches from `offset`; [] for an offset below the log start (deleted)."""
+        """Committed batches from `offset` of incarnation `topic_uid` ("": the one this node
+        knows); [] for an offset below the log start (deleted)."""
+        if not topic_uid:
+            spec = self._topics().get(topic)
+            topic_uid = spec.uid if spec is not None else ""
         local = self._replica(f"{topic}/{partition}")
+        if local is not None and topic_uid and local.topic_uid and local.topic_uid != topic_uid:
+            local = None  # a replica of another incarnation: never read
         if local is not None and offset < local.high_watermark:
             try:
                 if offset < local.segmented.first_offset:
@@ -194,7 +211,7 @@ class SourceReader:
         errors = []
         request = pb.FetchRequest(
             topic=topic, partition=partition, offset=offset, max_records=max_records,
-            max_bytes=max_bytes,
+            max_bytes=max_bytes, topic_uid=topic_uid,
         )  # fmt: skip
         for member_id in replicas:
             stub = self._stub(member_id)

@@ -40,6 +40,7 @@ __all__ = [
     "catch_up",
     "leaderless",
     "offset_out_of_range",
+    "other_incarnation",
     "past_high_watermark",
     "replica_closed",
 ]
@@ -123,6 +124,37 @@ def leaderless(replica: Replica, offset: int, node_id: str) -> Refusal | None:
         "another replica",
         pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
     )
+
+
+def other_incarnation(
+    group: str, asked_uid: str, known_uid: str, replica_uid: str, node_id: str
+) -> Refusal | None:
+    """UNAVAILABLE + INCONSISTENT_TOPIC_UID when a read or produce of `group` may not be served
+    here: the request names a topic incarnation (`asked_uid`; "" names none) other than the one
+    this node knows (`known_uid`), or this node's replica (`replica_uid`; "" for no replica, or
+    one of unknown incarnation) is of another incarnation than `known_uid` (the topic was
+    deleted and created again, and that replica is not dropped yet). None: it may be served.
+    Either way the client's metadata or this node's view is stale: it refreshes and retries."""
+    if not known_uid:  # a topic of a release before incarnations: nothing to compare
+        return None
+    if asked_uid and asked_uid != known_uid:
+        return Refusal(
+            grpc.StatusCode.UNAVAILABLE,
+            f"{group} on {node_id} is of topic incarnation {known_uid}, not {asked_uid} as "
+            "asked: the topic was deleted and created again, and either the client's metadata "
+            "or this node's is stale; refresh the metadata and retry (another replica, or this "
+            "one shortly)",
+            pb.ErrorReason.Name(pb.INCONSISTENT_TOPIC_UID),
+        )
+    if replica_uid and replica_uid != known_uid:
+        return Refusal(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the replica of {group} on {node_id} belongs to topic incarnation {replica_uid}, "
+            f"deleted since (the topic is now {known_uid}), and is not dropped yet: it answers "
+            "nothing; refresh the metadata and retry (another replica, or this one shortly)",
+            pb.ErrorReason.Name(pb.INCONSISTENT_TOPIC_UID),
+        )
+    return None
 
 
 def replica_closed(replica: Replica, topic_uid: str | None, node_id: str) -> Refusal:

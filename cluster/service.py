@@ -47,6 +47,7 @@ from cluster.reads import (
     READ_YOUR_WRITES_WAIT_S,
     catch_up,
     offset_out_of_range,
+    other_incarnation,
     past_high_watermark,
     replica_closed,
 )
@@ -231,11 +232,13 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                 f"{INTERNAL_PREFIX!r} are reserved): clients may read it, not produce to it",
             )
         delayed = bool(request.deliver_at_ms) and not forwarded
+        # the incarnation the client named (a forward names its source topic's: checked there)
+        uid = "" if forwarded else request.topic_uid
         replica: Replica | None = None
         if delayed:
-            await self._partition(request.topic, request.partition, context)
+            await self._partition(request.topic, request.partition, context, uid)
         else:
-            replica = await self._leader_replica(request.topic, request.partition, context)
+            replica = await self._leader_replica(request.topic, request.partition, context, uid)
         batch = request.batch  # each access to a bytes field copies it: read it once
         size = len(batch)
         if size > node.config.max_batch_bytes:
@@ -406,7 +409,9 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         try:
             await self._allow(context, CONSUME, request.topic)
             await self._refuse_timer_log(request.topic, context)
-            replica = await self._local_replica(request.topic, request.partition, context)
+            replica = await self._local_replica(
+                request.topic, request.partition, context, request.topic_uid
+            )
             response = await self._fetch(replica, request, context)
             code = "OK"
             return response
@@ -434,12 +439,19 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         await self._refuse_timer_log(request.topic, context)
-        replica = await self._local_replica(request.topic, request.partition, context)
+        replica = await self._local_replica(
+            request.topic, request.partition, context, request.topic_uid
+        )
         poll = pb.FetchRequest()
         poll.CopyFrom(request)
         poll.max_wait_ms = request.max_wait_ms or KEEPALIVE_MS
         while not context.cancelled():
-            if self.node.replica(replica.group) is not replica:  # deleted, moved away, reopened
+            spec = self.node.topics.get(replica.topic)  # deleted, moved away, reopened
+            if (
+                self.node.replica(replica.group) is not replica
+                or spec is None
+                or (spec.uid and replica.topic_uid and spec.uid != replica.topic_uid)
+            ):
                 await self._refuse_closed(replica, context)
             response = await self._fetch(replica, poll, context)
             if response.batches:
@@ -543,21 +555,29 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
             await abort(context, grpc.StatusCode.NOT_FOUND, f"topic {name!r} does not exist")
 
     async def _partition(
-        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext, uid: str = ""
     ) -> None:
+        """The partition exists, of incarnation `uid` ("": any) as this node knows the topic."""
         await self._topic(topic, context)
-        count = self.node.topics[topic].partitions
+        spec = self.node.topics[topic]
+        count = spec.partitions
         if partition >= count:
             await abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
                 f"partition {partition} of topic {topic!r} does not exist: valid partitions are 0..{count - 1}",
             )
+        group, node_id = f"{topic}/{partition}", self.node.config.node_id
+        refusal = other_incarnation(group, uid, spec.uid, "", node_id)
+        if refusal is not None:
+            await refuse(context, refusal)
 
     async def _local_replica(
-        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext, uid: str = ""
     ) -> Replica:
-        await self._partition(topic, partition, context)
+        """This node's replica of the partition, of incarnation `uid` ("": any) and of the
+        incarnation this node knows: a replica of a topic deleted since is never served."""
+        await self._partition(topic, partition, context, uid)
         replica = self.node.replica(f"{topic}/{partition}")
         if replica is None:
             await abort(
@@ -566,12 +586,18 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                 f"this node ({self.node.config.node_id}) holds no replica of {topic}/{partition}",
                 self.node.preferred_hint(topic, partition),
             )
+        known = self.node.topics[topic].uid
+        refusal = other_incarnation(
+            replica.group, "", known, replica.topic_uid, self.node.config.node_id
+        )
+        if refusal is not None:
+            await refuse(context, refusal)
         return replica
 
     async def _leader_replica(
-        self, topic: str, partition: int, context: grpc.aio.ServicerContext
+        self, topic: str, partition: int, context: grpc.aio.ServicerContext, uid: str = ""
     ) -> Replica:
-        replica = await self._local_replica(topic, partition, context)
+        replica = await self._local_replica(topic, partition, context, uid)
         raft = replica.node
         if raft.role is not Role.LEADER:
             leader = raft.leader_id

@@ -125,6 +125,7 @@ class Firing:
                 self.source.name,
                 self.replica.partition,
                 with_producer(data, producer, sequence),
+                self.source.uid,
             )
             calls.append(asyncio.get_running_loop().create_task(call))
             await asyncio.sleep(0)  # the call goes out before the next one
@@ -146,6 +147,8 @@ class Firing:
         source = self.host.replica(f"{self.source.name}/{self.replica.partition}")
         if source is None or source.node.role is not Role.LEADER:
             return False
+        if self.source.uid and source.topic_uid and source.topic_uid != self.source.uid:
+            return False  # a replica of another incarnation of the topic: never written here
         if any(data is None for _, data in batches):
             return False
         producer = self._producer(plan)
@@ -185,7 +188,9 @@ class Firing:
         delay_s = RETRY_FIRST_S
         while True:
             try:
-                await self.host.copies.copy(self.source.name, self.replica.partition, batch)
+                await self.host.copies.copy(
+                    self.source.name, self.replica.partition, batch, self.source.uid
+                )
                 return
             except asyncio.CancelledError:
                 raise

@@ -170,11 +170,18 @@ class ClientCore:
         """The topic as this client knows it, asking the cluster only when it knows none."""
         info = self.router.topic(name)
         if info is None:
-            yield from self.not_found_grace(lambda: self.refresh([name]))
+            yield from self.not_found_grace(lambda: self._learn(name))
             info = self.router.topic(name)
         if info is None:
             raise TopicNotFound(f"topic {name!r} does not exist")
         return info
+
+    def _learn(self, name: str) -> Plan[None]:
+        """Asks for the topic's metadata: TopicNotFound while the answer names none but an
+        incarnation this client deleted (a node that has not caught up yet)."""
+        yield from self.refresh([name])
+        if self.router.topic(name) is None:
+            raise TopicNotFound(f"topic {name!r} does not exist")
 
     def refresh_quietly(self, topic: str) -> Plan[None]:
         """Refreshes the topic's metadata if a node answers; the cached routes stand if not."""
@@ -214,6 +221,13 @@ class ClientCore:
         return topic_info(response)
 
     def delete_topic(self, name: str) -> Plan[None]:
+        if self.router.topic(name) is None:
+            # learn the incarnation being deleted: a node that has not caught up with the
+            # deletion may report it later, and this client must not take it for the topic
+            try:
+                yield from self.refresh([name])
+            except (TopicNotFound, Unavailable, Timeout):
+                pass  # the deletion itself says what is wrong, if anything
         yield from self.any_node("DeleteTopic", pb.DeleteTopicRequest(name=name), 20)
         self.router.forget_topic(name)
 
@@ -222,11 +236,17 @@ class ClientCore:
         return list(response.names)
 
     def describe_topic(self, name: str) -> Plan[TopicInfo]:
-        response = yield from self.not_found_grace(
-            lambda: self.any_node("Metadata", pb.MetadataRequest(topics=[name]), 5)
-        )
+        return (yield from self.not_found_grace(lambda: self._describe(name)))
+
+    def _describe(self, name: str) -> Plan[TopicInfo]:
+        """The topic as a node reports it; TopicNotFound while that is an incarnation this
+        client deleted (the node has not caught up yet)."""
+        response = yield from self.any_node("Metadata", pb.MetadataRequest(topics=[name]), 5)
         self.router.absorb(response)
-        return topic_info(response.topics[0])
+        info = topic_info(response.topics[0])
+        if self.router.deleted(name, info.uid):
+            raise TopicNotFound(f"topic {name!r} does not exist (a node reported the deleted one)")
+        return info
 
     def members(self) -> Plan[list[Member]]:
         response = yield from self.metadata()
@@ -341,6 +361,9 @@ class ClientCore:
         topic, partition = route.topic, route.partition
         while True:
             attempt_s = route.attempt_s()
+            if route.stale:  # a node named another incarnation: learn the current one first
+                route.stale = False
+                yield from self.refresh_quietly(topic)
             address = route.next_address()
             if address is None:
                 yield from self.refresh_quietly(topic)
@@ -349,6 +372,7 @@ class ClientCore:
                 request = pb.ProduceRequest(
                     topic=topic, partition=partition, batch=batch, acks=self.acks,
                     timeout_ms=max(1, int(attempt_s * 1000)), deliver_at_ms=deliver_at_ms,
+                    topic_uid=self.router.topic_uid(topic),
                 )  # fmt: skip
                 outcome = yield Rpc(address, "Produce", request, attempt_s, issued)
                 if not isinstance(outcome, Failed):
@@ -392,6 +416,8 @@ class ClientCore:
         deadline = time.monotonic() + self.timeout_s
         grace_until = time.monotonic() + METADATA_GRACE_S
         while time.monotonic() < deadline:
+            # the incarnation as last learned: a replica of another one answers nothing
+            request.topic_uid = self.router.topic_uid(topic)
             behind = ReadYourWrites(
                 request.min_high_watermark, pinned=replica is not None, offset=offset
             )

@@ -24,6 +24,7 @@ from flotilla.errors import (
     NotLeader,
     OutOfOrder,
     Overloaded,
+    StaleMetadata,
     Timeout,
     TopicNotFound,
     Unavailable,
@@ -161,6 +162,9 @@ class ProduceRoute:
         self.backoff = 0.01
         self.last: FlotillaError | None = None
         self.pauses = 0
+        # a node named another incarnation of the topic: metadata is refreshed before the next
+        # attempt (the request then names the incarnation the cluster has now)
+        self.stale = False
         self._failed: set[str] = set()
         self._hops = 0
 
@@ -216,6 +220,7 @@ class ProduceRoute:
             return False  # an earlier batch is still on its way: pause, then the same leader
         if isinstance(error, Overloaded):
             return False  # the leader is still the place: back off, then ask it again
+        self.stale = self.stale or isinstance(error, StaleMetadata)
         if isinstance(error, NotLeader) and error.leader and self._hops < MAX_HINT_HOPS:
             self._hops += 1
             self.router.note_leader(self.topic, self.partition, error.leader)
@@ -364,6 +369,7 @@ class Subscription:
             partition=self.partition,
             offset=self.offset,
             max_wait_ms=keepalive_ms(self.stop_s),
+            topic_uid=self.router.topic_uid(self.topic),
         )
         return address, request
 
@@ -383,12 +389,14 @@ class Subscription:
             return False
         return self.idle_for_good()
 
-    def failed(self, error: FlotillaError) -> None:
+    def failed(self, error: FlotillaError) -> bool:
         """Raises a failure another replica cannot cure (a node answering that a topic does not
         exist is one only after `METADATA_GRACE_S`, as for reads: it may not have learned a topic
-        just created)."""
+        just created); True when the driver is to refresh the topic's metadata before it
+        connects again (a node named another incarnation)."""
         if not worth_retrying(error, self.grace_until):
             raise error from None
+        return isinstance(error, StaleMetadata)
 
     def idle_for_good(self) -> bool:
         """Has no record come for `stop_s`?"""

@@ -142,6 +142,9 @@ class Router:
         self.max_batch_bytes = DEFAULT_MAX_BATCH_BYTES
         self.refreshed_at = 0.0
         self._timer_logs_asked: dict[str, float] = {}  # timer log -> when its metadata was asked
+        # topic -> incarnations this client deleted: a node that has not caught up with the
+        # deletion still reports one, and its metadata of that topic is passed over
+        self._deleted: dict[str, set[str]] = {}
 
     # -- read-your-writes -------------------------------------------------------------------------
     def note_written(self, topic: str, partition: int, base_offset: int, batch: bytes) -> None:
@@ -167,6 +170,8 @@ class Router:
                 self.max_batch_bytes = min(self._batch_limits.values())
             for message in response.topics:
                 info = topic_info(message)
+                if self.deleted(info.name, info.uid):
+                    continue  # from a node that has not caught up with our deletion
                 known = self._topics.get(info.name)
                 if known is None or not _older(info, known):
                     self._topics[info.name] = info
@@ -177,12 +182,26 @@ class Router:
 
     def forget_topic(self, name: str) -> None:
         with self._lock:
-            self._topics.pop(name, None)
+            deleted = self._topics.pop(name, None)
+            if deleted is not None and deleted.uid:
+                self._deleted.setdefault(name, set()).add(deleted.uid)
             for key in [key for key in self._written if key[0] == name]:
                 del self._written[key]  # a topic created again under the name starts at 0
+            for key in [key for key in self._leaders if key[0] == name]:
+                del self._leaders[key]  # the deleted incarnation's leaders lead nothing now
 
     def topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
+
+    def deleted(self, name: str, uid: str) -> bool:
+        """Did this client delete incarnation `uid` of the topic?"""
+        return bool(uid) and uid in self._deleted.get(name, ())
+
+    def topic_uid(self, name: str) -> str:
+        """The incarnation of the topic this client's metadata names ("" when unknown): every
+        produce and read carries it, and no replica of another incarnation answers them."""
+        info = self._topics.get(name)
+        return info.uid if info is not None else ""
 
     def candidates(self) -> list[str]:
         """Addresses to ask for metadata: known members first, then the bootstrap list."""

@@ -25,11 +25,10 @@ from typing import Any, TypeVar
 import grpc
 
 from flotilla._checks import SUBSCRIBE_IDLE_TIMEOUT_S
-from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
-from flotilla._credentials import Credentials
+from flotilla._client_setup import ClientSetup
+from flotilla._core import CHANNEL_OPTIONS, Failed, Plan, Rpc
 from flotilla._group_client import AsyncGroupAdmin
 from flotilla._plans import unreachable_reason
-from flotilla._router import Router
 from flotilla._security_client import AsyncSecurityAdmin
 from flotilla.client import Client as SyncClient
 from flotilla.errors import from_rpc_error
@@ -43,32 +42,12 @@ __all__ = ["AsyncProducer", "Client"]
 T = TypeVar("T")
 
 
-class Client(AsyncGroupAdmin, AsyncSecurityAdmin):
+class Client(ClientSetup[grpc.aio.Channel], AsyncGroupAdmin, AsyncSecurityAdmin):
     """The asyncio twin of `flotilla.Client`: the same calls, arguments and errors, as
     coroutines (`subscribe` is an async iterator, `producer` returns an `AsyncProducer`,
     `consumer` an `AsyncConsumer`). Use it from one event loop; close it (or use `async with`)
     when done. TLS and token settings as `flotilla.Client`'s (the same environment
     variables)."""
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        *,
-        timeout_s: float = 15.0,
-        acks: str = "all",
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
-        token: str | None = None,
-        tls_server_name: str | None = None,
-    ) -> None:
-        credentials = Credentials.load(tls_ca, tls_cert, tls_key, token, tls_server_name)
-        self._core = ClientCore(bootstrap, timeout_s, acks, credentials)
-        self.router: Router = self._core.router
-        self.timeout_s = timeout_s
-        self.acks = self._core.acks
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, flotilla_pb2_grpc.FlotillaStub] = {}  # one per channel: cheap calls
 
     # -- the driver ------------------------------------------------------------------------------
     def _stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
@@ -299,7 +278,8 @@ class Client(AsyncGroupAdmin, AsyncSecurityAdmin):
                     if subscription.delivered(response):
                         return
             except grpc.aio.AioRpcError as error:
-                subscription.failed(from_rpc_error(error))
+                if subscription.failed(from_rpc_error(error)):
+                    await self._run(self._core.refresh_quietly(topic))
                 await asyncio.sleep(0.1)
             finally:
                 call.cancel()

@@ -29,11 +29,10 @@ from flotilla._checks import (
     check_poll_timeout,
     check_stop_after_idle,
 )
+from flotilla._client_setup import ClientSetup
 from flotilla._core import CHANNEL_OPTIONS, ClientCore, Failed, Plan, Rpc
-from flotilla._credentials import Credentials
 from flotilla._group_client import GroupAdmin
 from flotilla._plans import POLL_STEP_S, keepalive_ms, unreachable_reason
-from flotilla._router import Router
 from flotilla._security_client import SecurityAdmin
 from flotilla.errors import from_rpc_error
 from flotilla.producer import Producer
@@ -52,7 +51,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Client(GroupAdmin, SecurityAdmin):
+class Client(ClientSetup[grpc.Channel], GroupAdmin, SecurityAdmin):
     """A connection to a Flotilla cluster: topics, produce, read, poll and subscribe, and
     consumer groups (`consumer`, `list_groups`, `describe_group`, `reset_group_offsets`,
     `delete_group`).
@@ -72,27 +71,6 @@ class Client(GroupAdmin, SecurityAdmin):
     cluster refusing the caller raises AuthenticationError (unknown) or AuthorizationError
     (not allowed), never retried. See `flotilla._credentials`.
     """
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        *,
-        timeout_s: float = 15.0,
-        acks: str = "all",
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
-        token: str | None = None,
-        tls_server_name: str | None = None,
-    ) -> None:
-        credentials = Credentials.load(tls_ca, tls_cert, tls_key, token, tls_server_name)
-        self._core = ClientCore(bootstrap, timeout_s, acks, credentials)
-        self.router: Router = self._core.router
-        self.timeout_s = timeout_s
-        self.acks = self._core.acks
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, flotilla_pb2_grpc.FlotillaStub] = {}  # one per channel: cheap calls
-        self._stub_lock = threading.Lock()
 
     @classmethod
     def _over(cls, core: ClientCore) -> Client:
@@ -367,7 +345,8 @@ class Client(GroupAdmin, SecurityAdmin):
                         return
             except grpc.RpcError as error:
                 if not watchdog.fired:
-                    subscription.failed(from_rpc_error(error))
+                    if subscription.failed(from_rpc_error(error)):
+                        self._run(self._core.refresh_quietly(topic))
                     time.sleep(0.1)
             finally:
                 watchdog.stop()

@@ -11,6 +11,7 @@ from proto.reasons import (
     FENCED_MEMBER,
     GROUP_NOT_EMPTY,
     GROUP_NOT_FOUND,
+    INCONSISTENT_TOPIC_UID,
     NOT_COORDINATOR,
     OFFSET_NOT_AVAILABLE,
     OVERLOADED,
@@ -37,6 +38,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrder",
     "Overloaded",
+    "StaleMetadata",
     "Timeout",
     "TopicNotFound",
     "Unavailable",
@@ -130,6 +132,13 @@ class OffsetNotAvailable(Unavailable):
     none of them served the offset in time."""
 
 
+class StaleMetadata(Unavailable):
+    """The node asked holds, or knows, another incarnation of the topic than the client's
+    metadata names (the topic was deleted and created again under its name, and one of the two
+    views has not caught up): nothing was read or written. The SDK refreshes its metadata and
+    retries by itself (Kafka's INCONSISTENT_TOPIC_ID); you see this only when retries ran out."""
+
+
 class OutOfOrder(Unavailable):
     """The leader refused a batch because an earlier batch of the same producer and partition
     is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
@@ -203,6 +212,8 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
         return OutOfOrder(details)
     if reason_from(error) == OFFSET_NOT_AVAILABLE:
         return OffsetNotAvailable(details)
+    if reason_from(error) == INCONSISTENT_TOPIC_UID:
+        return StaleMetadata(details)
     return Unavailable(f"{details} ({code.name})")
 
 

@@ -33,6 +33,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_NOT_FOUND: _ClassVar[ErrorReason]
     GROUP_NOT_EMPTY: _ClassVar[ErrorReason]
     SEQUENCE_BEHIND: _ClassVar[ErrorReason]
+    INCONSISTENT_TOPIC_UID: _ClassVar[ErrorReason]
 
 class GroupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -63,6 +64,7 @@ FENCED_MEMBER: ErrorReason
 GROUP_NOT_FOUND: ErrorReason
 GROUP_NOT_EMPTY: ErrorReason
 SEQUENCE_BEHIND: ErrorReason
+INCONSISTENT_TOPIC_UID: ErrorReason
 GROUP_KIND_STREAM: GroupKind
 GROUP_KIND_QUEUE: GroupKind
 SETTLE_ACK: SettleAction
@@ -203,20 +205,22 @@ class MetadataResponse(_message.Message):
     def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms", "deliver_at_ms")
+    __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms", "deliver_at_ms", "topic_uid")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_UID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     acks: Acks
     timeout_ms: int
     deliver_at_ms: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+    topic_uid: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., topic_uid: _Optional[str] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("base_offset", "record_count", "duplicate", "deliver_at_ms")
@@ -231,7 +235,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes", "max_wait_ms", "min_high_watermark")
+    __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes", "max_wait_ms", "min_high_watermark", "topic_uid")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +243,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_UID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -246,7 +251,8 @@ class FetchRequest(_message.Message):
     max_bytes: int
     max_wait_ms: int
     min_high_watermark: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_high_watermark: _Optional[int] = ...) -> None: ...
+    topic_uid: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_high_watermark: _Optional[int] = ..., topic_uid: _Optional[str] = ...) -> None: ...
 
 class StoredBatch(_message.Message):
     __slots__ = ("base_offset", "record_count", "data")

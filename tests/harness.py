@@ -9,10 +9,12 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
 from cluster.replica import Replica
+from flotilla._core import Plan, Rpc, Sleep
 from raft.config import RaftConfig
 from raft.types import Configuration
 from storage import FileHandles, HardState, LogConfig
@@ -94,3 +96,16 @@ def batch_of_body(body: bytes, count: int) -> bytes:
     holds: for tests of what the server does with a malformed body."""
     checksum = xxhash.xxh3_64_intdigest(body)
     return struct.pack("<BBHIQqqQ", 0xF1, 0, 0, count, 0, 0, 0, checksum) + body
+
+
+def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[Any, list[Rpc | Sleep]]:
+    """Runs an SDK plan (`flotilla._core`) as a client would, `answer` standing in for the
+    network; its value and the steps it asked for."""
+    steps: list[Rpc | Sleep] = []
+    try:
+        step = next(plan)
+        while True:
+            steps.append(step)
+            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
+    except StopIteration as done:
+        return done.value, steps

@@ -1,5 +1,6 @@
-"""Queue calls over raw gRPC for the node tests (`tests/cluster/test_queues.py`): a router that
-finds a group's coordinator as an SDK does, and a queue member that joins, receives and settles."""
+"""Group and queue calls over raw gRPC for the node tests (`tests/cluster/test_groups.py`,
+`tests/cluster/test_queues.py`): a router that finds a group's coordinator as an SDK does, and a
+queue member that joins, receives and settles."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Router:
 
     local: LocalCluster
     channels: dict[str, grpc.Channel] = field(default_factory=dict)
-    coordinators: dict[str, str] = field(default_factory=dict)
+    coordinators: dict[str, str] = field(default_factory=dict)  # routing key -> address
+    attempt_s: float = 10.0  # one call's deadline
 
     def stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
         if address not in self.channels:
@@ -40,13 +42,14 @@ class Router:
     def running(self) -> list[str]:
         return [s.address for n, s in self.local.nodes.items() if self.local.is_running(n)]
 
-    def call(self, method: str, request: Any, timeout_s: float = 30.0) -> Any:
-        key = request.group
+    def call(self, method: str, request: Any, key: str = "", timeout_s: float = 30.0) -> Any:
+        """`key`: what routes the call (default: the request's group)."""
+        key = key or getattr(request, "group", "")
         deadline = time.monotonic() + timeout_s
         address = self.coordinators.get(key) or self.running()[0]
         while True:
             try:
-                response = getattr(self.stub(address), method)(request, timeout=10)
+                response = getattr(self.stub(address), method)(request, timeout=self.attempt_s)
                 self.coordinators[key] = address
                 return response
             except grpc.RpcError as error:
@@ -64,7 +67,7 @@ class Router:
                 else:
                     index = running.index(address) if address in running else -1
                     address = running[(index + 1) % len(running)]
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # nobody knows the coordinator yet: ask again shortly
 
     def close(self) -> None:
         for channel in self.channels.values():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import grpc
 import pytest
 from harness import wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from queue_calls import Router, reason_of
 
 from cluster.local import LocalCluster, free_port
 from consumers.types import LEAVE
@@ -38,7 +38,6 @@ from proto.reasons import (
     GROUP_NOT_EMPTY,
     GROUP_NOT_FOUND,
     NOT_COORDINATOR,
-    REASON_KEY,
 )
 
 pytestmark = pytest.mark.integration
@@ -51,59 +50,16 @@ GROUP_PARTITIONS = 4
 KILLS = int(os.environ.get("FLOTILLA_GROUP_KILLS", "5"))
 
 
-def reason_of(error: grpc.RpcError) -> str:
-    return str(dict(error.trailing_metadata() or ()).get(REASON_KEY, ""))
-
-
 def hint_of(error: grpc.RpcError) -> str:
     return str(dict(error.trailing_metadata() or ()).get("flotilla-leader", ""))
 
 
 @dataclass
-class Groups:
-    """The group RPCs over raw gRPC, finding a group's coordinator as an SDK does: follow the
-    NOT_COORDINATOR hint, try another node on UNAVAILABLE, until a deadline."""
+class Groups(Router):
+    """The group RPCs over raw gRPC, finding a group's coordinator as an SDK does
+    (`queue_calls.Router`)."""
 
-    local: LocalCluster
-    channels: dict[str, grpc.Channel] = field(default_factory=dict)
-    coordinators: dict[str, str] = field(default_factory=dict)  # routing key -> address
-
-    def stub(self, address: str) -> flotilla_pb2_grpc.FlotillaStub:
-        if address not in self.channels:
-            self.channels[address] = grpc.insecure_channel(address)
-        return flotilla_pb2_grpc.FlotillaStub(self.channels[address])
-
-    def running(self) -> list[str]:
-        return [s.address for n, s in self.local.nodes.items() if self.local.is_running(n)]
-
-    def call(self, method: str, request: Any, key: str = "", timeout_s: float = 30.0) -> Any:
-        key = key or getattr(request, "group", "")
-        deadline = time.monotonic() + timeout_s
-        address = self.coordinators.get(key) or self.running()[0]
-        while True:
-            try:
-                response = getattr(self.stub(address), method)(request, timeout=5)
-                self.coordinators[key] = address
-                return response
-            except grpc.RpcError as error:
-                code = error.code()
-                moved = code is grpc.StatusCode.FAILED_PRECONDITION and (
-                    reason_of(error) == NOT_COORDINATOR
-                )
-                retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                if not (moved or retry) or time.monotonic() > deadline:
-                    raise
-                hint = hint_of(error).partition("=")[2]
-                if hint and hint in self.running():
-                    address = hint
-                else:
-                    running = self.running()
-                    address = (
-                        running[(running.index(address) + 1) % len(running)]
-                        if (address in running)
-                        else running[0]
-                    )
-                    time.sleep(0.05)  # nobody knows the coordinator yet: ask again shortly
+    attempt_s: float = 5.0
 
     def heartbeat(self, group: str, member_id: str = "", epoch: int = 0, **fields: Any) -> Any:
         owned = [pb.TopicPartition(topic=t, partition=p) for t, p in fields.pop("owned", ())]
@@ -115,10 +71,6 @@ class Groups:
     def offsets(self, group: str, *topics: str) -> dict[tuple[str, int], int]:
         response = self.call("FetchOffsets", pb.FetchOffsetsRequest(group=group, topics=topics))
         return {(o.topic, o.partition): o.offset for o in response.offsets}
-
-    def close(self) -> None:
-        for channel in self.channels.values():
-            channel.close()
 
 
 @dataclass

@@ -8,6 +8,7 @@ allows, so `compose_problems` refuses it too). The schema says nothing about ref
 services, volumes, profiles and Dockerfiles, nor about our own rules (one published bootstrap
 port, the secret required, health and stop settings, a client service, the monitoring profile
 on obs's files), so `compose_problems` checks those; each rule has a broken document it catches.
+Certificates and TLS by default have their own rules and module (test_deploy_compose_tls.py).
 `make compose-check` (scripts/compose_check.sh) runs the file on a real engine.
 """
 
@@ -26,12 +27,17 @@ from typing import Any
 
 import jsonschema
 import pytest
-from ruamel.yaml import YAML
+from compose_files import (
+    ADD_NODE_FILE,
+    COMPOSE_FILE,
+    ROOT,
+    config_from_cli,
+    flags_of,
+    load_compose,
+    merged,
+)
 
-import cluster.node
 from chaos.topology import (
-    CERTS_DIR,
-    CLIENT_CERT,
     DEPLOY_DIR,
     Topology,
     add_node_document,
@@ -40,9 +46,6 @@ from chaos.topology import (
 from cluster import healthcheck
 from flotilla import cli
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_FILE = ROOT / "docker-compose.yml"
-ADD_NODE_FILE = ROOT / "deploy" / "add-node.yml"
 TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets"}  # no `name`: v1 refuses it
 PROFILES = ["chaos", "spark", "tools", "monitoring"]
 MONITORING_FILES = {
@@ -56,23 +59,6 @@ SCHEMA = json.loads(
 )
 
 
-def load_compose(version: tuple[int, int] = (1, 2), path: Path = COMPOSE_FILE) -> dict[str, Any]:
-    yaml = YAML(typ="safe", pure=True)
-    yaml.version = version
-    document: dict[str, Any] = yaml.load(path.read_text())
-    return document
-
-
-def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Compose's merge where the override only adds services and volumes (deploy/add-node.yml)."""
-    assert not set(base["services"]) & set(override["services"])
-    return {
-        **base,
-        "services": {**base["services"], **override["services"]},
-        "volumes": {**base["volumes"], **override["volumes"]},
-    }
-
-
 def dockerfile_stages(dockerfile: str = "Dockerfile") -> set[str]:
     path = ROOT / dockerfile
     if not path.is_file():
@@ -82,18 +68,6 @@ def dockerfile_stages(dockerfile: str = "Dockerfile") -> set[str]:
             r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", path.read_text(), flags=re.MULTILINE | re.IGNORECASE
         )
     )
-
-
-def flags_of(command: list[str]) -> dict[str, list[str]]:
-    flags: dict[str, list[str]] = {}
-    current = ""
-    for word in command[1:]:
-        if word.startswith("--"):
-            current = word
-            flags[current] = []
-        else:
-            flags[current].append(word)
-    return flags
 
 
 def schema_errors(document: dict[str, Any]) -> list[str]:
@@ -140,57 +114,6 @@ def _node_problems(name: str, service: dict[str, Any]) -> list[str]:
     dial_map_dir = str(Path(flags.get("--dial-map", ["/"])[0]).parent)
     if dial_map_dir not in mounts:
         problems.append(f"{where} reads its dial map from {dial_map_dir}, which is not mounted")
-    problems += _tls_problems(where, service, name)
-    condition = (service.get("depends_on") or {}).get("certs", {}).get("condition")
-    if condition != "service_completed_successfully":
-        problems.append(f"{where} does not wait for the certs step to complete ({condition})")
-    return problems
-
-
-def _tls_problems(where: str, service: dict[str, Any], name: str) -> list[str]:
-    """Secure by default: the node or client presents certificate `name` from the mounted
-    certificates volume, read-only, and trusts the cluster's CA."""
-    environment = service.get("environment", {})
-    mounts = {v.split(":")[1]: v for v in service.get("volumes", [])}
-    wanted = {
-        "FLOTILLA_TLS_CA": f"{CERTS_DIR}/ca.pem",
-        "FLOTILLA_TLS_CERT": f"{CERTS_DIR}/{name}.pem",
-        "FLOTILLA_TLS_KEY": f"{CERTS_DIR}/{name}.key",
-    }
-    problems = [
-        f"{where} has {key}={environment.get(key)!r}, not {value!r}"
-        for key, value in wanted.items()
-        if environment.get(key) != value
-    ]
-    if mounts.get(CERTS_DIR) != f"certs:{CERTS_DIR}:ro":
-        problems.append(f"{where} does not mount the certs volume read-only at {CERTS_DIR}")
-    return problems
-
-
-def _certs_problems(services: dict[str, Any]) -> list[str]:
-    """The one-shot `certs` step issues a certificate for every node service (and the client's),
-    keeps the CA's key in a volume no other service mounts."""
-    certs = services.get("certs")
-    if certs is None:
-        return ["no `certs` step (the certificates every node needs)"]
-    problems = []
-    if certs.get("profiles") or not certs.get("healthcheck", {}).get("disable"):
-        problems.append("the certs step must be a one-shot in no profile")
-    issued = flags_of(["compose_certs", *certs["command"]])
-    nodes = [n for n, s in services.items() if s.get("command", [None])[0] == "node"]
-    missing = sorted(set(nodes) - set(issued.get("--node", [])))
-    if missing:
-        problems.append(f"the certs step issues no certificate for node(s) {missing}")
-    if CLIENT_CERT not in issued.get("--client", []):
-        problems.append(f"the certs step issues no client certificate {CLIENT_CERT!r}")
-    ca_volume = issued.get("--ca-dir", ["?"])[0]
-    readers = sorted(
-        n
-        for n, s in services.items()
-        if n != "certs" and any(v.split(":")[1] == ca_volume for v in s.get("volumes", []))
-    )
-    if readers:
-        problems.append(f"{readers} mount {ca_volume}, where the CA's key is")
     return problems
 
 
@@ -275,7 +198,6 @@ def compose_problems(document: dict[str, Any], stages: set[str] | None = None) -
         problems.append("no service in the spark profile")
     problems += _client_problems(services)
     problems += _monitoring_problems(services)
-    problems += _certs_problems(services)
     return problems
 
 
@@ -299,7 +221,6 @@ def _client_problems(services: dict[str, Any]) -> list[str]:
         problems.append("client must run `flotilla` in a profile of its own")
     if not client.get("healthcheck", {}).get("disable"):
         problems.append("client has a health check: a client serves nothing")
-    problems += _tls_problems("client", client, CLIENT_CERT)
     return problems
 
 
@@ -563,37 +484,6 @@ BROKEN: dict[str, tuple[Mutation, str]] = {
         "a client serves nothing",
     ),
     "no grafana": (lambda d: d["services"].pop("grafana"), "no grafana service"),
-    "node without TLS": (
-        lambda d: d["services"]["n2"]["environment"].pop("FLOTILLA_TLS_CERT"),
-        "node service n2 has FLOTILLA_TLS_CERT=None",
-    ),
-    "node with another node's key": (
-        lambda d: d["services"]["n2"]["environment"].__setitem__(
-            "FLOTILLA_TLS_KEY", "/certs/n1.key"
-        ),
-        "FLOTILLA_TLS_KEY='/certs/n1.key', not '/certs/n2.key'",
-    ),
-    "certs writable by a node": (
-        lambda d: d["services"]["n3"]["volumes"].__setitem__(2, "certs:/certs"),
-        "node service n3 does not mount the certs volume read-only",
-    ),
-    "node starts before its certificate": (
-        lambda d: d["services"]["n1"].pop("depends_on"),
-        "does not wait for the certs step",
-    ),
-    "client without TLS": (
-        lambda d: d["services"]["client"]["environment"].pop("FLOTILLA_TLS_CA"),
-        "client has FLOTILLA_TLS_CA=None",
-    ),
-    "no certificate for a node": (
-        lambda d: d["services"]["certs"]["command"].remove("n3"),
-        "no certificate for node(s) ['n3']",
-    ),
-    "a node reads the CA key": (
-        lambda d: d["services"]["n1"]["volumes"].append("ca:/ca:ro"),
-        "['n1'] mount /ca, where the CA's key is",
-    ),
-    "no certs step": (lambda d: d["services"].pop("certs"), "no `certs` step"),
     "prometheus config elsewhere": (
         lambda d: d["services"]["prometheus"]["volumes"].__setitem__(
             0, "./prometheus.yml:/etc/prometheus/prometheus.yml:ro"
@@ -628,65 +518,7 @@ def test_the_schema_catches_a_malformed_document(mutate: Mutation, expected: str
     assert errors and any(expected in error for error in errors), errors
 
 
-# -- the node command line accepts every node service ---------------------------------------------
-class _Captured(Exception):
-    pass
-
-
-def _config_from_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    def capture(config: Any) -> None:
-        raise _Captured(config)
-
-    monkeypatch.setattr(cluster.node, "Node", capture)
-    with pytest.raises(_Captured) as caught:
-        cli.main(argv)
-    return caught.value.args[0]
-
-
-def _with_certificates(
-    service: dict[str, Any], certs: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The service's TLS environment, its /certs paths moved to `certs` (made by the compose
-    certs step, as the `certs` service makes them)."""
-    for name, value in service["environment"].items():
-        if name.startswith("FLOTILLA_TLS_"):
-            monkeypatch.setenv(name, str(value).replace(CERTS_DIR, str(certs)))
-
-
-@pytest.fixture(scope="module")
-def compose_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    certs_command = load_compose()["services"]["certs"]["command"]
-    root = tmp_path_factory.mktemp("compose-certs")
-    command = [str(root / w[1:]) if w in ("/ca", CERTS_DIR) else w for w in certs_command]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "deploy" / "compose_certs.py"), *command],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return root / CERTS_DIR.lstrip("/")
-
-
-def test_every_node_service_command_is_accepted_by_the_node_cli(
-    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
-) -> None:
-    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")
-    services = merged(load_compose(), load_compose(path=ADD_NODE_FILE))["services"]
-    nodes = {n: s for n, s in services.items() if s.get("command", [None])[0] == "node"}
-    assert list(nodes) == ["n1", "n2", "n3", "n4"]
-    for name, service in nodes.items():
-        _with_certificates(service, compose_certs, monkeypatch)
-        config = _config_from_cli(service["command"], monkeypatch)
-        assert config.tls and not config.insecure
-        assert config.tls_cert == str(compose_certs / f"{name}.pem")
-        number = int(name[1:])
-        assert config.node_id == name
-        assert config.advertised == f"{name}:{7000 + number}"
-        assert dict(config.controllers) == {"n1": "n1:7101", "n2": "n2:7102", "n3": "n3:7103"}
-        assert config.is_controller == (name != "n4")
-        assert config.dial_map == f"/routes/{name}.json"
-        assert config.metrics == f"0.0.0.0:{9100 + number}"
-
-
+# -- the node command line ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["n1", "n4"])
 def test_a_node_without_the_secret_fails_clearly(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
@@ -698,39 +530,6 @@ def test_a_node_without_the_secret_fails_clearly(
     assert "FLOTILLA_CLUSTER_SECRET" in capsys.readouterr().err
 
 
-def _readme_add_node_block() -> str:
-    text = (ROOT / "deploy" / "README-deploy.md").read_text()
-    section = re.search(r"^### Add a node\n(.*?)^### ", text, re.DOTALL | re.MULTILINE)
-    assert section is not None, "the README's add-a-node section"
-    block = re.search(r"```sh\n(.*?)```", section.group(1), re.DOTALL)
-    assert block is not None, "the README's add-a-node commands"
-    return block.group(1)
-
-
-def test_the_readmes_fourth_node_is_a_service_of_the_project(
-    monkeypatch: pytest.MonkeyPatch, compose_certs: Path
-) -> None:
-    """`docker run ... --network flotilla_default` made `docker compose down -v` fail ("network
-    ... has active endpoints"): the added node must be a service of the project in every later
-    command, so an override file Compose merges by itself, not a profile (v2's `down` leaves a
-    profiled service running unless the profile is named again)."""
-    block = _readme_add_node_block()
-    assert "cp deploy/add-node.yml docker-compose.override.yml" in block
-    assert "docker compose up -d n4" in block
-    assert "docker run" not in block
-    monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "compose-test-secret")  # every node's
-    service = load_compose(path=ADD_NODE_FILE)["services"]["n4"]
-    assert "profiles" not in service
-    _with_certificates(service, compose_certs, monkeypatch)
-    config = _config_from_cli(service["command"], monkeypatch)
-    assert config.tls_cert == str(compose_certs / "n4.pem")
-    n1 = flags_of(load_compose()["services"]["n1"]["command"])
-    assert config.node_id == "n4"
-    assert config.join == ("n1:7001", "n2:7002", "n3:7003")
-    assert not config.is_controller
-    assert ",".join(f"{k}={v}" for k, v in config.controllers.items()) == n1["--controllers"][0]
-
-
 def test_the_images_default_command_is_a_valid_single_node(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLOTILLA_CLUSTER_SECRET", "image-test-secret")
     line = re.search(
@@ -739,7 +538,7 @@ def test_the_images_default_command_is_a_valid_single_node(monkeypatch: pytest.M
         re.MULTILINE | re.DOTALL,
     )
     assert line is not None
-    config = _config_from_cli(json.loads(line.group(1)), monkeypatch)
+    config = config_from_cli(json.loads(line.group(1)), monkeypatch)
     assert (config.node_id, config.data_dir, config.listen) == ("n1", "/data", "0.0.0.0:7001")
     assert config.is_controller and config.join == ()
     assert config.insecure and not config.tls  # plaintext only by saying so (it warns)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compose_files import flags_of
 from harness import free_port
 from ruamel.yaml import YAML
 
@@ -47,15 +48,7 @@ class Shape:
 def parse_flags(command: Sequence[str]) -> dict[str, list[str]]:
     """`node --id n1 --join a b --x y` -> {"--id": ["n1"], "--join": ["a", "b"], ...}."""
     assert command[0] == "node", command
-    flags: dict[str, list[str]] = {}
-    current = ""
-    for word in command[1:]:
-        if word.startswith("--"):
-            current = word
-            flags[current] = []
-        else:
-            flags[current].append(word)
-    return flags
+    return flags_of(list(command))
 
 
 def shape_of(

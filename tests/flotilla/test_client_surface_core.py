@@ -4,12 +4,10 @@ tests see is what the sync and the asyncio client do."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
+from harness import drive
 
-from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
+from flotilla._core import ClientCore, Failed, Rpc
 from flotilla.errors import InvalidArgument, NotLeader, TopicNotFound, Unavailable
 from proto import flotilla_pb2 as pb
 from proto.records import peek_producer
@@ -24,19 +22,6 @@ METADATA = pb.MetadataResponse(
         )
     ],
 )
-
-
-def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[object, list[Rpc | Sleep]]:
-    """Runs `plan` as a client would, `answer` standing in for the network; its value and the
-    steps it asked for."""
-    steps: list[Rpc | Sleep] = []
-    try:
-        step = next(plan)
-        while True:
-            steps.append(step)
-            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
-    except StopIteration as done:
-        return done.value, steps
 
 
 def refused(address: str) -> Failed:
@@ -78,7 +63,7 @@ def test_a_produce_follows_the_leader_hint_with_the_same_bytes() -> None:
         return pb.ProduceResponse(base_offset=7)
 
     value, steps = drive(core.produce("t", b"v", None, 0, None), answer)
-    assert tuple(value) == ("t", 0, 7, None)  # type: ignore[arg-type]
+    assert tuple(value) == ("t", 0, 7, None)
     produces = [s for s in steps if isinstance(s, Rpc)]
     assert [s.address for s in produces] == [ADDRESS["n2"], ADDRESS["n3"]]
     first, second = (s.request for s in produces)
@@ -92,5 +77,5 @@ def test_a_topic_unknown_to_a_lagging_node_is_asked_again_within_the_grace() -> 
     core = ClientCore("127.0.0.1:1", timeout_s=10, acks="all")
     answers = iter([Failed(TopicNotFound("not yet"), ""), METADATA])
     info, steps = drive(core.describe_topic("t"), lambda rpc: next(answers))
-    assert info.name == "t" and [p.leader for p in info.partitions] == ["n1"]  # type: ignore[attr-defined]
+    assert info.name == "t" and [p.leader for p in info.partitions] == ["n1"]
     assert [type(s).__name__ for s in steps] == ["Rpc", "Sleep", "Rpc"]

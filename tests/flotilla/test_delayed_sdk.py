@@ -12,14 +12,14 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
+from harness import drive
 
 import timers.types as timer_types
 from flotilla import _delays
 from flotilla._checks import alter_request, create_request
-from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
+from flotilla._core import ClientCore, Failed, Rpc, Sleep
 from flotilla._plans import ProducerGap, ProduceRoute
 from flotilla._router import Router, topic_info
 from flotilla.cli import main
@@ -46,18 +46,6 @@ METADATA = pb.MetadataResponse(
         )
     ],
 )
-
-
-def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[object, list[Rpc | Sleep]]:
-    """Runs `plan` as a client would, `answer` standing in for the network."""
-    steps: list[Rpc | Sleep] = []
-    try:
-        step = next(plan)
-        while True:
-            steps.append(step)
-            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
-    except StopIteration as done:
-        return done.value, steps
 
 
 def core() -> ClientCore:

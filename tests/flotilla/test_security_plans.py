@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from harness import drive
 
 from flotilla import aio
-from flotilla._core import ClientCore, Failed, Plan, Rpc, Sleep
+from flotilla._core import ClientCore, Failed, Rpc
 from flotilla._credentials import Credentials, is_loopback
 from flotilla._security_plans import SecurityCalls, check_binding, token_id_of
 from flotilla.certs import init_ca, issue_client, issue_node
@@ -37,19 +38,6 @@ from flotilla.types import AclBinding, Token, TokenInfo, WhoAmI
 from proto import flotilla_pb2 as pb
 
 NO_ENV: dict[str, str] = {}
-
-
-def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[Any, list[Rpc | Sleep]]:
-    """Runs `plan` as a client would, `answer` standing in for the network (as in
-    test_client_surface_core): its value and the steps it asked for."""
-    steps: list[Rpc | Sleep] = []
-    try:
-        step = next(plan)
-        while True:
-            steps.append(step)
-            step = plan.send(answer(step) if isinstance(step, Rpc) else None)
-    except StopIteration as done:
-        return done.value, steps
 
 
 class StatusError(grpc.RpcError):  # type: ignore[misc]
