@@ -4,7 +4,7 @@ Every request is validated here, at the edge (DESIGN §9), before anything chang
 gets a precise status and changes nothing. Leadership errors carry the leader in trailing
 metadata `flotilla-leader: <id>=<host:port>` so a client can go straight there.
 
-One module of about 580 lines: the calls of one servicer, which share its request checks
+One module of about 620 lines: the calls of one servicer, which share its request checks
 (`_topic`, `_partition`, `_local_replica`); what is not a call lives in `cluster.statuses`, the
 consumer-group and queue calls, which share none of them, in `cluster.groups_service` and
 `cluster.queues_service` (mixins), and a delayed batch's checks and routing in
