@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -141,6 +142,11 @@ class Sampler:
                     self.peak_rss[node_id] = max(rss, self.peak_rss.get(node_id, 0.0))
 
 
+def progress(text: str) -> None:
+    """A line on stderr as each phase ends, so a run cut short still tells what it measured."""
+    print(f"[bench.idle] {text}", file=sys.stderr, flush=True)
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
     started = time.monotonic()
     while not condition():
@@ -159,6 +165,7 @@ def restart(cluster: LocalCluster, node_id: str, timeout_s: float) -> dict[str, 
     started = time.monotonic()
     cluster.stop(node_id, timeout_s=timeout_s)
     stop_s = time.monotonic() - started
+    progress(f"{node_id} ({replicas} replicas) stopped in {stop_s:.1f} s; starting it again")
     started = time.monotonic()
     cluster.start(node_id, wait=False)
 
@@ -167,6 +174,7 @@ def restart(cluster: LocalCluster, node_id: str, timeout_s: float) -> dict[str, 
         return view is not None and view.partitions >= replicas
 
     hosting_s = wait_for(hosting, timeout_s, f"{node_id} hosting its {replicas} replicas again")
+    progress(f"{node_id} hosts its replicas again {hosting_s:.1f} s after its start")
     wait_for(
         lambda: local_leaders_known(cluster, node_id) >= replicas,
         timeout_s,
@@ -201,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         with Client(cluster.addresses(), timeout_s=args.timeout_s) as client:
             client.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
         create_s = time.monotonic() - created_at
+        progress(f"created in {create_s:.1f} s")
         replicas = args.partitions * 3
 
         def all_led() -> bool:
@@ -231,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
 
         wait_for(all_led, args.timeout_s, "every partition electing a leader")
         leaders_s = time.monotonic() - created_at
+        progress(f"every partition led {leaders_s:.1f} s after the creation request")
         quiet_s = wait_for(settled, args.timeout_s, "every group quiescing, leaders settled")
+        progress(f"quiesced and balanced {quiet_s:.1f} s later; sampling {args.sample_s} s")
         busy_files, busy_rss = sampler.reset()
         pids = {n: cluster.nodes[n].process.pid for n in nodes}  # type: ignore[union-attr]
         before = {n: cpu_seconds(pid) for n, pid in pids.items()}
@@ -241,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         memory = {n: rss_mb(pid) for n, pid in pids.items()}
         files = {n: open_files(pid) for n, pid in pids.items()}
+        progress(
+            f"idle: CPU % { {n: round(v, 2) for n, v in cpu_pct.items()} }, RSS MB "
+            f"{ {n: round(v) for n, v in memory.items()} }, open files {files},"
+            f" peak files while busy {busy_files}"
+        )
         sampler.reset()
         restarted = restart(cluster, nodes[-1], args.timeout_s) if args.restart else None
         restart_files, restart_rss = sampler.reset()
