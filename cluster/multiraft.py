@@ -125,6 +125,9 @@ class MultiRaft:
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
+        # moves each time a replica is added or removed: a watcher of one kind of replica
+        # (the timer host's timer partitions) rescans `replicas` only when it moved
+        self.hosted_version = 0
         # a message for a group not hosted here: (group, incarnation tag, sender, payload); the
         # callee may open the group and deliver the message again
         self.unknown_group: Callable[[str, str, str, bytes | memoryview], None] = lambda *message: (
@@ -161,6 +164,7 @@ class MultiRaft:
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
+        self.hosted_version += 1
         self._active.add(replica)
         self._dirty.add(replica)
         self._wake.set()
@@ -168,6 +172,7 @@ class MultiRaft:
     def remove(self, group: str) -> Replica | None:
         replica = self.replicas.pop(group, None)
         if replica is not None:
+            self.hosted_version += 1
             self._active.discard(replica)
             self._dirty.discard(replica)
             self._touched.discard(replica)
