@@ -266,6 +266,7 @@ class MetadataView:
             serving=self._serving(),
             partitions=len(self.multiraft.replicas),
             leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
+            replicas_led=sum(1 for r in replicas if r.node.leader_id is not None),
             members_alive=self.gossip.swim.live_count(),
             active_groups=self.multiraft.active_count,
             quarantined=[

@@ -283,7 +283,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined", "control_plane")
+    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined", "control_plane", "replicas_led")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +292,7 @@ class HealthResponse(_message.Message):
     ACTIVE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_LED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     serving: bool
     partitions: int
@@ -300,7 +301,8 @@ class HealthResponse(_message.Message):
     active_groups: int
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedReplica]
     control_plane: ControlPlaneStatus
-    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ..., control_plane: _Optional[_Union[ControlPlaneStatus, _Mapping]] = ...) -> None: ...
+    replicas_led: int
+    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ..., control_plane: _Optional[_Union[ControlPlaneStatus, _Mapping]] = ..., replicas_led: _Optional[int] = ...) -> None: ...
 
 class ControlPlaneStatus(_message.Message):
     __slots__ = ("controllers", "controller", "leader", "connected")
