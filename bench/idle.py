@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         cluster.start()
         nodes = list(cluster.nodes)
+        pids = {n: cluster.nodes[n].process.pid for n in nodes}  # type: ignore[union-attr]
+        # CPU the nodes spend creating and electing: a figure the machine's other load moves less
+        # than the wall-clock time (still by a third between runs on a shared machine)
+        cpu_at_start = sum(cpu_seconds(pid) for pid in pids.values())
         created_at = time.monotonic()
         with Client(cluster.addresses(), timeout_s=args.timeout_s) as client:
             for number, start in enumerate(range(0, args.partitions, MAX_TOPIC_PARTITIONS)):
@@ -232,11 +236,14 @@ def main(argv: list[str] | None = None) -> int:
 
         wait_for(all_led, args.timeout_s, "every partition electing a leader")
         leaders_s = time.monotonic() - created_at
-        progress(f"every partition led {leaders_s:.1f} s after the creation request")
+        elect_cpu_s = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_at_start
+        progress(
+            f"every partition led {leaders_s:.1f} s after the creation request, the nodes"
+            f" spending {elect_cpu_s:.1f} CPU s"
+        )
         quiet_s = wait_for(settled, args.timeout_s, "every group quiescing, leaders settled")
         progress(f"quiesced and balanced {quiet_s:.1f} s later; sampling {args.sample_s} s")
         busy_files, busy_rss = sampler.reset()
-        pids = {n: cluster.nodes[n].process.pid for n in nodes}  # type: ignore[union-attr]
         before = {n: cpu_seconds(pid) for n, pid in pids.items()}
         time.sleep(args.sample_s)
         cpu_pct = {
@@ -289,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         "partitions": args.partitions,
         "loadavg": float(loadavg[0]),
         "create_s": round(create_s, 1),
+        # CPU seconds of all nodes from the creation request to every leader, per replica
+        "elect_cpu_ms_per_replica": round(elect_cpu_s * 1000 / replicas, 2),
         **figures,
         "quiesce_s": round(leaders_s + quiet_s, 1),
         "idle_rss_mb_max": round(max(memory.values()), 1),
