@@ -52,9 +52,13 @@ class MetadataView:
         transport: PeerTransport,
         controller: Callable[[], MetadataStore | None],
         serving: Callable[[], bool],
+        topics_version: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`topics_version`: the control plane's version of the table `topics` gives (0:
+        unknown); a topics-only answer carries it."""
         self.config = config
         self._topics = topics
+        self._topics_version = topics_version
         self.multiraft = multiraft
         self.gossip = gossip
         self.transport = transport
@@ -140,13 +144,27 @@ class MetadataView:
             info.pending_timers = view.pending_timers
 
     async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
+        self,
+        topics: Iterable[str],
+        *,
+        local_only: bool = False,
+        topics_only: bool = False,
+        known_topics_version: int = 0,
     ) -> pb.MetadataResponse:
         """Members and topics. Each partition's live view (leader, voters, high watermark) comes
         from this node's replica, and unless `local_only` from the other members' too;
         `topics_only` skips all that and gives each partition its assigned replicas (what a
-        node that is not a controller needs to build its topic table: cheap to poll)."""
-        names = list(topics) or sorted(self.topics)
+        node that is not a controller needs to build its topic table), with the table's
+        control-plane version; no topics at all (`topics_unchanged`) when the asker holds that
+        version already (`known_topics_version`, nonzero): a poll of an unchanged table costs
+        nothing per partition."""
+        requested = list(topics)
+        version = self._topics_version() if topics_only else 0
+        if version and known_topics_version == version and not requested:
+            response = self._members_response()
+            response.topics_version, response.topics_unchanged = version, True
+            return response
+        names = requested or sorted(self.topics)
         infos: dict[tuple[str, int], pb.PartitionInfo] = {}
         # each source topic's pending timers come from its timer log's replicas, asked with it
         timer_logs = {} if topics_only or local_only else self._timer_logs(names)
@@ -159,20 +177,8 @@ class MetadataView:
                         infos[(name, index)] = info
             if not local_only:
                 await self._gather_remote(asked, infos)
-        response = pb.MetadataResponse(
-            node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
-        )
-        for record in self.gossip.swim.records():
-            member = record.member
-            response.members.append(
-                pb.Member(
-                    id=member.id,
-                    address=member.address,
-                    state=_STATE[record.state],
-                    weight=member.weight,
-                    rack=member.rack,
-                )
-            )
+        response = self._members_response()
+        response.topics_version = version
         for name in names:
             spec = self.topics[name]
             topic = pb.TopicInfo(
@@ -189,6 +195,24 @@ class MetadataView:
                     self._pending_from_timer_log(info, timer_logs[name], infos)
                 topic.partitions.append(info)
             response.topics.append(topic)
+        return response
+
+    def _members_response(self) -> pb.MetadataResponse:
+        """A response with this node's id, its batch limit and the members as it sees them."""
+        response = pb.MetadataResponse(
+            node_id=self.config.node_id, max_batch_bytes=self.config.max_batch_bytes
+        )
+        for record in self.gossip.swim.records():
+            member = record.member
+            response.members.append(
+                pb.Member(
+                    id=member.id,
+                    address=member.address,
+                    state=_STATE[record.state],
+                    weight=member.weight,
+                    rack=member.rack,
+                )
+            )
         return response
 
     async def _gather_remote(
@@ -249,6 +273,7 @@ class MetadataView:
             serving=self._serving(),
             partitions=len(self.multiraft.replicas),
             leaders=sum(1 for r in replicas if r.node.role is Role.LEADER),
+            replicas_led=sum(1 for r in replicas if r.node.leader_id is not None),
             members_alive=self.gossip.swim.live_count(),
             active_groups=self.multiraft.active_count,
             quarantined=[

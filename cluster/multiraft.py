@@ -125,6 +125,9 @@ class MultiRaft:
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
+        # moves each time a replica is added or removed: a watcher of one kind of replica
+        # (the timer host's timer partitions) rescans `replicas` only when it moved
+        self.hosted_version = 0
         # a message for a group not hosted here: (group, incarnation tag, sender, payload); the
         # callee may open the group and deliver the message again
         self.unknown_group: Callable[[str, str, str, bytes | memoryview], None] = lambda *message: (
@@ -150,6 +153,9 @@ class MultiRaft:
         self._active: set[Replica] = set()
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
+        # replicas whose applied index may have passed the commit index the journal holds (a
+        # Ready applied since): the lazy save looks at these, not at every hosted replica
+        self._commit_moved: set[Replica] = set()
         self._wake = asyncio.Event()
         self._storage = StorageThread("flotilla-storage")
         self._maintenance: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
@@ -161,6 +167,8 @@ class MultiRaft:
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
+        self.hosted_version += 1
+        self._commit_moved.add(replica)
         self._active.add(replica)
         self._dirty.add(replica)
         self._wake.set()
@@ -168,6 +176,8 @@ class MultiRaft:
     def remove(self, group: str) -> Replica | None:
         replica = self.replicas.pop(group, None)
         if replica is not None:
+            self.hosted_version += 1
+            self._commit_moved.discard(replica)
             self._active.discard(replica)
             self._dirty.discard(replica)
             self._touched.discard(replica)
@@ -263,7 +273,9 @@ class MultiRaft:
         """Saves, within the next round, the commit indexes that moved (`save_commit_indexes`):
         lazily, off the event loop, one journal write for all of them. The future of the save,
         or None when no commit index moved (nothing to write)."""
-        moved = [r for r in self.replicas.values() if r.node.applied_index > r.saved_commit]
+        moved = [r for r in self._commit_moved if r.node.applied_index > r.saved_commit]
+        # kept until a save is seen to have covered them (one that failed is tried again)
+        self._commit_moved = set(moved)
         if not moved:
             return None
         hosted = lambda replica: self.replicas.get(replica.group) is replica  # noqa: E731
@@ -559,6 +571,8 @@ class MultiRaft:
                     partial(replica.save_snapshot, snapshot),
                 )
         replica.node.advance(ready)
+        if replica.node.applied_index > replica.saved_commit:
+            self._commit_moved.add(replica)
         # settle the produce waiters before queueing the messages: their replies then go
         # out ahead of this round's stream writes (the order does not matter to Raft)
         replica.apply(ready.committed)

@@ -202,6 +202,7 @@ class Node:
             self.transport,
             controller=lambda: self.controller,
             serving=self.started.is_set,
+            topics_version=lambda: self.topic_admin.control_version,
         )
         # who may do what: every client call asks it first (`cluster.acl_state`)
         self.authorizer = Authorizer(config, self.transport, controller=lambda: self.controller)
@@ -263,6 +264,7 @@ class Node:
             write_timeout_s=config.produce_timeout_ms / 1000,
             faults=timer_faults_from_env(),
             maintain=partial(apply_timer_retention, self.multiraft),
+            hosted_version=lambda: self.multiraft.hosted_version,
             retention_check_s=config.retention_check_s,
             timer_log_retention_ms=config.timer_log_retention_ms,
         )
@@ -577,10 +579,18 @@ class Node:
 
     # -- views (for `NodeApi`: `cluster.metadata_view`) ----------------------------------------
     async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
+        self,
+        topics: Iterable[str],
+        *,
+        local_only: bool = False,
+        topics_only: bool = False,
+        known_topics_version: int = 0,
     ) -> pb.MetadataResponse:
         return await self.metadata_view.metadata(
-            topics, local_only=local_only, topics_only=topics_only
+            topics,
+            local_only=local_only,
+            topics_only=topics_only,
+            known_topics_version=known_topics_version,
         )
 
     def health(self) -> pb.HealthResponse:

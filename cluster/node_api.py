@@ -73,7 +73,12 @@ class NodeApi(Protocol):
 
     # -- views ---------------------------------------------------------------------------------
     async def metadata(
-        self, topics: Iterable[str], *, local_only: bool = False, topics_only: bool = False
+        self,
+        topics: Iterable[str],
+        *,
+        local_only: bool = False,
+        topics_only: bool = False,
+        known_topics_version: int = 0,
     ) -> pb.MetadataResponse: ...
 
     def health(self) -> pb.HealthResponse: ...

@@ -51,8 +51,12 @@ __all__ = ["PartitionManager"]
 log = logging.getLogger("flotilla.node")
 
 # the longest between two comparisons of the local replicas with the topics (a change of the
-# topics brings the next one forward)
+# topics brings the next one forward). The comparison walks every partition of every topic
+# (100,000 of them: a tenth of a second), so one that would find the same as the last (the
+# topics, the hosted replicas, the retired and quarantined ones all unchanged) is skipped, up to
+# RECONCILE_ANYWAY_S
 RECONCILE_EVERY_S = 5.0
+RECONCILE_ANYWAY_S = 60.0
 
 
 class PartitionManager:
@@ -85,8 +89,10 @@ class PartitionManager:
         self.partitions_dir = partitions_dir
         self.placement_candidates = placement_candidates
         # when local replicas were last compared with the topics (never yet: the first pass does)
-        self.local_checked_at = -math.inf
+        self.local_checked_at = self._fully_checked_at = -math.inf
         self._reconciled_version: object = None  # the topics' version they were compared with
+        # what the last comparison saw besides the topics (`_local_state`)
+        self._reconciled_local: object = None
         # on the ticker's clock, from its start: when retention was last applied, when unplaced
         # quiesced followers were last probed
         self._retention_checked_at = self._probed_at = 0.0
@@ -122,13 +128,20 @@ class PartitionManager:
         try:
             await self.topic_admin.refresh()
             version = self.topic_admin.version
-            if (
-                version != self._reconciled_version
-                or at - self.local_checked_at > RECONCILE_EVERY_S
+            if version != self._reconciled_version or (
+                at - self.local_checked_at > RECONCILE_EVERY_S
+                and (
+                    self._local_state() != self._reconciled_local
+                    or at - self._fully_checked_at > RECONCILE_ANYWAY_S
+                )
             ):
                 self._reconciled_version = version
-                self.local_checked_at = at
+                self.local_checked_at = self._fully_checked_at = at
                 await self.reconcile_local()
+                self._reconciled_local = self._local_state()
+            elif at - self.local_checked_at > RECONCILE_EVERY_S:
+                self.local_checked_at = at  # nothing changed: the comparison would find nothing
+            if at == self.local_checked_at:
                 self.opener.probe_rebuilding()
             if at - self._retention_checked_at > self.config.retention_check_s:
                 self._retention_checked_at = at
@@ -196,6 +209,18 @@ class PartitionManager:
                     set(self.multiraft.replicas),
                 )
             )
+
+    def _local_state(self) -> tuple[int, int, int, int]:
+        """What a comparison with the topics depends on besides them: the replicas hosted,
+        queued, retired and quarantined here (each set changes only with a count or a
+        `hosted_version` that moves)."""
+        opener = self.opener
+        return (
+            self.multiraft.hosted_version,
+            len(opener.pending),
+            len(opener.retired),
+            len(self.multiraft.quarantine),
+        )
 
     def deleted(self, replica: Replica) -> bool:
         """Is the replica's topic gone, or deleted and created again (another uid)?"""

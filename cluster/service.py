@@ -179,6 +179,7 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
             list(request.topics),
             local_only=request.local_only or LEGACY_LOCAL_ONLY_KEY in keys,
             topics_only=topics_only,
+            known_topics_version=request.topics_version,
         )
 
     async def Health(

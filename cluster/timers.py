@@ -273,9 +273,18 @@ class TimerHost:
         maintain: Callable[[Mapping[str, int]], Awaitable[int]] | None = None,
         retention_check_s: float = 5.0,
         timer_log_retention_ms: int = 3_600_000,
+        hosted_version: Callable[[], object] = object,
     ) -> None:
+        """`hosted_version`: a value that moves whenever a replica is added or removed
+        (`MultiRaft.hosted_version`); the timer partitions among `replicas` are looked for
+        again only then (the default, a new object each call: at every look)."""
         self._topics = topics
         self._replicas = replicas
+        self._hosted_version = hosted_version
+        # the timer partitions hosted here, as of `_timer_groups_of` (a node may host 60,000
+        # replicas: a look every LOOK_S must not walk them all)
+        self._timer_groups: list[str] = []
+        self._timer_groups_of: object = None
         self._propose = propose
         self.copies = copies
         self.tick_s = tick_s
@@ -361,8 +370,15 @@ class TimerHost:
             if slot.done or not slot.leads() or self.followers.get(group) is not slot.follower:
                 slot.close()
                 del self.slots[group]
-        for group, replica in replicas.items():
-            if not replica.topic.startswith(TIMER_TOPIC_PREFIX):
+        version = self._hosted_version()
+        if version != self._timer_groups_of:
+            self._timer_groups_of = version
+            self._timer_groups = [
+                g for g, r in replicas.items() if r.topic.startswith(TIMER_TOPIC_PREFIX)
+            ]
+        for group in self._timer_groups:
+            replica = replicas.get(group)
+            if replica is None:
                 continue
             follower = self.followers.get(group)
             if follower is None:

@@ -105,8 +105,12 @@ _ANSWERS: dict[grpc.StatusCode, type[Exception]] = {
     grpc.StatusCode.NOT_FOUND: TopicNotFound,
 }
 
-# How often a node that is not a controller asks a controller for the topic table.
+# How often a node that is not a controller asks a controller for the topic table. It names
+# the control-plane version of the table it holds, and an unchanged table is answered with that
+# alone (`MetadataResponse.topics_unchanged`); every TOPICS_FULL_POLL_S it takes the whole table
+# anyway, a safety net (a control plane rebuilt from nothing counts its versions from 0 again).
 TOPICS_POLL_S = 1.0
+TOPICS_FULL_POLL_S = 30.0
 
 
 def default_replication_factor(
@@ -148,7 +152,10 @@ class TopicAdmin:
         # what the topic table was built from (the control plane's version, or a signature of
         # a controller's answer): a change of it is a change of the topics
         self.version: object = None
-        self._polled_at = 0.0
+        # the control plane's version of `topics` (0: unknown): a poll names it, and a
+        # controller answers it for its own table
+        self.control_version = 0
+        self._polled_at = self._fully_polled_at = 0.0
         self._lock = asyncio.Lock()
 
     @property
@@ -331,7 +338,7 @@ class TopicAdmin:
     async def _refresh_now(self) -> None:
         if self.controller is not None and self.controller.ready:
             if self.controller.version != self.version:
-                self.version = self.controller.version
+                self.version = self.control_version = self.controller.version
                 self.topics = self.controller.topics()
                 self.loaded = True
             return
@@ -341,6 +348,7 @@ class TopicAdmin:
         if self.loaded and now - self._polled_at < TOPICS_POLL_S:
             return
         self._polled_at = now
+        known = self.control_version if now - self._fully_polled_at < TOPICS_FULL_POLL_S else 0
         for controller_id in sorted(self.config.controllers):
             address = self.transport.address_of(controller_id)
             if not address or controller_id == self.config.node_id:
@@ -348,13 +356,18 @@ class TopicAdmin:
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
                 response = await stub.Metadata(
-                    pb.MetadataRequest(topics_only=True),
+                    pb.MetadataRequest(topics_only=True, topics_version=known),
                     timeout=2,
                     # for a controller of the last release (`cluster.service`): drop after
                     metadata=((LEGACY_TOPICS_ONLY_KEY, "1"),),
                 )
             except grpc.aio.AioRpcError:
                 continue
+            if known and response.topics_unchanged and response.topics_version == known:
+                return  # the table held is the controller's own: nothing to rebuild
+            if not known:
+                self._fully_polled_at = now
+            self.control_version = response.topics_version
             signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
             if signature != self.version:
                 self.version = signature

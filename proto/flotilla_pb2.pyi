@@ -183,26 +183,32 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[MemberState, str]] = ..., weight: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
-    __slots__ = ("topics", "local_only", "topics_only")
+    __slots__ = ("topics", "local_only", "topics_only", "topics_version")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     TOPICS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     local_only: bool
     topics_only: bool
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., local_only: _Optional[bool] = ..., topics_only: _Optional[bool] = ...) -> None: ...
+    topics_version: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., local_only: _Optional[bool] = ..., topics_only: _Optional[bool] = ..., topics_version: _Optional[int] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("members", "topics", "node_id", "max_batch_bytes")
+    __slots__ = ("members", "topics", "node_id", "max_batch_bytes", "topics_version", "topics_unchanged")
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedCompositeFieldContainer[Member]
     topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
     node_id: str
     max_batch_bytes: int
-    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+    topics_version: int
+    topics_unchanged: bool
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ..., max_batch_bytes: _Optional[int] = ..., topics_version: _Optional[int] = ..., topics_unchanged: _Optional[bool] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batch", "acks", "timeout_ms", "deliver_at_ms", "topic_uid")
@@ -283,7 +289,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined", "control_plane")
+    __slots__ = ("node_id", "serving", "partitions", "leaders", "members_alive", "active_groups", "quarantined", "control_plane", "replicas_led")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +298,7 @@ class HealthResponse(_message.Message):
     ACTIVE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_LED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     serving: bool
     partitions: int
@@ -300,7 +307,8 @@ class HealthResponse(_message.Message):
     active_groups: int
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedReplica]
     control_plane: ControlPlaneStatus
-    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ..., control_plane: _Optional[_Union[ControlPlaneStatus, _Mapping]] = ...) -> None: ...
+    replicas_led: int
+    def __init__(self, node_id: _Optional[str] = ..., serving: _Optional[bool] = ..., partitions: _Optional[int] = ..., leaders: _Optional[int] = ..., members_alive: _Optional[int] = ..., active_groups: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedReplica, _Mapping]]] = ..., control_plane: _Optional[_Union[ControlPlaneStatus, _Mapping]] = ..., replicas_led: _Optional[int] = ...) -> None: ...
 
 class ControlPlaneStatus(_message.Message):
     __slots__ = ("controllers", "controller", "leader", "connected")

@@ -278,7 +278,9 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             return
         self._election_elapsed += 1
         timeout = self._randomized_timeout + self._deferred_ticks
-        if self._promotable() and self._election_elapsed >= timeout:
+        # the cheap test first: every tick of every follower (thousands of groups) comes here,
+        # and `_promotable` reads the log's last term
+        if self._election_elapsed >= timeout and self._promotable():
             self._election_elapsed = self._deferred_ticks = 0
             self._campaign(Campaign.PRE_VOTE if self.config.pre_vote else Campaign.ELECTION)
 

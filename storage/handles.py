@@ -136,15 +136,22 @@ class FileHandles:
             self.disk.close(handle.fd)
 
     def _evict_locked(self) -> None:
-        if len(self._open) <= self.max_open:
-            return
+        """Closes the least recently used unpinned descriptors (clean ones first) until at most
+        `max_open` are open. It looks only as far into the LRU order as it must: one pin over
+        the cap costs one close, not a walk of every open file (a node with more replicas than
+        `max_open` pins past the cap on every write of a file not open)."""
+        excess = len(self._open) - self.max_open
         for only_clean in (True, False):
-            for path in list(self._open):
-                if len(self._open) <= self.max_open:
-                    return
-                handle = self._open[path]
+            if excess <= 0:
+                return
+            victims: list[tuple[str, _Handle]] = []
+            for path, handle in self._open.items():
                 if handle.pins or (only_clean and handle.dirty):
                     continue
+                victims.append((path, handle))
+                if len(victims) == excess:
+                    break
+            for path, handle in victims:
                 del self._open[path]
                 try:
                     if handle.dirty:
@@ -155,6 +162,7 @@ class FileHandles:
                     log.error("fsync of %s on closing it failed: %s", path, error)
                 finally:
                     self.disk.close(handle.fd)
+            excess -= len(victims)
 
 
 def _failed(path: str, error: OSError) -> StorageFailed:

@@ -147,6 +147,25 @@ def test_the_commit_index_is_saved_once_a_save_interval_of_ticks_has_passed(
             ticker.advance(1)
             await multiraft.maintain(lambda: None)
             assert journal.load(GROUP) == HardState(1, None, 2)
+            # the save looks only at the replicas a Ready applied since: one saved already
+            # (and passed over by a save since), whose commit then moves again, is saved again
+            for _ in range(ticks_per_save):
+                multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 2)))])
+                ticker.advance(1)
+            await multiraft.maintain(lambda: None)
+            more = (Entry(3, 1, EntryKind.NORMAL, 2, _batch(2)),)
+            append = AppendRequest(1, "a", "b", 2, 1, 2, more)
+            multiraft.deliver("a", [(GROUP, encode_message(append))])
+            await multiraft.maintain(lambda: None)
+            multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 3)))])
+            while replica.high_watermark != 5:
+                assert asyncio.get_running_loop().time() < deadline, "the commit was not applied"
+                await asyncio.sleep(0.001)
+            for _ in range(ticks_per_save):
+                multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 3)))])
+                ticker.advance(1)
+            await multiraft.maintain(lambda: None)
+            assert journal.load(GROUP) == HardState(1, None, 3)
         finally:
             await multiraft.stop()
 

@@ -114,6 +114,30 @@ def test_topics_only_metadata_skips_the_live_view(cluster: LocalCluster, client:
         assert not any(p.leader or p.high_watermark for p in topic.partitions), topic
 
 
+def test_health_counts_the_replicas_that_know_their_leader(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """`replicas_led`: the local replicas that know their group's leader (a leader counts
+    itself); once every group has elected, every replica of every node does."""
+    client.create_topic("led", partitions=3, replication_factor=3)
+    for partition in range(3):
+        _wait_leader(client, "led", partition)
+
+    def views() -> list[pb.HealthResponse]:
+        answers = []
+        for spec in cluster.nodes.values():
+            with grpc.insecure_channel(spec.address) as channel:
+                stub = flotilla_pb2_grpc.FlotillaStub(channel)
+                answers.append(stub.Health(pb.HealthRequest(), timeout=5))
+        return answers
+
+    def every_replica_led() -> bool:
+        return all(v.replicas_led == v.partitions and v.partitions >= 3 for v in views())
+
+    wait_until(every_replica_led, 20, "every replica knowing its group's leader")
+    assert all(v.replicas_led >= v.leaders for v in views())
+
+
 @pytest.mark.own_cluster
 def test_a_killed_leader_is_replaced_and_no_acknowledged_write_is_lost(
     cluster: LocalCluster, client: Client

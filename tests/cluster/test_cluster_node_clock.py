@@ -20,7 +20,7 @@ from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.multiraft import MultiRaft
 from cluster.node import Node
-from cluster.partitions import RECONCILE_EVERY_S, PartitionManager
+from cluster.partitions import RECONCILE_ANYWAY_S, RECONCILE_EVERY_S, PartitionManager
 from cluster.placement import Candidate
 from cluster.replica import Replica
 from cluster.steward import GroupSteward
@@ -67,9 +67,10 @@ async def _close(node: Node) -> None:
 def test_the_partition_managers_intervals_run_on_its_tickers_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass per tick; reconciling (every RECONCILE_EVERY_S), retention (every
-    retention_check_s) and the probe of unplaced followers (every probe_interval_s) come on the
-    first tick past their interval, counted on the ticker's clock."""
+    """A pass per tick; reconciling (every RECONCILE_EVERY_S, when something it depends on
+    changed, else every RECONCILE_ANYWAY_S), retention (every retention_check_s) and the probe of
+    unplaced followers (every probe_interval_s) come on the first tick past their interval,
+    counted on the ticker's clock."""
     ran: dict[str, list[int]] = {"reconcile": [], "retention": [], "probe": []}
 
     async def scenario() -> None:
@@ -91,11 +92,14 @@ def test_the_partition_managers_intervals_run_on_its_tickers_clock(
         monkeypatch.setattr(manager, "reconcile_local", reconciling)
         monkeypatch.setattr(partitions_module, "apply_retention", retention)
         monkeypatch.setattr(node.collector, "probe_unplaced", probe)
+        monkeypatch.setattr(partitions_module, "RECONCILE_ANYWAY_S", 20.0)
         node.collector.probe_interval_s = 2.5
         task = asyncio.get_running_loop().create_task(manager.run())
         try:
             await asyncio.sleep(0)  # the task starts the ticker
-            for tick in range(1, 31):
+            for tick in range(1, 161):
+                if tick == 30:  # a replica retired here: the next comparison is due
+                    node.opener.retired["gone/0"] = "uid"
                 ticker.advance(1)
                 await _until(lambda tick=tick: manager.passes == tick, f"pass {tick}")  # type: ignore[misc]
         finally:
@@ -105,11 +109,14 @@ def test_the_partition_managers_intervals_run_on_its_tickers_clock(
             await _close(node)
 
     asyncio.run(scenario())
-    # at 0.2 s (the topics were new), then on the first tick more than 5 s later (5.4 s)
-    assert RECONCILE_EVERY_S == 5.0
-    assert ran["reconcile"] == [1, 27]
-    assert ran["retention"] == [6, 12, 18, 24, 30]  # 1.2 s, 2.4 s, ...: each > 1.1 s on
-    assert ran["probe"] == [13, 26]  # 2.6 s, 5.2 s
+    # at 0.2 s (the topics were new); not at 5.4 s (nothing changed since); at 10.6 s, the
+    # first tick more than 5 s on after the retirement at 6.0 s; then not until 31.4 s, more
+    # than RECONCILE_ANYWAY_S (here 20 s) after the last
+    assert (RECONCILE_EVERY_S, RECONCILE_ANYWAY_S) == (5.0, 60.0)
+    assert ran["reconcile"] == [1, 53, 157]
+    # 1.2 s, 2.4 s, ...: each > 1.1 s on
+    assert [t for t in ran["retention"] if t <= 30] == [6, 12, 18, 24, 30]
+    assert [t for t in ran["probe"] if t <= 30] == [13, 26]  # 2.6 s, 5.2 s
 
 
 def _gossip(sender: str, *updates: object) -> peer_pb2.SwimPacket:

@@ -54,3 +54,47 @@ def test_a_controller_that_has_not_loaded_the_topics_refuses_the_poll(tmp_path: 
                     return False
 
             wait_until(answered, 30, "n1 answers the poll with the topic table")
+
+
+def test_a_poll_of_an_unchanged_table_is_answered_with_its_version_alone(tmp_path: Path) -> None:
+    """A node that is not a controller polls one for the topic table every second. It names the
+    control-plane version of the table it holds, and a controller whose table is at that
+    version answers with the version alone: at 100,000 partitions a full answer is megabytes,
+    built and parsed every second by both nodes (issue 28). A change is still answered in full,
+    and the node that is not a controller still learns it."""
+    with LocalCluster(tmp_path, 3, controllers=2, config_text=CONFIG) as local:
+        local.start()
+        with Client(local.bootstrap, timeout_s=15) as client:
+            client.create_topic("first", 4, 2)
+        with grpc.insecure_channel(local.nodes["n1"].address) as channel:
+            stub = flotilla_pb2_grpc.FlotillaStub(channel)
+
+            def poll(version: int) -> pb.MetadataResponse:
+                response: pb.MetadataResponse = stub.Metadata(
+                    pb.MetadataRequest(topics_only=True, topics_version=version), timeout=5
+                )
+                return response
+
+            full = poll(0)
+            assert [t.name for t in full.topics] == ["first"] and full.topics_version > 0, full
+            unchanged = poll(full.topics_version)
+            assert unchanged.topics_unchanged and not unchanged.topics, unchanged
+            assert unchanged.topics_version == full.topics_version
+            assert len(unchanged.members) == 3  # the rest of the answer is as before
+            with Client(local.nodes["n3"].address, timeout_s=15) as client:
+                client.create_topic("second", 2, 2)  # forwarded by n3 to a controller
+            changed = poll(full.topics_version)
+            assert not changed.topics_unchanged, changed
+            assert sorted(t.name for t in changed.topics) == ["first", "second"]
+            assert changed.topics_version > full.topics_version
+        # n3, no controller, learns a change made through another node by its next polls
+        with Client(local.nodes["n1"].address, timeout_s=15) as client:
+            client.create_topic("third", 1, 2)
+        with grpc.insecure_channel(local.nodes["n3"].address) as channel:
+            stub = flotilla_pb2_grpc.FlotillaStub(channel)
+
+            def n3_knows_third() -> bool:
+                answer = stub.Metadata(pb.MetadataRequest(), timeout=5)
+                return "third" in [t.name for t in answer.topics]
+
+            wait_until(n3_knows_third, 15, "n3 learning of the topic created through n1")

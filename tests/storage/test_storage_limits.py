@@ -38,6 +38,32 @@ def test_many_logs_hold_a_bounded_number_of_files(tmp_path: Path) -> None:
     assert sync_logs([]) == 0
 
 
+def test_eviction_closes_the_least_recently_used_clean_files_first(tmp_path: Path) -> None:
+    """Over the cap, the least recently used unpinned clean file closes; a dirty one only when
+    no clean one is left, and a pinned one never (the eviction looks only as far as it must)."""
+    handles = FileHandles(max_open=3)
+    paths = [str(tmp_path / name) for name in ("a", "b", "c", "d", "e", "f")]
+    with handles.pin(paths[0], write=True):  # a: dirty, least recently used
+        pass
+    with handles.pin(paths[1]), handles.pin(paths[2]):  # b, c: clean
+        pass
+    with handles.pin(paths[3]):  # over the cap: b (the oldest clean) goes, not a (dirty)
+        pass
+    assert set(handles._open) == {paths[0], paths[2], paths[3]}
+    with handles.pin(paths[2]), handles.pin(paths[4]):  # c pinned as e comes: d goes
+        assert set(handles._open) == {paths[0], paths[2], paths[4]}
+    handles.fsync(paths[0])  # a clean now, and the least recently used: it goes next
+    with handles.pin(paths[5], write=True):
+        pass
+    assert set(handles._open) == {paths[2], paths[4], paths[5]}
+    for path in paths[4:]:  # only dirty ones left to close: they are fsynced, then closed
+        with handles.pin(path, write=True):
+            pass
+    with handles.pin(paths[0]), handles.pin(paths[1]), handles.pin(paths[3]):
+        assert set(handles._open) == {paths[0], paths[1], paths[3]}
+    assert handles.open_count == 3
+
+
 def test_group_commit_syncs_only_dirty_logs(tmp_path: Path) -> None:
     config = LogConfig(fsync=FsyncPolicy.parse("never"))
     logs = [SegmentedLog(tmp_path / f"p{n}", config) for n in range(4)]
