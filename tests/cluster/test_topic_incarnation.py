@@ -103,8 +103,10 @@ def _recreated_behind_n3(local: LocalCluster, client: Client, dial_map: Path) ->
     dial_map.write_text(json.dumps({"n1": closed, "n2": closed}))
     # n1 declares n3 dead once n3's answers stop (they go out through its dial map): from then
     # on n3's topic polls fail too, and the controllers place new replicas on n1 and n2 only
-    n1 = _stub(local, "n1")
-    wait_until(lambda: _dead_on(n1), 30, "n1 to count n3 out")
+    n1, n2 = _stub(local, "n1"), _stub(local, "n2")
+    # both controllers: the one that places the new replicas must not still count n3 in (a
+    # replica placed there would keep the new incarnation from electing a leader)
+    wait_until(lambda: _dead_on(n1) and _dead_on(n2), 30, "n1 and n2 to count n3 out")
     for name in ("reborn", "solo"):
         client.delete_topic(name)
     client.create_topic("reborn", partitions=1, replication_factor=2)
@@ -118,7 +120,7 @@ def _recreated_behind_n3(local: LocalCluster, client: Client, dial_map: Path) ->
         answer = n1.Metadata(pb.MetadataRequest(topics=["reborn"]), timeout=5)
         return bool(answer.topics[0].partitions[0].leader)
 
-    wait_until(elected, 30, "a leader of the new incarnation of reborn")
+    wait_until(elected, 60, "a leader of the new incarnation of reborn")
     client.produce("reborn", b"second", partition=0)
     return Reborn(local, client, n3, old_uid, new_uid, on_n3[0], _uid_on(n1, "solo"))
 
