@@ -64,6 +64,16 @@ def _uid_on(stub: flotilla_pb2_grpc.FlotillaStub, topic: str) -> str:
     return str(answer.topics[0].uid)
 
 
+def _known_on(stub: flotilla_pb2_grpc.FlotillaStub, topic: str) -> str:
+    """The incarnation of `topic` the node knows, "" while it knows none."""
+    try:
+        return _uid_on(stub, topic)
+    except grpc.RpcError as error:
+        if error.code() is grpc.StatusCode.NOT_FOUND:
+            return ""
+        raise
+
+
 def _dead_on(stub: flotilla_pb2_grpc.FlotillaStub) -> bool:
     members = stub.Metadata(pb.MetadataRequest(topics=["reborn"]), timeout=5).members
     return any(m.id == LAGGING and m.state == pb.DEAD for m in members)
@@ -111,8 +121,11 @@ def _recreated_behind_n3(local: LocalCluster, client: Client, dial_map: Path) ->
         client.delete_topic(name)
     client.create_topic("reborn", partitions=1, replication_factor=2)
     client.create_topic("solo", partitions=6, replication_factor=1)
+    # a controller may answer from its copy of the table a moment before it holds the create
+    wait_until(
+        lambda: _known_on(n1, "reborn") not in ("", old_uid), 30, "n1 to know the new reborn"
+    )
     new_uid = _uid_on(n1, "reborn")
-    assert new_uid != old_uid
     # the precondition: n3 still knows (and holds) the deleted incarnation
     assert _uid_on(n3, "reborn") == old_uid
 
@@ -122,6 +135,7 @@ def _recreated_behind_n3(local: LocalCluster, client: Client, dial_map: Path) ->
 
     wait_until(elected, 60, "a leader of the new incarnation of reborn")
     client.produce("reborn", b"second", partition=0)
+    wait_until(lambda: _known_on(n1, "solo") != "", 30, "n1 to know the new solo")
     return Reborn(local, client, n3, old_uid, new_uid, on_n3[0], _uid_on(n1, "solo"))
 
 
