@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
-import enum
 import errno
 import logging
 import os
@@ -44,7 +43,7 @@ from cluster.controller_journal import (
 )
 from cluster.errors import ClusterError
 from cluster.ownership import AddressInUse
-from timers.types import DEFAULT_MAX_DELAY_MS
+from cluster.topic_spec import CreateOutcome, TopicSpec, UpdateOutcome
 
 __all__ = [
     "ControlPlaneError",
@@ -67,74 +66,6 @@ _TRANSIENT = {
 
 class ControlPlaneError(ClusterError, RuntimeError):
     """The control plane could not carry out a change (no quorum, not started, ...)."""
-
-
-class CreateOutcome(enum.Enum):
-    CREATED = "created"
-    EXISTS = "exists"  # the same spec exists already: create is idempotent
-    CONFLICT = "conflict"  # a topic of that name exists with another spec
-
-
-class UpdateOutcome(enum.Enum):
-    UPDATED = "updated"
-    MISSING = "missing"  # no such topic
-    FEWER = "fewer"  # partitions can only be added
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    replication_factor: int
-    retention_bytes: int = 0  # 0: unlimited
-    retention_ms: int = 0  # 0: unlimited
-    assignment: tuple[tuple[str, ...], ...] = ()  # initial voters per partition, best first
-    uid: str = ""  # distinguishes a re-created topic from the deleted one of the same name
-    # the longest delay a delayed produce may ask (`timers.types`); a spec written before
-    # delayed delivery has none: the default
-    max_delay_ms: int = DEFAULT_MAX_DELAY_MS
-
-    def same_shape(self, other: TopicSpec) -> bool:
-        return (
-            self.partitions,
-            self.replication_factor,
-            self.retention_bytes,
-            self.retention_ms,
-            self.max_delay_ms,
-        ) == (
-            other.partitions,
-            other.replication_factor,
-            other.retention_bytes,
-            other.retention_ms,
-            other.max_delay_ms,
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "partitions": self.partitions,
-            "replication_factor": self.replication_factor,
-            "retention_bytes": self.retention_bytes,
-            "retention_ms": self.retention_ms,
-            "assignment": [list(voters) for voters in self.assignment],
-            "uid": self.uid,
-            "max_delay_ms": self.max_delay_ms,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> TopicSpec:
-        return cls(
-            name=str(data["name"]),
-            partitions=int(data["partitions"]),
-            replication_factor=int(data["replication_factor"]),
-            retention_bytes=int(data.get("retention_bytes", 0)),
-            retention_ms=int(data.get("retention_ms", 0)),
-            assignment=tuple(
-                tuple(str(n) for n in voters) for voters in data.get("assignment", [])
-            ),
-            uid=str(data.get("uid", "")),
-            max_delay_ms=int(data.get("max_delay_ms", DEFAULT_MAX_DELAY_MS)),
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,11 @@ and request building are written once, here, and both clients behave alike by co
 Subscriptions stream, so a driver runs their I/O itself; `Subscription` keeps their state and
 decisions (where to connect, from which offset, when to move on or stop:
 `flotilla._plans.Subscription`).
+
+Why one module of ~490 lines: `ClientCore` is the one object both drivers hold, and its methods
+are the SDK's calls, one short plan each over the shared routing steps (`any_node`, metadata,
+reads); the long plans (produce, read, subscription) are in `_plans.py`, the group, queue and
+security calls in their own plan modules.
 """
 
 from __future__ import annotations

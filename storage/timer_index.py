@@ -40,6 +40,10 @@ batches all fired leaves the next state and its file is deleted.
 Threads: `add`, `planned` and the reads of counts take a short lock and never wait for I/O;
 `flush` and `bucket` (blocking I/O: run them off the event loop) are serialised with each other.
 A failed write or fsync is fail-stop (`StorageFailed`, then and on every later call).
+
+Why one module of ~520 lines: the journal, the bucket files and the state are one commit
+protocol (what a flush writes, in which order, and what a reopen cuts back to); split, each part
+would be correct only together with the others. The byte formats live apart in `timer_files.py`.
 """
 
 from __future__ import annotations
