@@ -181,6 +181,7 @@ class Node:
         self.multiraft.unknown_group = self.opener.open_on_message
         self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
+        self._left: set[str] = set()  # of those, the members that left gracefully (restarts)
         self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
             self.multiraft,
@@ -465,8 +466,11 @@ class Node:
             if change.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(change.member.id, now)
                 self._alive_since.pop(change.member.id, None)
+                if change.kind is EventKind.LEAVE:
+                    self._left.add(change.member.id)
             else:
                 self._gone_since.pop(change.member.id, None)
+                self._left.discard(change.member.id)
                 self._alive_since.setdefault(change.member.id, now)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
@@ -531,15 +535,24 @@ class Node:
         return member.version if member is not None else None
 
     def placement_candidates(self) -> list[Candidate]:
-        """Live members, plus members dead or gone for less than `replace_after` (so that a
-        restart or a rolling upgrade moves no data)."""
+        """Live members, plus members dead for less than `replace_after_s` (so that a crash
+        and a quick restart move no data) and members that left gracefully less than
+        `replace_left_after_s` ago (a SIGTERM is a restart, as a Kafka or Redpanda broker's
+        controlled shutdown: a rolling restart moves nothing however long a node of many
+        replicas takes to stop and start again)."""
         now = self.ticker.now()
         candidates = self.live_candidates()
         live = {c.node_id for c in candidates}
+        config = self.config
         for record in self.gossip.swim.records():
             member = record.member
+            if member.id in live:
+                continue
             since = self._gone_since.get(member.id, now)
-            if member.id not in live and now - since < self.config.replace_after_s:
+            limit = (
+                config.replace_left_after_s if member.id in self._left else config.replace_after_s
+            )
+            if now - since < limit:
                 candidates.append(Candidate(member.id, member.weight, member.rack))
         return candidates
 

@@ -27,7 +27,7 @@ from cluster.steward import GroupSteward
 from membership import Member
 from membership.codec import encode
 from membership.messages import Gossip
-from membership.types import Alive, Dead
+from membership.types import Alive, Dead, Leave
 from proto import peer_pb2
 from raft.codec import decode_message, encode_message
 from raft.types import (
@@ -144,6 +144,36 @@ def test_a_dead_member_stays_a_placement_candidate_for_replace_after_on_the_node
             assert "n2" in {c.node_id for c in node.placement_candidates()}
             ticker.advance(2)  # 4.2 s: dead for 3.2 s
             assert "n2" not in {c.node_id for c in node.placement_candidates()}
+        finally:
+            await _close(node)
+
+    asyncio.run(scenario())
+
+
+def test_a_member_that_left_gracefully_stays_a_candidate_for_replace_left_after(
+    tmp_path: Path,
+) -> None:
+    """A graceful leave is a restart (a Kafka broker's controlled shutdown): it moves no
+    replica for `replace_left_after_s`, while a death does after `replace_after_s`; and the
+    member's return ends the wait."""
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path, replace_after_s=3.0, replace_left_after_s=10.0)
+        ticker.start(lambda at: None)
+        try:
+            n2, n4 = Member("n2", "127.0.0.1:1"), Member("n4", "127.0.0.1:2")
+            node.gossip.receive(_gossip("n3", Alive(n2, 1), Alive(n4, 1)))
+            ticker.advance(5)  # at 1.0 s n2 leaves (SIGTERM) and n4 dies
+            node.gossip.receive(_gossip("n3", Leave("n2", 1), Dead("n4", 1, "n3")))
+            assert node.gossip.swim.member_state("n2") is not None
+            assert "n2" not in {m.id for m in node.gossip.swim.live_members()}
+            ticker.advance(16)  # 4.2 s: gone 3.2 s, past replace_after_s
+            candidates = {c.node_id for c in node.placement_candidates()}
+            assert "n4" not in candidates and "n2" in candidates
+            ticker.advance(44)  # 13.0 s: left 12 s ago
+            assert "n2" not in {c.node_id for c in node.placement_candidates()}
+            node.gossip.receive(_gossip("n3", Alive(n2, 2)))  # back: a candidate again
+            assert "n2" in {c.node_id for c in node.placement_candidates()}
         finally:
             await _close(node)
 
