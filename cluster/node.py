@@ -36,6 +36,7 @@ import errno
 import logging
 import os
 import secrets
+import time
 from collections.abc import Iterable
 from functools import partial
 
@@ -79,11 +80,14 @@ from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.types import Role
 from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
+from storage.atomic import fsync_directory, write_atomic
 
 __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
 
+# In the data directory after a clean stop: the groups whose logs it closed, each flushed.
+CLEAN_SHUTDOWN = "CLEAN_SHUTDOWN"
 TLS_CHECK_S = 5.0  # how often a node looks at its TLS files for a rotated certificate
 
 
@@ -304,6 +308,7 @@ class Node:
         # before anything binds: gRPC's and pysyncobj's own bind failures say less
         await asyncio.to_thread(check_addresses, config)
         os.makedirs(self.partitions_dir, exist_ok=True)
+        self.opener.cleanly_closed = await asyncio.to_thread(self._take_clean_shutdown)
         if config.is_controller:
             self.controller = await asyncio.to_thread(
                 MetadataStore,
@@ -408,14 +413,26 @@ class Node:
                 log, "node_stopping", graceful=graceful,
                 leaders=sum(1 for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER),
             )  # fmt: skip
+        # how long each phase took (seconds, for the operator's log line only)
+        phases: dict[str, float] = {}
+        began = time.monotonic()
+
+        def phase(name: str) -> None:
+            nonlocal began
+            now = time.monotonic()
+            phases[f"{name}_s"] = round(now - began, 3)
+            began = now
+
         if graceful:
             await self._hand_off_leadership()
+            phase("hand_off")
             self.gossip.leave()
             await asyncio.sleep(
                 self.gossip.swim.config.tick_ms
                 * self.gossip.swim.config.probe_interval_ticks
                 / 1000
             )
+            phase("leave")
         tasks = [*self._tasks, *self.collector.tasks]
         for task in tasks:
             task.cancel()
@@ -427,14 +444,43 @@ class Node:
         await self.groups.stop()
         await self.timers.stop()
         await self.gossip.stop()
+        phase("serving")
         await self.multiraft.stop()
+        if self.multiraft.closed_cleanly is not None:
+            await asyncio.to_thread(self._mark_clean_shutdown, self.multiraft.closed_cleanly)
+        phase("close")
         await self.transport.close()
         if self.controller is not None:
             self.controller.close()
         self.metrics.close()
         self.data_dir_lock.release()  # last: nothing of this node touches data_dir any more
+        phase("release")
         if self.started.is_set():
-            event(log, "node_stopped", graceful=graceful)
+            took = ",".join(f"{name}={seconds}" for name, seconds in phases.items())
+            event(log, "node_stopped", graceful=graceful, took=took)
+
+    @property
+    def clean_shutdown_path(self) -> str:
+        return os.path.join(self.config.data_dir, CLEAN_SHUTDOWN)
+
+    def _mark_clean_shutdown(self, groups: list[str]) -> None:
+        """After every log was closed (each flushed): the groups whose files the next start
+        may trust as durable (Kafka's clean-shutdown file). Durable, as the logs are."""
+        write_atomic(self.clean_shutdown_path, "\n".join(groups).encode())
+
+    def _take_clean_shutdown(self) -> set[str]:
+        """Before any replica opens: the groups the last process closed cleanly, and the
+        marker gone for good (durably), so that a crash of this process is never taken for a
+        clean stop."""
+        path = self.clean_shutdown_path
+        try:
+            with open(path, "rb") as file:
+                groups = {g for g in file.read().decode().split("\n") if g}
+        except FileNotFoundError:
+            return set()
+        os.unlink(path)
+        fsync_directory(self.config.data_dir)
+        return groups
 
     async def _hand_off_leadership(self) -> None:
         deadline = self.ticker.now() + 4 * self.config.election_timeout_ms / 1000

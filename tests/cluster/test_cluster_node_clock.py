@@ -307,3 +307,46 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
             await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_clean_stop_leaves_a_marker_the_next_start_takes_to_open_its_logs_as_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop that closed every log (each flushed) names their groups in CLEAN_SHUTDOWN; the
+    next process takes the marker (removing it, so its own crash is never taken for a clean
+    stop) and opens each of those logs once without recovery's fsync."""
+    opened: dict[str, bool] = {}
+    real_open = Replica.open
+
+    def spying_open(**kwargs: object) -> Replica:
+        opened[f"{kwargs['topic']}/{kwargs['partition']}"] = bool(kwargs.get("durable"))
+        return real_open(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Replica, "open", staticmethod(spying_open))
+    topics = {"t": TopicSpec("t", 2, 1, assignment=(("n1",), ("n1",)))}
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path)
+        ticker.start(lambda at: None)
+        node.topics = topics
+        await node.partitions.reconcile_local()
+        await node.opener.open_pending()
+        assert set(node.multiraft.replicas) == {"t/0", "t/1"} and not any(opened.values())
+        await node.stop(graceful=False)
+        marker = Path(node.clean_shutdown_path)
+        assert set(marker.read_text().split("\n")) == {"t/0", "t/1"}
+
+        again, ticker = _node(tmp_path)
+        ticker.start(lambda at: None)
+        again.opener.cleanly_closed = await asyncio.to_thread(again._take_clean_shutdown)
+        assert not marker.exists()
+        again.topics = topics
+        opened.clear()
+        await again.partitions.reconcile_local()
+        await again.opener.open_pending()
+        assert opened == {"t/0": True, "t/1": True} and not again.opener.cleanly_closed
+        await _close(again)
+        assert not marker.exists()  # only `Node.stop` writes it
+        assert again._take_clean_shutdown() == set()
+
+    asyncio.run(scenario())
