@@ -19,8 +19,10 @@ Time: the node's `ticker` (`cluster.clock`) paces the partition manager; every n
 decision (`replace_after_s`, the hand-off's limit, leader balancing, settling) reads its clock.
 
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
-leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
-runs on the event loop.
+leaves the membership (the others take that for a restart: `replace_left_after_s`), then
+everything stops; once every log is closed (each flushed) the `CLEAN_SHUTDOWN` marker names
+their groups, and the next start takes it before any replica opens, to open those logs without
+recovery's fsync. Blocking work (opening logs, reads, fsync) never runs on the event loop.
 
 Why one module of ~490 lines: it is the one place the parts meet — their construction (each
 given only its collaborators), the start and stop order, and the `NodeApi` delegations (one
@@ -43,6 +45,7 @@ from functools import partial
 import grpc
 
 from cluster.acl_state import Authorizer
+from cluster.clean_shutdown import MARKER_NAME, mark_clean_shutdown, take_clean_shutdown
 from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
@@ -80,14 +83,11 @@ from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.types import Role
 from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
-from storage.atomic import fsync_directory, write_atomic
 
 __all__ = ["Node"]
 
 log = logging.getLogger("flotilla.node")
 
-# In the data directory after a clean stop: the groups whose logs it closed, each flushed.
-CLEAN_SHUTDOWN = "CLEAN_SHUTDOWN"
 TLS_CHECK_S = 5.0  # how often a node looks at its TLS files for a rotated certificate
 
 
@@ -308,7 +308,7 @@ class Node:
         # before anything binds: gRPC's and pysyncobj's own bind failures say less
         await asyncio.to_thread(check_addresses, config)
         os.makedirs(self.partitions_dir, exist_ok=True)
-        self.opener.cleanly_closed = await asyncio.to_thread(self._take_clean_shutdown)
+        self.opener.cleanly_closed = await asyncio.to_thread(take_clean_shutdown, config.data_dir)
         if config.is_controller:
             self.controller = await asyncio.to_thread(
                 MetadataStore,
@@ -447,7 +447,9 @@ class Node:
         phase("serving")
         await self.multiraft.stop()
         if self.multiraft.closed_cleanly is not None:
-            await asyncio.to_thread(self._mark_clean_shutdown, self.multiraft.closed_cleanly)
+            await asyncio.to_thread(
+                mark_clean_shutdown, self.config.data_dir, self.multiraft.closed_cleanly
+            )
         phase("close")
         await self.transport.close()
         if self.controller is not None:
@@ -461,26 +463,7 @@ class Node:
 
     @property
     def clean_shutdown_path(self) -> str:
-        return os.path.join(self.config.data_dir, CLEAN_SHUTDOWN)
-
-    def _mark_clean_shutdown(self, groups: list[str]) -> None:
-        """After every log was closed (each flushed): the groups whose files the next start
-        may trust as durable (Kafka's clean-shutdown file). Durable, as the logs are."""
-        write_atomic(self.clean_shutdown_path, "\n".join(groups).encode())
-
-    def _take_clean_shutdown(self) -> set[str]:
-        """Before any replica opens: the groups the last process closed cleanly, and the
-        marker gone for good (durably), so that a crash of this process is never taken for a
-        clean stop."""
-        path = self.clean_shutdown_path
-        try:
-            with open(path, "rb") as file:
-                groups = {g for g in file.read().decode().split("\n") if g}
-        except FileNotFoundError:
-            return set()
-        os.unlink(path)
-        fsync_directory(self.config.data_dir)
-        return groups
+        return os.path.join(self.config.data_dir, MARKER_NAME)
 
     async def _hand_off_leadership(self) -> None:
         deadline = self.ticker.now() + 4 * self.config.election_timeout_ms / 1000

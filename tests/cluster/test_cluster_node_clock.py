@@ -15,6 +15,7 @@ from harness import open_replica
 
 from cluster import opener as opener_module
 from cluster import partitions as partitions_module
+from cluster.clean_shutdown import take_clean_shutdown
 from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
@@ -338,7 +339,7 @@ def test_a_clean_stop_leaves_a_marker_the_next_start_takes_to_open_its_logs_as_d
 
         again, ticker = _node(tmp_path)
         ticker.start(lambda at: None)
-        again.opener.cleanly_closed = await asyncio.to_thread(again._take_clean_shutdown)
+        again.opener.cleanly_closed = take_clean_shutdown(again.config.data_dir)
         assert not marker.exists()
         again.topics = topics
         opened.clear()
@@ -347,6 +348,6 @@ def test_a_clean_stop_leaves_a_marker_the_next_start_takes_to_open_its_logs_as_d
         assert opened == {"t/0": True, "t/1": True} and not again.opener.cleanly_closed
         await _close(again)
         assert not marker.exists()  # only `Node.stop` writes it
-        assert again._take_clean_shutdown() == set()
+        assert take_clean_shutdown(again.config.data_dir) == set()
 
     asyncio.run(scenario())
