@@ -447,9 +447,12 @@ class Node:
         phase("serving")
         await self.multiraft.stop()
         if self.multiraft.closed_cleanly is not None:
-            await asyncio.to_thread(
-                mark_clean_shutdown, self.config.data_dir, self.multiraft.closed_cleanly
-            )
+            try:
+                await asyncio.to_thread(
+                    mark_clean_shutdown, self.config.data_dir, self.multiraft.closed_cleanly
+                )
+            except OSError as error:  # the next start recovers every log as after a crash
+                log.warning("clean-shutdown marker not written: %s", error)
         phase("close")
         await self.transport.close()
         if self.controller is not None:
