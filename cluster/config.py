@@ -133,6 +133,10 @@ class NodeConfig:
     # measured on the entries' (leader) timestamps; its next batch then starts a new producer id
     producer_expiration_ms: int = 24 * 3600 * 1000
     replace_after_s: float = 30.0  # a dead member's replicas are replaced after this long
+    # a member that left gracefully (SIGTERM: a restart, as a Kafka or Redpanda broker's
+    # controlled shutdown is) has its replicas replaced only after this long, so that a rolling
+    # restart moves nothing however long a node of many partitions takes to stop and start
+    replace_left_after_s: float = 300.0
     # a partition's preferred leader takes it back once alive this long and caught up (Kafka's
     # auto leader rebalance); 0: never
     leader_balance_after_s: float = 10.0
@@ -212,6 +216,8 @@ class NodeConfig:
             )
         if self.replace_after_s < 0:
             raise ConfigError(f"replace_after_s={self.replace_after_s} must be >= 0")
+        if self.replace_left_after_s < 0:
+            raise ConfigError(f"replace_left_after_s={self.replace_left_after_s} must be >= 0")
         if self.leader_balance_after_s < 0:
             raise ConfigError(
                 f"leader_balance_after_s={self.leader_balance_after_s} must be >= 0 (0: never)"

@@ -125,6 +125,8 @@ class MultiRaft:
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
+        # the groups whose logs a clean stop closed, each flushed (None: not stopped cleanly)
+        self.closed_cleanly: list[str] | None = None
         # moves each time a replica is added or removed: a watcher of one kind of replica
         # (the timer host's timer partitions) rescans `replicas` only when it moved
         self.hosted_version = 0
@@ -243,9 +245,13 @@ class MultiRaft:
             save_commit_indexes(list(self.replicas.values()), self.journal, lambda r: True)
         except OSError as error:
             log.error("commit indexes not saved at close: %s", error)
+        closed = []
         for replica in list(self.replicas.values()):
             replica.close()
+            if replica.segmented.failed is None:  # else closed without a flush
+                closed.append(replica.group)
         self.journal.close()
+        self.closed_cleanly = closed
 
     def maintain(self, work: Callable[[], object]) -> asyncio.Future[object]:
         """Runs `work` on the storage thread within the next round, while no Raft node steps

@@ -19,8 +19,10 @@ Time: the node's `ticker` (`cluster.clock`) paces the partition manager; every n
 decision (`replace_after_s`, the hand-off's limit, leader balancing, settling) reads its clock.
 
 Graceful stop (SIGTERM): local leaders hand leadership to the most caught-up voter, the node
-leaves the membership, then everything stops. Blocking work (opening logs, reads, fsync) never
-runs on the event loop.
+leaves the membership (the others take that for a restart: `replace_left_after_s`), then
+everything stops; once every log is closed (each flushed) the `CLEAN_SHUTDOWN` marker names
+their groups, and the next start takes it before any replica opens, to open those logs without
+recovery's fsync. Blocking work (opening logs, reads, fsync) never runs on the event loop.
 
 Why one module of ~490 lines: it is the one place the parts meet — their construction (each
 given only its collaborators), the start and stop order, and the `NodeApi` delegations (one
@@ -36,12 +38,14 @@ import errno
 import logging
 import os
 import secrets
+import time
 from collections.abc import Iterable
 from functools import partial
 
 import grpc
 
 from cluster.acl_state import Authorizer
+from cluster.clean_shutdown import MARKER_NAME, mark_clean_shutdown, take_clean_shutdown
 from cluster.clock import LoopTicker, Ticker
 from cluster.collector import ReplicaCollector
 from cluster.config import NodeConfig, parse_address
@@ -181,6 +185,7 @@ class Node:
         self.multiraft.unknown_group = self.opener.open_on_message
         self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
         self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
+        self._left: set[str] = set()  # of those, the members that left gracefully (restarts)
         self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
             self.multiraft,
@@ -303,6 +308,7 @@ class Node:
         # before anything binds: gRPC's and pysyncobj's own bind failures say less
         await asyncio.to_thread(check_addresses, config)
         os.makedirs(self.partitions_dir, exist_ok=True)
+        self.opener.cleanly_closed = await asyncio.to_thread(take_clean_shutdown, config.data_dir)
         if config.is_controller:
             self.controller = await asyncio.to_thread(
                 MetadataStore,
@@ -407,14 +413,26 @@ class Node:
                 log, "node_stopping", graceful=graceful,
                 leaders=sum(1 for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER),
             )  # fmt: skip
+        # how long each phase took (seconds, for the operator's log line only)
+        phases: dict[str, float] = {}
+        began = time.monotonic()
+
+        def phase(name: str) -> None:
+            nonlocal began
+            now = time.monotonic()
+            phases[f"{name}_s"] = round(now - began, 3)
+            began = now
+
         if graceful:
             await self._hand_off_leadership()
+            phase("hand_off")
             self.gossip.leave()
             await asyncio.sleep(
                 self.gossip.swim.config.tick_ms
                 * self.gossip.swim.config.probe_interval_ticks
                 / 1000
             )
+            phase("leave")
         tasks = [*self._tasks, *self.collector.tasks]
         for task in tasks:
             task.cancel()
@@ -426,14 +444,29 @@ class Node:
         await self.groups.stop()
         await self.timers.stop()
         await self.gossip.stop()
+        phase("serving")
         await self.multiraft.stop()
+        if self.multiraft.closed_cleanly is not None:
+            try:
+                await asyncio.to_thread(
+                    mark_clean_shutdown, self.config.data_dir, self.multiraft.closed_cleanly
+                )
+            except OSError as error:  # the next start recovers every log as after a crash
+                log.warning("clean-shutdown marker not written: %s", error)
+        phase("close")
         await self.transport.close()
         if self.controller is not None:
             self.controller.close()
         self.metrics.close()
         self.data_dir_lock.release()  # last: nothing of this node touches data_dir any more
+        phase("release")
         if self.started.is_set():
-            event(log, "node_stopped", graceful=graceful)
+            took = ",".join(f"{name}={seconds}" for name, seconds in phases.items())
+            event(log, "node_stopped", graceful=graceful, took=took)
+
+    @property
+    def clean_shutdown_path(self) -> str:
+        return os.path.join(self.config.data_dir, MARKER_NAME)
 
     async def _hand_off_leadership(self) -> None:
         deadline = self.ticker.now() + 4 * self.config.election_timeout_ms / 1000
@@ -465,8 +498,11 @@ class Node:
             if change.kind in (EventKind.DEAD, EventKind.LEAVE):
                 self._gone_since.setdefault(change.member.id, now)
                 self._alive_since.pop(change.member.id, None)
+                if change.kind is EventKind.LEAVE:
+                    self._left.add(change.member.id)
             else:
                 self._gone_since.pop(change.member.id, None)
+                self._left.discard(change.member.id)
                 self._alive_since.setdefault(change.member.id, now)
         gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
         if not gone:
@@ -531,15 +567,24 @@ class Node:
         return member.version if member is not None else None
 
     def placement_candidates(self) -> list[Candidate]:
-        """Live members, plus members dead or gone for less than `replace_after` (so that a
-        restart or a rolling upgrade moves no data)."""
+        """Live members, plus members dead for less than `replace_after_s` (so that a crash
+        and a quick restart move no data) and members that left gracefully less than
+        `replace_left_after_s` ago (a SIGTERM is a restart, as a Kafka or Redpanda broker's
+        controlled shutdown: a rolling restart moves nothing however long a node of many
+        replicas takes to stop and start again)."""
         now = self.ticker.now()
         candidates = self.live_candidates()
         live = {c.node_id for c in candidates}
+        config = self.config
         for record in self.gossip.swim.records():
             member = record.member
+            if member.id in live:
+                continue
             since = self._gone_since.get(member.id, now)
-            if member.id not in live and now - since < self.config.replace_after_s:
+            limit = (
+                config.replace_left_after_s if member.id in self._left else config.replace_after_s
+            )
+            if now - since < limit:
                 candidates.append(Candidate(member.id, member.weight, member.rack))
         return candidates
 

@@ -138,6 +138,9 @@ class ReplicaOpener:
         # hosted replicas whose log is below their vote floor (rebuilt, or added back after
         # retiring), until they hear from a leader (`probe_rebuilding`)
         self.rebuilding: set[str] = set()
+        # groups the last process closed cleanly (`cluster.node`'s clean-shutdown marker):
+        # their first open here trusts their files as durable (`Replica.open`'s `durable`)
+        self.cleanly_closed: set[str] = set()
 
     def knows(self, group: str) -> bool:
         """Is the group hosted, being opened, queued, retired or quarantined here?"""
@@ -297,6 +300,8 @@ class ReplicaOpener:
             floor = LogPosition()
         floor = max(floor, rebuilt_floor(directory))
         hard_state = self.journal.load(group)
+        durable = group in self.cleanly_closed
+        self.cleanly_closed.discard(group)  # written by this process from now on
 
         def open_it() -> Replica:
             return Replica.open(
@@ -311,6 +316,7 @@ class ReplicaOpener:
                 handles=self.handles,
                 rng=random.Random(self._rng.getrandbits(64)),
                 producer_expiration_ms=self.producer_expiration_ms,
+                durable=durable,
             )
 
         try:

@@ -149,9 +149,13 @@ class Replica:
         handles: FileHandles,
         rng: random.Random,
         producer_expiration_ms: int = EXPIRATION_MS,
+        durable: bool = False,
     ) -> Replica:
+        """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`)."""
         os.makedirs(directory, exist_ok=True)
-        segmented = SegmentedLog(os.path.join(directory, "log"), log_config, handles=handles)
+        segmented = SegmentedLog(
+            os.path.join(directory, "log"), log_config, handles=handles, durable=durable
+        )
         raft_log = SegmentedRaftLog(segmented)
         node = RaftNode(node_id, bootstrap, raft_log, hard_state, raft_config, rng)
         replica = cls(

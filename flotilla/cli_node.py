@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shlex
 import signal
@@ -224,6 +225,13 @@ def _run_node(args: argparse.Namespace) -> int:
         await stop.wait()
         await node.stop(graceful=True)
         print(f"flotilla node {config.node_id} stopped", flush=True)
+        # Everything is durable and closed, the data directory released: the process ends
+        # now. Tearing down the interpreter (the loop's executors, gRPC's threads, the objects
+        # of tens of thousands of replicas) took longer than the whole stop at 6,000 replicas
+        # (9.5 s of 14.6 s), and a restart waits for it.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
 
     try:
         if loop_name == "uvloop":

@@ -55,9 +55,13 @@ class Recovered:
     created_directories: tuple[str, ...] | None = None
 
 
-def recover(directory: str, config: LogConfig, handles: FileHandles, create: bool) -> Recovered:
+def recover(
+    directory: str, config: LogConfig, handles: FileHandles, create: bool, durable: bool = False
+) -> Recovered:
     """Opens (or, with `create`, makes) the log in `directory`; the caller installs the result.
-    Touches only the directory's files, never the caller's state."""
+    Touches only the directory's files, never the caller's state. `durable`: the files are known
+    to be durable (the process that wrote them last closed the log, flushing it), so the active
+    segment is not fsynced again."""
     disk = handles.disk
     kind = disk.kind(directory)
     if kind == "file":
@@ -135,7 +139,7 @@ def recover(directory: str, config: LogConfig, handles: FileHandles, create: boo
             active.delete_files()
             removed.append(os.path.basename(active.log_path))
             segments.pop()
-        else:
+        elif not durable:
             with handles.pin(active.log_path) as fd:
                 disk.fsync(fd)  # what a crashed process wrote is durable before it is served
 

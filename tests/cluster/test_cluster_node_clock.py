@@ -15,6 +15,7 @@ from harness import open_replica
 
 from cluster import opener as opener_module
 from cluster import partitions as partitions_module
+from cluster.clean_shutdown import take_clean_shutdown
 from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
@@ -27,7 +28,7 @@ from cluster.steward import GroupSteward
 from membership import Member
 from membership.codec import encode
 from membership.messages import Gossip
-from membership.types import Alive, Dead
+from membership.types import Alive, Dead, Leave
 from proto import peer_pb2
 from raft.codec import decode_message, encode_message
 from raft.types import (
@@ -144,6 +145,36 @@ def test_a_dead_member_stays_a_placement_candidate_for_replace_after_on_the_node
             assert "n2" in {c.node_id for c in node.placement_candidates()}
             ticker.advance(2)  # 4.2 s: dead for 3.2 s
             assert "n2" not in {c.node_id for c in node.placement_candidates()}
+        finally:
+            await _close(node)
+
+    asyncio.run(scenario())
+
+
+def test_a_member_that_left_gracefully_stays_a_candidate_for_replace_left_after(
+    tmp_path: Path,
+) -> None:
+    """A graceful leave is a restart (a Kafka broker's controlled shutdown): it moves no
+    replica for `replace_left_after_s`, while a death does after `replace_after_s`; and the
+    member's return ends the wait."""
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path, replace_after_s=3.0, replace_left_after_s=10.0)
+        ticker.start(lambda at: None)
+        try:
+            n2, n4 = Member("n2", "127.0.0.1:1"), Member("n4", "127.0.0.1:2")
+            node.gossip.receive(_gossip("n3", Alive(n2, 1), Alive(n4, 1)))
+            ticker.advance(5)  # at 1.0 s n2 leaves (SIGTERM) and n4 dies
+            node.gossip.receive(_gossip("n3", Leave("n2", 1), Dead("n4", 1, "n3")))
+            assert node.gossip.swim.member_state("n2") is not None
+            assert "n2" not in {m.id for m in node.gossip.swim.live_members()}
+            ticker.advance(16)  # 4.2 s: gone 3.2 s, past replace_after_s
+            candidates = {c.node_id for c in node.placement_candidates()}
+            assert "n4" not in candidates and "n2" in candidates
+            ticker.advance(44)  # 13.0 s: left 12 s ago
+            assert "n2" not in {c.node_id for c in node.placement_candidates()}
+            node.gossip.receive(_gossip("n3", Alive(n2, 2)))  # back: a candidate again
+            assert "n2" in {c.node_id for c in node.placement_candidates()}
         finally:
             await _close(node)
 
@@ -275,5 +306,48 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
                 ticker.advance(1)
         finally:
             await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_clean_stop_leaves_a_marker_the_next_start_takes_to_open_its_logs_as_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop that closed every log (each flushed) names their groups in CLEAN_SHUTDOWN; the
+    next process takes the marker (removing it, so its own crash is never taken for a clean
+    stop) and opens each of those logs once without recovery's fsync."""
+    opened: dict[str, bool] = {}
+    real_open = Replica.open
+
+    def spying_open(**kwargs: object) -> Replica:
+        opened[f"{kwargs['topic']}/{kwargs['partition']}"] = bool(kwargs.get("durable"))
+        return real_open(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Replica, "open", staticmethod(spying_open))
+    topics = {"t": TopicSpec("t", 2, 1, assignment=(("n1",), ("n1",)))}
+
+    async def scenario() -> None:
+        node, ticker = _node(tmp_path)
+        ticker.start(lambda at: None)
+        node.topics = topics
+        await node.partitions.reconcile_local()
+        await node.opener.open_pending()
+        assert set(node.multiraft.replicas) == {"t/0", "t/1"} and not any(opened.values())
+        await node.stop(graceful=False)
+        marker = Path(node.clean_shutdown_path)
+        assert set(marker.read_text().split("\n")) == {"t/0", "t/1"}
+
+        again, ticker = _node(tmp_path)
+        ticker.start(lambda at: None)
+        again.opener.cleanly_closed = take_clean_shutdown(again.config.data_dir)
+        assert not marker.exists()
+        again.topics = topics
+        opened.clear()
+        await again.partitions.reconcile_local()
+        await again.opener.open_pending()
+        assert opened == {"t/0": True, "t/1": True} and not again.opener.cleanly_closed
+        await _close(again)
+        assert not marker.exists()  # only `Node.stop` writes it
+        assert take_clean_shutdown(again.config.data_dir) == set()
 
     asyncio.run(scenario())
