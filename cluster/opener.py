@@ -5,9 +5,9 @@ event loop, so leaders lose their quorum and elections never end).
 
 The partition manager (`cluster.node`) decides which replicas this node should hold and queues
 them here; a Raft message for a group not hosted yet opens it at once, ahead of the queue (a
-leader is adding this node). In a brand-new group the replicas other than the preferred one
-(first in placement order) wait before their first campaign, so new groups do not split their
-votes.
+leader is adding this node). In a brand-new group the preferred replica (first in placement
+order) campaigns at its first tick and the others wait before their first campaign, so new
+groups elect at once and do not split their votes.
 
 A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
 another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
@@ -330,14 +330,19 @@ class ReplicaOpener:
             hard_state.term == 0
             and replica.segmented.last_index == 0
             and assigned
-            and assigned[0] != self.node_id
             and bootstrap.voters
         ):
-            # A new group: let its preferred replica (first in placement order) campaign first,
-            # so that thousands of new groups do not split their votes. Timing only.
-            replica.node.defer_campaign(
-                FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
-            )
+            if assigned[0] == self.node_id:
+                # A new group's preferred replica (first in placement order) campaigns at its
+                # first tick: waiting out a whole election timeout first only kept every new
+                # group's replicas ticking, unled. Timing only.
+                replica.node.hasten_campaign()
+            else:
+                # the others let it campaign first, so that thousands of new groups do not
+                # split their votes. Timing only.
+                replica.node.defer_campaign(
+                    FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
+                )
         return replica
 
     def open_on_message(
