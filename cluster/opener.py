@@ -62,7 +62,7 @@ from cluster.controller import TopicSpec
 from cluster.failstop import NodeFailStopped, disk_failure
 from cluster.multiraft import MultiRaft
 from cluster.producers import EXPIRATION_MS
-from cluster.rebuild import rebuilt_floor, set_aside
+from cluster.rebuild import REBUILT, rebuilt_floor, set_aside
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
@@ -270,7 +270,10 @@ class ReplicaOpener:
         directory = self.replica_dir(spec.name, index)
         group = f"{spec.name}/{index}"
         uid_path = os.path.join(directory, TOPIC_UID)
-        if spec.uid:
+        # one listing instead of a failed open or stat per marker: a new replica (thousands at
+        # a topic's creation) has no directory yet
+        names = _names_in(directory)
+        if spec.uid and TOPIC_UID in names:
             found = _read_text(uid_path)
             if found is not None and found != spec.uid:
                 log.warning(
@@ -279,7 +282,8 @@ class ReplicaOpener:
                 )  # fmt: skip
                 shutil.rmtree(directory, ignore_errors=True)
                 self.journal.forget([group])
-        if os.path.exists(os.path.join(directory, RETIRED)):
+                names = set()
+        if RETIRED in names:
             # finish a retirement a crash interrupted (the marker is written first)
             shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
             shutil.rmtree(os.path.join(directory, INDEX_DIRECTORY), ignore_errors=True)
@@ -290,12 +294,13 @@ class ReplicaOpener:
             os.unlink(os.path.join(directory, RETIRED))
             fsync_directory(directory)
             bootstrap = Configuration()
-        elif os.path.exists(os.path.join(directory, REJOINED)):
+        elif REJOINED in names:
             floor = _read_vote_floor(os.path.join(directory, REJOINED))
             bootstrap = Configuration()
         else:
             floor = LogPosition()
-        floor = max(floor, rebuilt_floor(directory))
+        if REBUILT in names:
+            floor = max(floor, rebuilt_floor(directory))
         hard_state = self.journal.load(group)
 
         def open_it() -> Replica:
@@ -323,7 +328,7 @@ class ReplicaOpener:
             replica = open_it()
         replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
-        if spec.uid and not os.path.exists(uid_path):
+        if spec.uid and TOPIC_UID not in names:
             write_atomic(uid_path, spec.uid.encode())
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
         if (
@@ -472,6 +477,14 @@ def _read_vote_floor(path: str) -> LogPosition:
     if len(parts) != 2 or not all(part.isdigit() for part in parts):
         raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
     return LogPosition(int(parts[0]), int(parts[1]))
+
+
+def _names_in(directory: str) -> set[str]:
+    """The names in `directory`; none if it does not exist."""
+    try:
+        return set(os.listdir(directory))
+    except FileNotFoundError:
+        return set()
 
 
 def _read_text(path: str) -> str | None:
