@@ -40,13 +40,14 @@ its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) sto
 
 Settling time is measured on the injected `clock` (the node's ticker's), not the wall clock.
 
-Why one module of ~470 lines: admission, the incarnation check and retirement are three rules
+Why one module of ~550 lines: admission, the incarnation check and retirement are three rules
 about one act, opening a replica directory, and each needs the others' state at that moment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -247,26 +248,65 @@ class ReplicaOpener:
     def _open_batch(
         self, batch: list[tuple[TopicSpec, int, Configuration]]
     ) -> list[Replica | _OpenFailed | None]:
-        """Storage thread: each replica opens on its own (`_open_one`)."""
-        return [self._open_one(*item) for item in batch]
+        """Storage thread: each replica opens on its own (`_open_one`); the `TOPIC_UID` files
+        the new ones need are then written together, their fsyncs in parallel (two each,
+        serial, were most of the time a new replica took to open), before any is returned."""
+        results: list[Replica | _OpenFailed | None] = []
+        uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
+        for position, item in enumerate(batch):
+            deferred: list[str] = []
+            result = self._open_one(*item, deferred_uids=deferred)
+            if isinstance(result, Replica) and deferred:
+                uids.append((position, deferred[0], item[0].uid))
+            results.append(result)
+        pool = _uid_pool()
+        writes = [pool.submit(write_atomic, path, uid.encode()) for _, path, uid in uids]
+        concurrent.futures.wait(writes)
+        for (position, _, _), write in zip(uids, writes, strict=True):
+            error = write.exception()
+            if error is None:
+                continue
+            if not isinstance(error, Exception) or disk_failure(error) is not None:
+                raise error
+            opened = results[position]
+            assert isinstance(opened, Replica)
+            opened.close()
+            results[position] = _OpenFailed(error)
+        return results
 
     def _open_one(
-        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+        self,
+        spec: TopicSpec,
+        index: int,
+        bootstrap: Configuration,
+        *,
+        from_leader: bool = False,
+        deferred_uids: list[str] | None = None,
     ) -> Replica | _OpenFailed | None:
         """Storage thread: `open_replica`, its error returned (to quarantine the replica)
         unless the disk itself failed (raised: the node stops)."""
         try:
-            return self.open_replica(spec, index, bootstrap, from_leader=from_leader)
+            return self.open_replica(
+                spec, index, bootstrap, from_leader=from_leader, deferred_uids=deferred_uids
+            )
         except Exception as error:
             if disk_failure(error) is not None:
                 raise
             return _OpenFailed(error)
 
     def open_replica(
-        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+        self,
+        spec: TopicSpec,
+        index: int,
+        bootstrap: Configuration,
+        *,
+        from_leader: bool = False,
+        deferred_uids: list[str] | None = None,
     ) -> Replica | None:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
-        leader adding this node back re-opens it)."""
+        leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
+        file to write is appended there instead of written (the caller writes it, durably,
+        before the replica is hosted)."""
         directory = self.replica_dir(spec.name, index)
         group = f"{spec.name}/{index}"
         uid_path = os.path.join(directory, TOPIC_UID)
@@ -329,7 +369,10 @@ class ReplicaOpener:
         replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
         if spec.uid and TOPIC_UID not in names:
-            write_atomic(uid_path, spec.uid.encode())
+            if deferred_uids is None:
+                write_atomic(uid_path, spec.uid.encode())
+            else:
+                deferred_uids.append(uid_path)
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
         if (
             hard_state.term == 0
@@ -477,6 +520,19 @@ def _read_vote_floor(path: str) -> LogPosition:
     if len(parts) != 2 or not all(part.isdigit() for part in parts):
         raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
     return LogPosition(int(parts[0]), int(parts[1]))
+
+
+_uid_writers: concurrent.futures.ThreadPoolExecutor | None = None
+UID_WRITE_THREADS = 8  # concurrent fsyncs share the file system's journal commits
+
+
+def _uid_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that write a batch's `TOPIC_UID` files (made on first use, from the storage
+    thread only)."""
+    global _uid_writers
+    if _uid_writers is None:
+        _uid_writers = concurrent.futures.ThreadPoolExecutor(UID_WRITE_THREADS, "flotilla-uid")
+    return _uid_writers
 
 
 def _names_in(directory: str) -> set[str]:
