@@ -10,16 +10,26 @@ less CPU and throughput rose by a fifth when large buffers were reused from the 
 `tune()` raises the mmap threshold to the largest glibc accepts (32 MiB, above any message a node
 takes) and keeps up to 256 MiB of freed heap instead of returning it to the kernel at once. The
 cost is memory: the heap keeps what the busiest moment needed, as a JVM keeps its heap.
+
+`tune_collector()` sets the cyclic garbage collector's thresholds for a node's heap: millions of
+long-lived objects (tens of thousands of replicas) beside a churn of short-lived ones (messages,
+Readies, frames) that live a round or two. With Python's default young-generation threshold (700
+allocations) nearly everything alive across a round is promoted to the old generation, and each
+time promotions reach a quarter of it the whole heap is scanned: measured (py-spy --native) on a
+node of 5 electing 10,000 partitions, `gc_collect_main` took half its CPU. A young generation of
+`GC_YOUNG_THRESHOLD` objects lets a round's objects die young; nothing else changes (reference
+counting still frees acyclic objects at once, cycles still go).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import platform
 
-__all__ = ["tune"]
+__all__ = ["GC_YOUNG_THRESHOLD", "tune", "tune_collector"]
 
 log = logging.getLogger("flotilla.allocator")
 
@@ -30,6 +40,11 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # glibc's ceiling for this setting on 64-bit
 TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
 TOP_PAD_BYTES = 16 * 1024 * 1024
+# the collector's generation thresholds: allocations (net of frees) before a young collection,
+# young collections before a middle one, middle ones before the old generation is considered
+GC_YOUNG_THRESHOLD = 50_000
+GC_MIDDLE_THRESHOLD = 20
+GC_OLD_THRESHOLD = 10
 
 
 def tune() -> bool:
@@ -51,3 +66,8 @@ def tune() -> bool:
     if not all(results):
         log.info("the C library refused some allocator settings: %s", results)
     return all(results)
+
+
+def tune_collector() -> None:
+    """Sets the collector's thresholds for a node's heap (see the module docstring)."""
+    gc.set_threshold(GC_YOUNG_THRESHOLD, GC_MIDDLE_THRESHOLD, GC_OLD_THRESHOLD)

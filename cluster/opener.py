@@ -5,9 +5,9 @@ event loop, so leaders lose their quorum and elections never end).
 
 The partition manager (`cluster.node`) decides which replicas this node should hold and queues
 them here; a Raft message for a group not hosted yet opens it at once, ahead of the queue (a
-leader is adding this node). In a brand-new group the replicas other than the preferred one
-(first in placement order) wait before their first campaign, so new groups do not split their
-votes.
+leader is adding this node). In a brand-new group the preferred replica (first in placement
+order) campaigns at its first tick and the others wait before their first campaign, so new
+groups elect at once and do not split their votes.
 
 A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
 another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
@@ -40,13 +40,14 @@ its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) sto
 
 Settling time is measured on the injected `clock` (the node's ticker's), not the wall clock.
 
-Why one module of ~470 lines: admission, the incarnation check and retirement are three rules
+Why one module of ~550 lines: admission, the incarnation check and retirement are three rules
 about one act, opening a replica directory, and each needs the others' state at that moment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -62,7 +63,7 @@ from cluster.controller import TopicSpec
 from cluster.failstop import NodeFailStopped, disk_failure
 from cluster.multiraft import MultiRaft
 from cluster.producers import EXPIRATION_MS
-from cluster.rebuild import rebuilt_floor, set_aside
+from cluster.rebuild import REBUILT, rebuilt_floor, set_aside
 from cluster.replica import Replica, same_incarnation
 from raft.codec import decode_message
 from raft.config import RaftConfig
@@ -250,30 +251,72 @@ class ReplicaOpener:
     def _open_batch(
         self, batch: list[tuple[TopicSpec, int, Configuration]]
     ) -> list[Replica | _OpenFailed | None]:
-        """Storage thread: each replica opens on its own (`_open_one`)."""
-        return [self._open_one(*item) for item in batch]
+        """Storage thread: each replica opens on its own (`_open_one`); the `TOPIC_UID` files
+        the new ones need are then written together, their fsyncs in parallel (two each,
+        serial, were most of the time a new replica took to open), before any is returned."""
+        results: list[Replica | _OpenFailed | None] = []
+        uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
+        for position, item in enumerate(batch):
+            deferred: list[str] = []
+            result = self._open_one(*item, deferred_uids=deferred)
+            if isinstance(result, Replica) and deferred:
+                uids.append((position, deferred[0], item[0].uid))
+            results.append(result)
+        pool = _uid_pool()
+        writes = [pool.submit(write_atomic, path, uid.encode()) for _, path, uid in uids]
+        concurrent.futures.wait(writes)
+        for (position, _, _), write in zip(uids, writes, strict=True):
+            error = write.exception()
+            if error is None:
+                continue
+            if not isinstance(error, Exception) or disk_failure(error) is not None:
+                raise error
+            opened = results[position]
+            assert isinstance(opened, Replica)
+            opened.close()
+            results[position] = _OpenFailed(error)
+        return results
 
     def _open_one(
-        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+        self,
+        spec: TopicSpec,
+        index: int,
+        bootstrap: Configuration,
+        *,
+        from_leader: bool = False,
+        deferred_uids: list[str] | None = None,
     ) -> Replica | _OpenFailed | None:
         """Storage thread: `open_replica`, its error returned (to quarantine the replica)
         unless the disk itself failed (raised: the node stops)."""
         try:
-            return self.open_replica(spec, index, bootstrap, from_leader=from_leader)
+            return self.open_replica(
+                spec, index, bootstrap, from_leader=from_leader, deferred_uids=deferred_uids
+            )
         except Exception as error:
             if disk_failure(error) is not None:
                 raise
             return _OpenFailed(error)
 
     def open_replica(
-        self, spec: TopicSpec, index: int, bootstrap: Configuration, *, from_leader: bool = False
+        self,
+        spec: TopicSpec,
+        index: int,
+        bootstrap: Configuration,
+        *,
+        from_leader: bool = False,
+        deferred_uids: list[str] | None = None,
     ) -> Replica | None:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
-        leader adding this node back re-opens it)."""
+        leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
+        file to write is appended there instead of written (the caller writes it, durably,
+        before the replica is hosted)."""
         directory = self.replica_dir(spec.name, index)
         group = f"{spec.name}/{index}"
         uid_path = os.path.join(directory, TOPIC_UID)
-        if spec.uid:
+        # one listing instead of a failed open or stat per marker: a new replica (thousands at
+        # a topic's creation) has no directory yet
+        names = _names_in(directory)
+        if spec.uid and TOPIC_UID in names:
             found = _read_text(uid_path)
             if found is not None and found != spec.uid:
                 log.warning(
@@ -282,7 +325,8 @@ class ReplicaOpener:
                 )  # fmt: skip
                 shutil.rmtree(directory, ignore_errors=True)
                 self.journal.forget([group])
-        if os.path.exists(os.path.join(directory, RETIRED)):
+                names = set()
+        if RETIRED in names:
             # finish a retirement a crash interrupted (the marker is written first)
             shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
             shutil.rmtree(os.path.join(directory, INDEX_DIRECTORY), ignore_errors=True)
@@ -293,12 +337,13 @@ class ReplicaOpener:
             os.unlink(os.path.join(directory, RETIRED))
             fsync_directory(directory)
             bootstrap = Configuration()
-        elif os.path.exists(os.path.join(directory, REJOINED)):
+        elif REJOINED in names:
             floor = _read_vote_floor(os.path.join(directory, REJOINED))
             bootstrap = Configuration()
         else:
             floor = LogPosition()
-        floor = max(floor, rebuilt_floor(directory))
+        if REBUILT in names:
+            floor = max(floor, rebuilt_floor(directory))
         hard_state = self.journal.load(group)
         durable = group in self.cleanly_closed
         self.cleanly_closed.discard(group)  # written by this process from now on
@@ -329,21 +374,29 @@ class ReplicaOpener:
             replica = open_it()
         replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
-        if spec.uid and not os.path.exists(uid_path):
-            write_atomic(uid_path, spec.uid.encode())
+        if spec.uid and TOPIC_UID not in names:
+            if deferred_uids is None:
+                write_atomic(uid_path, spec.uid.encode())
+            else:
+                deferred_uids.append(uid_path)
         assigned = spec.assignment[index] if index < len(spec.assignment) else ()
         if (
             hard_state.term == 0
             and replica.segmented.last_index == 0
             and assigned
-            and assigned[0] != self.node_id
             and bootstrap.voters
         ):
-            # A new group: let its preferred replica (first in placement order) campaign first,
-            # so that thousands of new groups do not split their votes. Timing only.
-            replica.node.defer_campaign(
-                FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
-            )
+            if assigned[0] == self.node_id:
+                # A new group's preferred replica (first in placement order) campaigns at its
+                # first tick: waiting out a whole election timeout first only kept every new
+                # group's replicas ticking, unled. Timing only.
+                replica.node.hasten_campaign()
+            else:
+                # the others let it campaign first, so that thousands of new groups do not
+                # split their votes. Timing only.
+                replica.node.defer_campaign(
+                    FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
+                )
         return replica
 
     def open_on_message(
@@ -473,6 +526,27 @@ def _read_vote_floor(path: str) -> LogPosition:
     if len(parts) != 2 or not all(part.isdigit() for part in parts):
         raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
     return LogPosition(int(parts[0]), int(parts[1]))
+
+
+_uid_writers: concurrent.futures.ThreadPoolExecutor | None = None
+UID_WRITE_THREADS = 8  # concurrent fsyncs share the file system's journal commits
+
+
+def _uid_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that write a batch's `TOPIC_UID` files (made on first use, from the storage
+    thread only)."""
+    global _uid_writers
+    if _uid_writers is None:
+        _uid_writers = concurrent.futures.ThreadPoolExecutor(UID_WRITE_THREADS, "flotilla-uid")
+    return _uid_writers
+
+
+def _names_in(directory: str) -> set[str]:
+    """The names in `directory`; none if it does not exist."""
+    try:
+        return set(os.listdir(directory))
+    except FileNotFoundError:
+        return set()
 
 
 def _read_text(path: str) -> str | None:

@@ -195,6 +195,7 @@ def _run_node(args: argparse.Namespace) -> int:
         return 2
 
     allocator.tune()  # large buffers from the heap, not fresh mappings (see cluster.allocator)
+    allocator.tune_collector()  # a round's objects die young (see cluster.allocator)
     try:
         loop_name = _event_loop(args.event_loop)
     except ImportError as error:

@@ -36,8 +36,8 @@ class RaftConfig:
                          or more: back-pressure when a quorum is slow or unreachable.
                          Default 64 MiB.
     pre_vote:            run a pre-vote round before a real election, so a node that cannot
-                         win does not raise the term and disrupt a healthy leader.
-                         Default True.
+                         win does not raise the term and disrupt a healthy leader (not at
+                         term 0: an election for term 1 can unseat no leader). Default True.
     check_quorum:        a leader steps down when it has not heard from a quorum for
                          election_ticks, and a follower that heard from a leader within
                          election_ticks refuses to vote (a lease). Default True.

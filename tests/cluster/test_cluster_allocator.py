@@ -59,3 +59,40 @@ def test_the_probe_sees_the_fresh_mapping_an_untuned_process_makes() -> None:
     tuned, mapped_mib = _probe(tune=False)
     assert not tuned
     assert mapped_mib >= 20
+
+
+# A node's heap in miniature: long-lived objects (its replicas) and rounds whose objects live
+# two rounds (messages, Readies); prints the old-generation collections the rounds cost.
+ROUNDS = """
+import collections, gc, sys
+sys.path.insert(0, {root!r})
+from cluster import allocator
+if {tune}:
+    allocator.tune_collector()
+replicas = [[i] for i in range(200_000)]
+rounds = collections.deque(maxlen=2)
+gc.collect()
+before = gc.get_stats()[2]["collections"]
+for _ in range(300):
+    rounds.append([[i] for i in range(5_000)])
+print(gc.get_stats()[2]["collections"] - before)
+"""
+
+
+def _old_collections(tune: bool) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", ROUNDS.format(root=str(ROOT), tune=tune)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return int(out)
+
+
+def test_a_tuned_collector_lets_a_round_s_objects_die_young() -> None:
+    # untuned, the rounds' objects are promoted and the whole heap is scanned again and again
+    # (the checker's own proof that it can fail); tuned, they die in the young generation
+    untuned, tuned = _old_collections(tune=False), _old_collections(tune=True)
+    assert untuned >= 5, untuned
+    assert tuned <= 1, (tuned, untuned)

@@ -5,6 +5,7 @@ campaign preference of new groups."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -105,7 +106,11 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
     asyncio.run(scenario())
 
 
-def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: Path) -> None:
+def test_the_preferred_replica_of_a_new_group_campaigns_at_its_first_tick(tmp_path: Path) -> None:
+    """The preferred replica (first in placement order) of a new group campaigns at its first
+    tick, for term 1 without a pre-vote (nothing to disrupt at term 0); the others wait more
+    than the longest first timeout, so thousands of new groups elect at once, unsplit."""
+
     async def scenario() -> None:
         node = _node(tmp_path)
         await node.partitions.reconcile_local()
@@ -113,10 +118,14 @@ def test_only_the_preferred_replica_of_a_new_group_campaigns_on_time(tmp_path: P
         election_ticks = node.config.election_ticks
         for replica in node.multiraft.replicas.values():
             preferred = node.topics["t"].assignment[replica.partition][0] == "n1"
+            replica.node.tick()
+            assert (replica.node.role is Role.CANDIDATE) == preferred, replica.group
+            if preferred:
+                assert replica.node.term == 1, replica.group
+                continue
             for _ in range(2 * election_ticks):  # the longest first timeout of a preferred one
                 replica.node.tick()
-            campaigned = replica.node.role is not Role.FOLLOWER
-            assert campaigned == preferred, replica.group
+            assert replica.node.role is Role.FOLLOWER, replica.group
         await node.multiraft.stop()
         node.data_dir_lock.release()  # as the process ending would
 
@@ -303,6 +312,33 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
         assert len(probes) == 2 * (PARTITIONS - 1)  # to its two fellow voters each
         assert all(m.pre_vote and m.term == 0 and m.sender == "n1" for m in probes)
         assert all(r.node.quiesced and r.node.term == 0 for r in replicas[:-1])
+        await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_of_new_replicas_is_hosted_with_its_topic_uid_written(tmp_path: Path) -> None:
+    """The `TOPIC_UID` files of a batch are written together (their fsyncs in parallel), and
+    every one before its replica is hosted: a replica that acknowledged anything must never be
+    taken for another incarnation's."""
+
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        spec = node.topics["t"]
+        node.topics = {"t": dataclasses.replace(spec, uid="ab" * 16)}
+        hosted: list[str] = []
+        add = node.multiraft.add
+
+        def checking(replica):  # type: ignore[no-untyped-def]
+            path = Path(replica.directory) / opener_module.TOPIC_UID
+            hosted.append(path.read_text() if path.exists() else "missing")
+            add(replica)
+
+        node.multiraft.add = checking  # type: ignore[method-assign]
+        await node.partitions.reconcile_local()
+        await node.opener.open_pending()
+        assert len(hosted) == PARTITIONS and set(hosted) == {"ab" * 16}, hosted
         await node.multiraft.stop()
         node.data_dir_lock.release()  # as the process ending would
 

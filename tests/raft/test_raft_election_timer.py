@@ -80,3 +80,46 @@ def test_a_deferral_ends_with_the_election_it_was_for(group) -> None:  # type: i
     g.crash("a")
     g.tick(2 * E, only=("b", "c"))  # an ordinary timeout is drawn from [E, 2E)
     assert any(g.nodes[n].role is not Role.FOLLOWER or g.nodes[n].term > 1 for n in "bc")
+
+
+def test_a_first_campaign_at_term_0_skips_the_pre_vote(group) -> None:  # type: ignore[no-untyped-def]
+    """At term 0 no leader exists anywhere to protect (every leader's term is at least 1): a
+    new group's first campaign is a real election at once, one round trip and two messages
+    fewer per peer than a pre-vote first."""
+    g = group(ABC)
+    g.elect("a")
+    requests = [m for m in g.sent if isinstance(m, VoteRequest)]
+    assert requests and all(not m.pre_vote and m.term == 1 for m in requests), requests
+    assert g.leaders() == ["a"] and g.nodes["a"].term == 1
+    # later campaigns pre-vote as before
+    g.isolate("c")
+    g.tick(3 * E, only=["c"])
+    assert g.nodes["c"].role is Role.PRE_CANDIDATE and g.nodes["c"].term == 1
+
+
+def test_a_term_0_campaign_cannot_unseat_a_leader(group) -> None:  # type: ignore[no-untyped-def]
+    """A member that slept through the first election (still at term 0) campaigns without a
+    pre-vote: for term 1, which every member holding a leader already has, so it is refused
+    and the leader stays."""
+    g = group(ABC)
+    g.isolate("c")
+    g.elect("a")
+    assert g.nodes["c"].term == 0
+    g.heal()
+    g.tick(3 * E, only=["c"])  # c's timer runs out before a's heartbeat reaches it
+    assert g.leaders() == ["a"] and g.nodes["a"].term == 1
+    assert g.nodes["c"].term == 1 and g.nodes["c"].leader_id in (None, "a")
+    g.tick(2)
+    assert g.nodes["c"].leader_id == "a" and g.nodes["a"].term == 1
+
+
+def test_a_hastened_member_campaigns_at_its_next_tick(group) -> None:  # type: ignore[no-untyped-def]
+    g = group(ABC)
+    a = g.nodes["a"]
+    a.defer_campaign(2 * E)
+    a.hasten_campaign()  # ends the deferral too
+    g.tick(1, only=["a"])
+    assert g.leaders() == ["a"] and a.term == 1
+    a.hasten_campaign()  # a leader: nothing to hasten
+    g.tick(1, only=["a"])
+    assert g.leaders() == ["a"] and a.term == 1
