@@ -73,7 +73,12 @@ from storage import DamagedLog, FileHandles, LogConfig, StateJournal
 from storage.atomic import fsync_directory, write_atomic
 from storage.timer_index import INDEX_DIRECTORY
 
-__all__ = ["ReplicaOpener", "delete_replica", "forget_states_of_deleted_topics"]
+__all__ = [
+    "ReplicaOpener",
+    "delete_replica",
+    "delete_replicas",
+    "forget_states_of_deleted_topics",
+]
 
 log = logging.getLogger("flotilla.opener")
 
@@ -494,10 +499,25 @@ class _OpenFailed:
     error: Exception
 
 
+def delete_replicas(replicas: list[Replica], journal: StateJournal) -> None:
+    """Storage thread: `delete_replica` for each, in one job (queued before anything else
+    can open their groups again)."""
+    for replica in replicas:
+        delete_replica(replica, journal)
+
+
 def delete_replica(replica: Replica, journal: StateJournal) -> None:
     """Storage thread: a replica of a deleted topic (or of an earlier incarnation of it), no
-    longer hosted: its files and its hard state go."""
+    longer hosted: its files and its hard state go, unless its directory belongs to another
+    incarnation by now (the topic's next one opened there first: its `TOPIC_UID` names it, and
+    the group's hard state in the journal is that replica's)."""
     replica.close()
+    if replica.topic_uid:
+        found = _read_text(os.path.join(replica.directory, TOPIC_UID))
+        if found is not None and found != replica.topic_uid:
+            log.info("%s of topic uid %s: its directory is the newer incarnation %s's now, kept",
+                     replica.group, replica.topic_uid, found)  # fmt: skip
+            return
     shutil.rmtree(replica.directory, ignore_errors=True)
     journal.forget([replica.group])
 

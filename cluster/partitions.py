@@ -37,7 +37,7 @@ from cluster.controller import TopicSpec
 from cluster.failstop import NodeFailStopped
 from cluster.logs import EventBudget
 from cluster.multiraft import MultiRaft
-from cluster.opener import ReplicaOpener, delete_replica, forget_states_of_deleted_topics
+from cluster.opener import ReplicaOpener, delete_replicas, forget_states_of_deleted_topics
 from cluster.placement import Candidate
 from cluster.replica import Replica
 from cluster.retention import apply_retention
@@ -174,12 +174,14 @@ class PartitionManager:
         # is no voter any more. Its term and vote outlive it in the journal, and it never
         # rejoins with the initial assignment.
         gone = [g for g, r in self.multiraft.replicas.items() if self.deleted(r)]
-        stopped = [self.multiraft.remove(group) for group in gone]
+        stopped = [r for r in map(self.multiraft.remove, gone) if r is not None]
         for group in gone:
             self.steward.forget(group)
-        for replica in stopped:
-            if replica is not None:
-                await self.multiraft.run_storage(partial(delete_replica, replica, self.journal))
+        if stopped:
+            # one job, queued before this awaits: a message of the topic's next incarnation
+            # may open a group again meanwhile (`ReplicaOpener.open_on_message`), and the
+            # storage thread runs that opening after these deletions, not between them
+            await self.multiraft.run_storage(partial(delete_replicas, stopped, self.journal))
         opener, node_id = self.opener, self.config.node_id
         on_disk = await asyncio.to_thread(opener.dirs_on_disk, list(self.topics))
         opener.forget_deleted()

@@ -1,0 +1,58 @@
+"""Deleting the replica of a topic incarnation that is gone (`cluster.opener.delete_replica`)
+must not take the files or the hard state of the next incarnation's replica, which lives in
+the same directory under the same group name.
+
+Seen in CI: a topic deleted and created again; a node that had not seen the delete learned the
+new incarnation, stopped the old replicas and deleted them one by one, awaiting each. While it
+waited, a message from the new incarnation's leader opened the new replica of a partition whose
+old replica was still to be deleted (`ReplicaOpener.open_on_message`); the deletion then removed
+the new replica's files, and its next append failed (ENOENT): the node stopped (fail-stop).
+Both halves are fixed: the partition manager queues every deletion in one storage-thread call
+before it awaits anything (the storage thread runs jobs in order), and `delete_replica` takes
+nothing that belongs to another incarnation."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness import open_replica
+
+from cluster.opener import TOPIC_UID, delete_replica
+from raft.types import HardState
+from storage.state_journal import StateJournal
+
+
+def _incarnation(root: Path, uid: str) -> object:
+    replica = open_replica(root, "t/0")
+    replica.set_topic_uid(uid)
+    (root / "t" / "0" / TOPIC_UID).write_text(uid)
+    return replica
+
+
+def test_deleting_an_old_incarnation_spares_the_new_one_in_its_directory(tmp_path: Path) -> None:
+    journal = StateJournal(tmp_path / "journal")
+    old = _incarnation(tmp_path, "uid-old")
+    old.close()  # stopped, its deletion still to come
+    # the new incarnation's replica opens first, in the same directory (the opener wipes it)
+    directory = tmp_path / "t" / "0"
+    shutil.rmtree(directory)
+    new = _incarnation(tmp_path, "uid-new")
+    journal.save_many({"t/0": HardState(term=3, vote="a", commit=0)})
+    files_before = sorted(p.name for p in directory.rglob("*"))
+    delete_replica(old, journal)  # type: ignore[arg-type]
+    assert sorted(p.name for p in directory.rglob("*")) == files_before
+    assert (directory / TOPIC_UID).read_text() == "uid-new"
+    assert journal.load("t/0") == HardState(term=3, vote="a", commit=0)
+    new.close()  # type: ignore[attr-defined]
+    journal.close()
+
+
+def test_deleting_a_replica_of_a_deleted_topic_removes_its_files_and_state(tmp_path: Path) -> None:
+    journal = StateJournal(tmp_path / "journal")
+    old = _incarnation(tmp_path, "uid-old")
+    journal.save_many({"t/0": HardState(term=2, vote="b", commit=0)})
+    delete_replica(old, journal)  # type: ignore[arg-type]
+    assert not (tmp_path / "t" / "0").exists()
+    assert "t/0" not in journal.states()
+    journal.close()
