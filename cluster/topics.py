@@ -111,6 +111,10 @@ _ANSWERS: dict[grpc.StatusCode, type[Exception]] = {
 # anyway, a safety net (a control plane rebuilt from nothing counts its versions from 0 again).
 TOPICS_POLL_S = 1.0
 TOPICS_FULL_POLL_S = 30.0
+# One poll asks a controller for at most TOPICS_POLL_TIMEOUT_S; one that has not answered
+# within TOPICS_HEDGE_S is not waited for alone: the next controller is asked too.
+TOPICS_POLL_TIMEOUT_S = 2.0
+TOPICS_HEDGE_S = 0.25
 
 
 def default_replication_factor(
@@ -156,6 +160,7 @@ class TopicAdmin:
         # controller answers it for its own table
         self.control_version = 0
         self._polled_at = self._fully_polled_at = 0.0
+        self._answered_by = ""  # the controller whose answer came last: asked first next time
         self._lock = asyncio.Lock()
 
     @property
@@ -303,10 +308,8 @@ class TopicAdmin:
         errors = []
         client = requested_by.get()
         metadata = ((FORWARDED_FOR_KEY, client),) if client else ()
-        for controller_id in sorted(self.config.controllers):
-            address = self.transport.address_of(controller_id)
-            if not address:
-                continue
+        for controller_id in self._controllers_in_order():
+            address = self.transport.address_of(controller_id) or ""
             stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
             try:
                 answer = await call(stub, metadata)
@@ -318,6 +321,7 @@ class TopicAdmin:
                 continue
             # the change is made: this node's view of the topics takes it in before it answers,
             # so the client's next call here sees what it just did (other nodes within a poll)
+            self._answered_by = controller_id
             self._polled_at = 0.0
             await self.refresh()
             return answer
@@ -349,43 +353,79 @@ class TopicAdmin:
             return
         self._polled_at = now
         known = self.control_version if now - self._fully_polled_at < TOPICS_FULL_POLL_S else 0
-        for controller_id in sorted(self.config.controllers):
-            address = self.transport.address_of(controller_id)
-            if not address or controller_id == self.config.node_id:
-                continue
-            stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
-            try:
-                response = await stub.Metadata(
-                    pb.MetadataRequest(topics_only=True, topics_version=known),
-                    timeout=2,
-                    # for a controller of the last release (`cluster.service`): drop after
-                    metadata=((LEGACY_TOPICS_ONLY_KEY, "1"),),
+        response = await self._ask_controllers(known)
+        if response is None:
+            return  # no controller answered: keep the table held, ask again next poll
+        if known and response.topics_unchanged and response.topics_version == known:
+            return  # the table held is the controller's own: nothing to rebuild
+        if not known:
+            self._fully_polled_at = now
+        self.control_version = response.topics_version
+        signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
+        if signature != self.version:
+            self.version = signature
+        self.topics = {
+            t.name: TopicSpec(
+                t.name,
+                len(t.partitions),
+                t.replication_factor,
+                t.retention_bytes,
+                t.retention_ms,
+                tuple(tuple(p.replicas) for p in t.partitions),
+                t.uid,
+                t.max_delay_ms or DEFAULT_MAX_DELAY_MS,
+            )
+            for t in response.topics
+        }
+        self.loaded = True
+
+    async def _ask_controllers(self, known: int) -> pb.MetadataResponse | None:
+        """The topic table from another controller, or None when none answered. The one that
+        answered last is asked first; when it has not answered within `TOPICS_HEDGE_S` the next
+        is asked as well, and the first answer wins. A paused controller (its connections stay
+        open, its answers never come) so costs a request for a topic created a moment ago a
+        fraction of a second, not the whole poll timeout."""
+        others = [c for c in self._controllers_in_order() if c != self.config.node_id]
+        asking: dict[asyncio.Future[pb.MetadataResponse], tuple[str, Any]] = {}
+        try:
+            while others or asking:
+                if others:
+                    controller_id = others.pop(0)
+                    address = self.transport.address_of(controller_id) or ""
+                    stub = flotilla_pb2_grpc.FlotillaStub(self.transport.channel(address))
+                    call = stub.Metadata(
+                        pb.MetadataRequest(topics_only=True, topics_version=known),
+                        timeout=TOPICS_POLL_TIMEOUT_S,
+                        # for a controller of the last release (`cluster.service`): drop after
+                        metadata=((LEGACY_TOPICS_ONLY_KEY, "1"),),
+                    )
+                    asking[asyncio.ensure_future(call)] = (controller_id, call)
+                done, _ = await asyncio.wait(
+                    asking,
+                    timeout=TOPICS_HEDGE_S if others else None,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-            except grpc.aio.AioRpcError:
-                continue
-            if known and response.topics_unchanged and response.topics_version == known:
-                return  # the table held is the controller's own: nothing to rebuild
-            if not known:
-                self._fully_polled_at = now
-            self.control_version = response.topics_version
-            signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
-            if signature != self.version:
-                self.version = signature
-            self.topics = {
-                t.name: TopicSpec(
-                    t.name,
-                    len(t.partitions),
-                    t.replication_factor,
-                    t.retention_bytes,
-                    t.retention_ms,
-                    tuple(tuple(p.replicas) for p in t.partitions),
-                    t.uid,
-                    t.max_delay_ms or DEFAULT_MAX_DELAY_MS,
-                )
-                for t in response.topics
-            }
-            self.loaded = True
-            return
+                for task in done:
+                    controller_id, _ = asking.pop(task)
+                    error = task.exception()
+                    if error is None:
+                        self._answered_by = controller_id
+                        return task.result()
+                    if not isinstance(error, grpc.aio.AioRpcError):
+                        raise error
+            return None
+        finally:
+            for task, (_, call) in asking.items():
+                call.cancel()
+                task.cancel()
+
+    def _controllers_in_order(self) -> list[str]:
+        """The controllers with a known address, the one that answered last first."""
+        ids = [c for c in sorted(self.config.controllers) if self.transport.address_of(c)]
+        if self._answered_by in ids:
+            ids.remove(self._answered_by)
+            ids.insert(0, self._answered_by)
+        return ids
 
 
 def check_not_internal(name: str, verb: str) -> None:
