@@ -36,8 +36,17 @@ __all__ = [
 
 log = logging.getLogger("flotilla.copies")
 
-PRODUCE_TIMEOUT_S = 10.0
+# One attempt's deadline (the SDK's `ATTEMPT_S`): a leader that hangs (paused: its connections
+# stay open and nothing answers; overloaded) is left, and the partition's leader is asked anew
+# (a successor is elected within an election timeout). A retry of a copy that landed meanwhile
+# is answered as a duplicate.
+ATTEMPT_S = 2.0
 ATTEMPTS = 3  # the leader may have moved: ask again this many times
+_RETRIED = (
+    grpc.StatusCode.FAILED_PRECONDITION,  # not the leader
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,  # a hanging leader: ask where the leader is now
+)
 
 Leader = Callable[[str, int, bool], Awaitable[str | None]]  # (topic, partition, fresh)
 Stub = Callable[[str], flotilla_pb2_grpc.FlotillaStub | None]
@@ -68,10 +77,10 @@ class CopyProducer:
     """Appends copies through the node's produce path (`leader` finds a partition's leader,
     `stub` a member's client stub)."""
 
-    def __init__(self, leader: Leader, stub: Stub, timeout_s: float = PRODUCE_TIMEOUT_S) -> None:
+    def __init__(self, leader: Leader, stub: Stub, attempt_s: float = ATTEMPT_S) -> None:
         self._leader = leader
         self._stub = stub
-        self.timeout_s = timeout_s
+        self.attempt_s = attempt_s
 
     async def copy(
         self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
@@ -101,7 +110,7 @@ class CopyProducer:
         Raises `SequenceRefused` on ABORTED, `CopyFailed` on anything else."""
         request = pb.ProduceRequest(
             topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
-            timeout_ms=int(self.timeout_s * 1000), topic_uid=topic_uid,
+            timeout_ms=int(self.attempt_s * 1000), topic_uid=topic_uid,
         )  # fmt: skip
         errors = []
         for attempt in range(ATTEMPTS):
@@ -111,9 +120,7 @@ class CopyProducer:
                 errors.append(f"no leader of {topic}/{partition} known")
                 continue
             try:
-                response: pb.ProduceResponse = await stub.Produce(
-                    request, timeout=self.timeout_s + 2
-                )
+                response: pb.ProduceResponse = await stub.Produce(request, timeout=self.attempt_s)
                 return response
             except grpc.aio.AioRpcError as error:
                 errors.append(f"{leader}: {error.code().name} {error.details()}")
@@ -127,9 +134,6 @@ class CopyProducer:
                         f"{topic}/{partition} refused the copy ({errors[-1]})",
                         behind=SEQUENCE_BEHIND in reasons,
                     ) from None
-                if error.code() not in (
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    grpc.StatusCode.UNAVAILABLE,
-                ):
+                if error.code() not in _RETRIED:
                     break
         raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")

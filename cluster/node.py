@@ -264,7 +264,13 @@ class Node:
             topics=lambda: self.topic_admin.topics,
             replicas=lambda: self.multiraft.replicas,
             propose=self.propose,
-            copies=CopyProducer(self.groups.source.leader, self._client_stub),
+            # a due batch waits on a hanging source leader (paused) at most until a successor
+            # may be elected (an election timeout, randomized up to twice it), then asks anew
+            copies=CopyProducer(
+                self.groups.source.leader,
+                self._client_stub,
+                attempt_s=2 * config.election_timeout_ms / 1000,
+            ),
             tick_s=config.tick_ms / 1000,
             write_timeout_s=config.produce_timeout_ms / 1000,
             faults=timer_faults_from_env(),
