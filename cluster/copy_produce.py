@@ -15,6 +15,7 @@ the first id is never rebased: it is answered as a duplicate before any sequence
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -42,6 +43,9 @@ log = logging.getLogger("flotilla.copies")
 # is answered as a duplicate.
 ATTEMPT_S = 2.0
 ATTEMPTS = 3  # the leader may have moved: ask again this many times
+# While an attempt waits, this node's own view of the leader is looked at this often: a new
+# leader elected meanwhile is sent the copy at once.
+LEADER_CHECK_S = 0.05
 _RETRIED = (
     grpc.StatusCode.FAILED_PRECONDITION,  # not the leader
     grpc.StatusCode.UNAVAILABLE,
@@ -112,16 +116,19 @@ class CopyProducer:
             topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL,
             timeout_ms=int(self.attempt_s * 1000), topic_uid=topic_uid,
         )  # fmt: skip
-        errors = []
-        for attempt in range(ATTEMPTS):
-            leader = await self._leader(topic, partition, attempt > 0)
+        errors: list[str] = []
+        failed: str | None = None  # the leader the last attempt failed at
+        for _ in range(ATTEMPTS):
+            leader = await self._leader(topic, partition, False)
+            if failed is not None and leader in (failed, None):
+                leader = await self._leader(topic, partition, True)  # ask where it is now
             stub = self._stub(leader) if leader else None
-            if stub is None:
+            if stub is None or leader is None:
                 errors.append(f"no leader of {topic}/{partition} known")
                 continue
+            failed = leader
             try:
-                response: pb.ProduceResponse = await stub.Produce(request, timeout=self.attempt_s)
-                return response
+                response = await self._attempt(stub, request, topic, partition, leader)
             except grpc.aio.AioRpcError as error:
                 errors.append(f"{leader}: {error.code().name} {error.details()}")
                 if error.code() is grpc.StatusCode.ABORTED:
@@ -136,4 +143,35 @@ class CopyProducer:
                     ) from None
                 if error.code() not in _RETRIED:
                     break
+                continue
+            if response is not None:
+                return response
+            errors.append(f"{leader}: left for the new leader before it answered")
         raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")
+
+    async def _attempt(
+        self,
+        stub: flotilla_pb2_grpc.FlotillaStub,
+        request: pb.ProduceRequest,
+        topic: str,
+        partition: int,
+        leader: str,
+    ) -> pb.ProduceResponse | None:
+        """One Produce to `leader`, for at most `attempt_s`; None when, before it answers, this
+        node learns of another leader (its replica of the partition heard from one): the call
+        is left, and the caller sends to that leader at once rather than wait out a hanging
+        one (a retry of a batch that lands after all is answered as a duplicate)."""
+        call = stub.Produce(request, timeout=self.attempt_s)
+        answer: asyncio.Future[pb.ProduceResponse] = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait((answer,), timeout=LEADER_CHECK_S)
+                if done:
+                    return answer.result()
+                now = await self._leader(topic, partition, False)
+                if now is not None and now != leader:
+                    return None
+        finally:
+            if not answer.done():
+                call.cancel()
+                answer.cancel()

@@ -36,8 +36,10 @@ class _Leader(flotilla_pb2_grpc.FlotillaServicer):
 
 
 async def _copy_with_old_leader_hanging(
-    attempt_s: float, elected: bool = True
+    attempt_s: float, elected: bool = True, learned_after_s: float | None = None
 ) -> tuple[float, dict[str, int], str]:
+    """`learned_after_s`: this node's own view names the new leader that long after the copy
+    starts (its replica of the partition heard from it); None: only a fresh look finds it."""
     servers, leaders, stubs, channels = [], {}, {}, []
     for node_id, hangs in (("old", True), ("new", False)):
         server = grpc.aio.server()
@@ -54,10 +56,11 @@ async def _copy_with_old_leader_hanging(
 
     async def leader(topic: str, partition: int, fresh: bool) -> str:
         asked.append(fresh)  # the others learn of the new leader by the time the first fails
-        return "new" if fresh and elected else "old"
+        learned = learned_after_s is not None and time.monotonic() - started >= learned_after_s
+        return "new" if (fresh or learned) and elected else "old"
 
-    copies = CopyProducer(leader, stubs.get, attempt_s=attempt_s)
     started = time.monotonic()
+    copies = CopyProducer(leader, stubs.get, attempt_s=attempt_s)
     outcome = "copied"
     try:
         await copies.copy("t", 0, b"batch")
@@ -86,3 +89,13 @@ def test_a_copy_with_no_leader_elected_yet_fails_for_the_caller_to_retry() -> No
     )
     assert outcome.startswith("failed: ") and "DEADLINE_EXCEEDED" in outcome, outcome
     assert produced == {"old": 0, "new": 0} and took < 1.5, (produced, took)
+
+
+def test_a_copy_moves_to_a_new_leader_as_soon_as_this_node_learns_of_it() -> None:
+    """This node's replica of the partition hears from the new leader 0.3 s into the attempt:
+    the copy goes there then, not when the attempt's deadline (5 s here) ends."""
+    took, produced, outcome = asyncio.run(
+        _copy_with_old_leader_hanging(attempt_s=5.0, learned_after_s=0.3)
+    )
+    assert outcome == "copied" and produced == {"old": 0, "new": 1}, (outcome, produced)
+    assert took < 1.0, took
