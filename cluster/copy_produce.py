@@ -53,6 +53,7 @@ _RETRIED = (
 )
 
 Leader = Callable[[str, int, bool], Awaitable[str | None]]  # (topic, partition, fresh)
+KnownLeader = Callable[[str, int], str | None]  # (topic, partition): this node's view, no I/O
 Stub = Callable[[str], flotilla_pb2_grpc.FlotillaStub | None]
 
 
@@ -81,8 +82,17 @@ class CopyProducer:
     """Appends copies through the node's produce path (`leader` finds a partition's leader,
     `stub` a member's client stub)."""
 
-    def __init__(self, leader: Leader, stub: Stub, attempt_s: float = ATTEMPT_S) -> None:
+    def __init__(
+        self,
+        leader: Leader,
+        stub: Stub,
+        attempt_s: float = ATTEMPT_S,
+        known_leader: KnownLeader = lambda topic, partition: None,
+    ) -> None:
+        """`known_leader`: the leader as this node's own replica of the partition knows it,
+        watched while an attempt waits (`_attempt`)."""
         self._leader = leader
+        self._known_leader = known_leader
         self._stub = stub
         self.attempt_s = attempt_s
 
@@ -119,9 +129,12 @@ class CopyProducer:
         errors: list[str] = []
         failed: str | None = None  # the leader the last attempt failed at
         for _ in range(ATTEMPTS):
-            leader = await self._leader(topic, partition, False)
-            if failed is not None and leader in (failed, None):
-                leader = await self._leader(topic, partition, True)  # ask where it is now
+            if failed is None:
+                leader = await self._leader(topic, partition, False)
+            else:  # this node's replica may know the successor already; else ask where it is
+                leader = self._known_leader(topic, partition)
+                if leader in (failed, None):
+                    leader = await self._leader(topic, partition, True)
             stub = self._stub(leader) if leader else None
             if stub is None or leader is None:
                 errors.append(f"no leader of {topic}/{partition} known")
@@ -163,15 +176,21 @@ class CopyProducer:
         one (a retry of a batch that lands after all is answered as a duplicate)."""
         call = stub.Produce(request, timeout=self.attempt_s)
         answer: asyncio.Future[pb.ProduceResponse] = asyncio.ensure_future(call)
+        answer.add_done_callback(_retrieve)  # a call left behind fails unread: no error
         try:
             while True:
                 done, _ = await asyncio.wait((answer,), timeout=LEADER_CHECK_S)
                 if done:
                     return answer.result()
-                now = await self._leader(topic, partition, False)
+                now = self._known_leader(topic, partition)
                 if now is not None and now != leader:
                     return None
         finally:
             if not answer.done():
                 call.cancel()
                 answer.cancel()
+
+
+def _retrieve(future: asyncio.Future[pb.ProduceResponse]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -117,7 +117,7 @@ class DeadLetterSink:
         self._refresh_topics = refresh_topics
         self._source = source
         self._stub = stub
-        self._copies = CopyProducer(source.leader, stub)
+        self._copies = CopyProducer(source.leader, stub, known_leader=source.known_leader)
 
     async def copy(self, job: DeadLetterJob) -> str:
         """Copies the job's record; says what happened (for the log), starting with `GONE`

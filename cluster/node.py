@@ -270,6 +270,7 @@ class Node:
                 self.groups.source.leader,
                 self._client_stub,
                 attempt_s=2 * config.election_timeout_ms / 1000,
+                known_leader=self.groups.source.known_leader,
             ),
             tick_s=config.tick_ms / 1000,
             write_timeout_s=config.produce_timeout_ms / 1000,

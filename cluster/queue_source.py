@@ -132,6 +132,12 @@ class SourceReader:
         self._views[topic] = (asked, view)
         return view
 
+    def known_leader(self, topic: str, partition: int) -> str | None:
+        """The partition's leader as this node's replica of it knows it (None: no replica here,
+        or it knows none): no I/O, for a wait that watches for a new leader."""
+        local = self._replica(f"{topic}/{partition}")
+        return local.node.leader_id if local is not None else None
+
     async def leader(self, topic: str, partition: int, fresh: bool = False) -> str | None:
         """The partition's leader as this node's replica knows it, else as the metadata view
         says (`fresh`: the view first, asked anew)."""

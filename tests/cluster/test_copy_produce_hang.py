@@ -54,13 +54,16 @@ async def _copy_with_old_leader_hanging(
         stubs[node_id] = flotilla_pb2_grpc.FlotillaStub(channel)
     asked: list[bool] = []
 
+    def known_leader(topic: str, partition: int) -> str:
+        learned = learned_after_s is not None and time.monotonic() - started >= learned_after_s
+        return "new" if learned and elected else "old"
+
     async def leader(topic: str, partition: int, fresh: bool) -> str:
         asked.append(fresh)  # the others learn of the new leader by the time the first fails
-        learned = learned_after_s is not None and time.monotonic() - started >= learned_after_s
-        return "new" if (fresh or learned) and elected else "old"
+        return "new" if fresh and elected else known_leader(topic, partition)
 
     started = time.monotonic()
-    copies = CopyProducer(leader, stubs.get, attempt_s=attempt_s)
+    copies = CopyProducer(leader, stubs.get, attempt_s=attempt_s, known_leader=known_leader)
     outcome = "copied"
     try:
         await copies.copy("t", 0, b"batch")
