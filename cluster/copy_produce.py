@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 import xxhash
@@ -131,10 +132,8 @@ class CopyProducer:
         for _ in range(ATTEMPTS):
             if failed is None:
                 leader = await self._leader(topic, partition, False)
-            else:  # this node's replica may know the successor already; else ask where it is
-                leader = self._known_leader(topic, partition)
-                if leader in (failed, None):
-                    leader = await self._leader(topic, partition, True)
+            else:
+                leader = await self._successor(topic, partition, failed)
             stub = self._stub(leader) if leader else None
             if stub is None or leader is None:
                 errors.append(f"no leader of {topic}/{partition} known")
@@ -161,6 +160,26 @@ class CopyProducer:
                 return response
             errors.append(f"{leader}: left for the new leader before it answered")
         raise CopyFailed(f"appending to {topic}/{partition} failed ({'; '.join(errors)})")
+
+    async def _successor(self, topic: str, partition: int, failed: str) -> str | None:
+        """The leader to try after `failed`: the one this node's replica knows, if another;
+        else the metadata view asked anew — which waits up to a second on a paused member, so
+        this node's replica is watched meanwhile, and whichever names a leader first wins."""
+        known = self._known_leader(topic, partition)
+        if known not in (failed, None):
+            return known
+        asking = asyncio.ensure_future(self._leader(topic, partition, True))
+        asking.add_done_callback(_retrieve)
+        try:
+            while True:
+                done, _ = await asyncio.wait((asking,), timeout=LEADER_CHECK_S)
+                known = self._known_leader(topic, partition)
+                if known not in (failed, None):
+                    return known
+                if done:
+                    return asking.result()
+        finally:
+            asking.cancel()
 
     async def _attempt(
         self,
@@ -191,6 +210,6 @@ class CopyProducer:
                 answer.cancel()
 
 
-def _retrieve(future: asyncio.Future[pb.ProduceResponse]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
