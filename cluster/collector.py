@@ -27,9 +27,10 @@ from cluster.failstop import NodeFailStopped
 from cluster.logs import event
 from cluster.multiraft import MultiRaft
 from cluster.opener import ReplicaOpener
-from cluster.placement import Candidate, partition_id, place
+from cluster.placement import Candidate, place
 from cluster.replica import Replica
 from cluster.steward import GroupSteward
+from cluster.topic_spec import placement_key
 from raft.types import Role
 
 __all__ = ["PROBE_CHUNK", "ReplicaCollector"]
@@ -115,7 +116,7 @@ class ReplicaCollector:
             spec = self.topics().get(replica.topic)
             if not node.quiesced or node.role is not Role.FOLLOWER or spec is None:
                 continue
-            key = partition_id(replica.topic, replica.partition)
+            key = placement_key(replica.topic, replica.partition, self.topics())
             if self.node_id not in place(key, candidates, spec.replication_factor):
                 self.multiraft.call(node.probe_membership, replica)
                 probed += 1

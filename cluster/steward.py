@@ -33,9 +33,10 @@ from functools import partial
 from cluster.controller import TopicSpec
 from cluster.logs import EventBudget
 from cluster.multiraft import MultiRaft
-from cluster.placement import Candidate, partition_id, place
+from cluster.placement import Candidate, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
+from cluster.topic_spec import placement_key
 from raft.errors import RaftError
 from raft.types import ConfigChange, ConfigChangeOp, Role
 
@@ -131,9 +132,8 @@ class GroupSteward:
             node = replica.node
             if node.transferee is not None:
                 continue
-            desired = place(
-                partition_id(replica.topic, replica.partition), candidates, spec.replication_factor
-            )
+            placed_as = placement_key(replica.topic, replica.partition, topics)
+            desired = place(placed_as, candidates, spec.replication_factor)
             config = node.configuration
             step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
             if step is not None:

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from timers.types import DEFAULT_MAX_DELAY_MS
+from cluster.placement import partition_id
+from timers.types import DEFAULT_MAX_DELAY_MS, TIMER_TOPIC_PREFIX
 
-__all__ = ["CreateOutcome", "TopicSpec", "UpdateOutcome"]
+__all__ = ["CreateOutcome", "TopicSpec", "UpdateOutcome", "placement_key", "timer_source"]
 
 
 class CreateOutcome(enum.Enum):
@@ -82,3 +83,24 @@ class TopicSpec:
             uid=str(data.get("uid", "")),
             max_delay_ms=int(data.get("max_delay_ms", DEFAULT_MAX_DELAY_MS)),
         )
+
+
+def timer_source(topic: str, topics: Mapping[str, TopicSpec]) -> TopicSpec | None:
+    """The source topic whose timer log `topic` is (`__timers.<uid>`, `timers.types`), if it
+    exists; None for any other topic. A scan of the topics, for timer topics only (a node has
+    one per delayed source at most)."""
+    if not topic.startswith(TIMER_TOPIC_PREFIX):
+        return None
+    uid = topic[len(TIMER_TOPIC_PREFIX) :]
+    return next((spec for spec in topics.values() if spec.uid == uid), None)
+
+
+def placement_key(topic: str, index: int, topics: Mapping[str, TopicSpec]) -> str:
+    """What rendezvous placement hashes for partition `index` of `topic`
+    (`placement.place`): its own id, but a timer log's partition is placed as its source
+    partition is — the same members in the same order, and (its assignment copied from the
+    source's) the same preferred leader. So one node leads both: a due batch is proposed to the
+    source partition on the node that fires it (`cluster.timer_fire`), no network hop, and a
+    fault that cuts two nodes apart cannot cut the timers from their partition."""
+    source = timer_source(topic, topics)
+    return partition_id(source.name if source is not None else topic, index)

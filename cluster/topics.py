@@ -40,6 +40,7 @@ from cluster.controller import (
 from cluster.errors import ControlPlaneUnavailable, Invalid, TopicExists, TopicNotFound
 from cluster.metadata_view import LEGACY_TOPICS_ONLY_KEY
 from cluster.placement import Candidate, balance_leaders, partition_id, place
+from cluster.topic_spec import placement_key, timer_source
 from cluster.transport import PeerTransport
 from cluster.validation import (
     check_partition_count,
@@ -219,6 +220,14 @@ class TopicAdmin:
         preferred leaders spread so that each node leads about as many partitions as the next,
         counting the existing topics'."""
         live = self.live_candidates()
+        source = timer_source(topic, self.topics)
+        if source is not None:  # a timer log: placed as its source, preferred leader too
+            rows = source.assignment
+            return tuple(
+                rows[p] if p < len(rows) and len(rows[p]) == factor
+                else tuple(place(placement_key(topic, p, self.topics), live, factor))
+                for p in partitions
+            )  # fmt: skip
         preferred: dict[str, int] = {}  # preferred leaderships of the existing topics
         for known in self.topics.values():
             for replicas in known.assignment:

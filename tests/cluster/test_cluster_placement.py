@@ -129,3 +129,39 @@ def _modulo_place(partition: str, candidates: Iterable[Candidate], rf: int) -> l
 
 def test_the_movement_check_catches_modulo_hashing() -> None:
     assert _movement(_modulo_place, _nodes(5), _nodes(6)) > 1.25 * (1 / 6)
+
+
+def test_a_timer_log_is_placed_as_its_source_topic_and_prefers_the_same_leader() -> None:
+    """A timer log `__timers.<uid>` is placed with its source topic's partition ids
+    (`topic_spec.placement_key`) and created with the source's assignment (`TopicAdmin._assign`),
+    so that one node leads both partitions p: firing needs no network hop, and no cut between
+    two nodes separates the timers from their partition (`make chaos`, partition-random: due
+    records late while the timer leader could not reach the source leader)."""
+    import asyncio
+
+    from cluster.config import NodeConfig
+    from cluster.topic_spec import TopicSpec, placement_key, timer_source
+    from cluster.topics import TopicAdmin
+
+    nodes = _nodes(7)
+    source = TopicSpec("orders", 12, 3, assignment=(), uid="u1")
+    other = TopicSpec("other", 4, 3, uid="u2")
+    topics = {"orders": source, "other": other}
+    assert timer_source("__timers.u1", topics) is source
+    assert timer_source("__timers.gone", topics) is None and timer_source("orders", topics) is None
+    for p in range(12):
+        key = placement_key("__timers.u1", p, topics)
+        assert key == partition_id("orders", p) == placement_key("orders", p, topics)
+        assert place(key, nodes, 3) == place(partition_id("orders", p), nodes, 3)
+    assert placement_key("__timers.gone", 0, topics) == partition_id("__timers.gone", 0)
+
+    async def assign() -> tuple[tuple[str, ...], ...]:
+        admin = TopicAdmin(NodeConfig(node_id="n1"), None, lambda: nodes, lambda: None, None)  # type: ignore[arg-type]
+        created = admin._assign("orders", range(12), 3)
+        admin.topics = {"orders": TopicSpec("orders", 12, 3, assignment=created, uid="u1")}
+        timers = admin._assign("__timers.u1", range(12), 3)
+        assert timers == created, (timers, created)  # the same members, order, preferred leader
+        return created
+
+    created = asyncio.run(assign())
+    assert len({row[0] for row in created}) > 1  # a real spread, not one node preferred
