@@ -5,6 +5,12 @@ Placement: each led group takes one step at a time (add a learner, promote it, r
 or hand leadership over) toward the members its partition's placement names
 (`cluster.reconcile.next_step`).
 
+A timer group (`__timers.<uid>/p`, placed as its source partition: `topic_spec.placement_key`)
+is not balanced on its own: its leader hands it to whoever leads the source partition p, once
+that member is caught up and answers, so that one node leads both (firing proposes locally, and
+no cut between two nodes separates the timers from their partition); the source partition is
+balanced as any other.
+
 Leader balancing, as Kafka's auto leader rebalance: a group whose preferred leader (the first
 replica of its balanced assignment, `placement.balance_leaders`) is another member hands it
 leadership once that member has been alive `leader_balance_after_s`, is caught up and answers
@@ -36,7 +42,7 @@ from cluster.multiraft import MultiRaft
 from cluster.placement import Candidate, place
 from cluster.reconcile import StepKind, next_step
 from cluster.replica import Replica
-from cluster.topic_spec import placement_key
+from cluster.topic_spec import placement_key, timer_source
 from raft.errors import RaftError
 from raft.types import ConfigChange, ConfigChangeOp, Role
 
@@ -83,14 +89,21 @@ class GroupSteward:
         self._all_checked_at = 0.0
         self._led_since: dict[str, float] = {}  # led group -> since when
         self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
+        # source group -> the timer group led here that follows its leader (`_follow_source`)
+        self._timer_sources: dict[str, str] = {}
 
     # -- inputs ----------------------------------------------------------------------------------
     def note_roles(self, touched: Iterable[Replica]) -> None:
         """After a MultiRaft round: `touched` are the groups whose role may have changed."""
         leaders, replicas = self.leaders, self.multiraft.replicas
+        followers = self._timer_sources
         for replica in touched:
             group = replica.group
             leads = replica.node.role is Role.LEADER and replicas.get(group) is replica
+            if followers:
+                timers = followers.get(group)
+                if timers is not None:  # its leader may have moved: the timer group follows
+                    self.unsettled.add(timers)
             if leads != (group in leaders):
                 self.on_leader_changed(replica, leads)
                 if leads:
@@ -101,6 +114,10 @@ class GroupSteward:
                     leaders.discard(group)
                     self._led_since.pop(group, None)
                     self._balance_tried.pop(group, None)
+                    if followers and group in followers.values():
+                        self._timer_sources = followers = {
+                            k: v for k, v in followers.items() if v != group
+                        }
 
     def forget(self, group: str) -> None:
         """The group's replica is gone (its topic was deleted)."""
@@ -108,6 +125,7 @@ class GroupSteward:
         self.unsettled.discard(group)
         self._led_since.pop(group, None)
         self._balance_tried.pop(group, None)
+        self._timer_sources = {k: v for k, v in self._timer_sources.items() if v != group}
 
     # -- one pass ----------------------------------------------------------------------------------
     def reconcile(
@@ -140,7 +158,12 @@ class GroupSteward:
                 apply = partial(_apply_step, replica, step.kind, step.node_id, self.change_log)
                 self.multiraft.call(apply, replica)
             elif not config.learners and config.voters == frozenset(desired):
-                preferred = self._preferred_leader(replica, spec.assignment, now)
+                source = timer_source(replica.topic, topics)
+                preferred = (
+                    self._follow_source(replica, source)
+                    if source is not None
+                    else self._preferred_leader(replica, spec.assignment, now)
+                )
                 if preferred is None:
                     self.unsettled.discard(group)
                 elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
@@ -149,6 +172,29 @@ class GroupSteward:
                         _apply_step, replica, StepKind.TRANSFER, preferred, self.change_log
                     )
                     self.multiraft.call(transfer, replica)
+
+    def _follow_source(self, replica: Replica, source: TopicSpec) -> str | None:
+        """For a timer group led here: the leader of its source partition, which it follows
+        (so that one node leads both, `topic_spec.placement_key`), once that one is caught up
+        and answers; "" to wait; None when this node leads the source too, or no other voter
+        does (then it waits here until the source's leader moves: `note_roles`)."""
+        source_group = f"{source.name}/{replica.partition}"
+        self._timer_sources[source_group] = replica.group
+        local = self.multiraft.replicas.get(source_group)
+        node = replica.node
+        target = local.node.leader_id if local is not None else None
+        if target is None or target == node.id or target not in node.configuration.voters:
+            return None
+        tried = self._balance_tried.get(replica.group)
+        if (
+            not self.is_live(target)
+            or (tried is not None and self.clock() - tried < self.election_timeout_s)
+            or not node.is_caught_up(target)
+            or not node.recently_active(target)
+        ):
+            return ""
+        self._balance_tried[replica.group] = self.clock()
+        return target
 
     def _preferred_leader(
         self, replica: Replica, assignment: tuple[tuple[str, ...], ...], now: float
