@@ -41,7 +41,9 @@ def _split(client: Client, source: str, timers: str) -> list[tuple[int, str, str
     if len(by_source) != PARTITIONS or len(by_timer) != PARTITIONS:
         return [(-1, str(by_source), str(by_timer))]
     return [
-        (p, s, t) for p, (s, t) in enumerate(zip(by_source, by_timer, strict=True)) if not s or s != t
+        (p, s, t)
+        for p, (s, t) in enumerate(zip(by_source, by_timer, strict=True))
+        if not s or s != t
     ]
 
 
@@ -65,8 +67,7 @@ def test_each_timer_partition_is_led_where_its_source_partition_is(tmp_path: Pat
             )  # leads at least two of the six
             local.kill(victim)
             wait_until(
-                lambda: not _split(client, "co", timers)
-                and victim not in _leaders(client, "co"),
+                lambda: not _split(client, "co", timers) and victim not in _leaders(client, "co"),
                 30,
                 f"the timer partitions following their source leaders with {victim} down",
                 lambda: _split(client, "co", timers),
