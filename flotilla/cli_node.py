@@ -57,6 +57,17 @@ def _node_parser(sub: Any) -> None:
         "node (default: with no --join either, a control plane of this node alone on the "
         "--listen port + 100)",
     )
+    node.add_argument(
+        "--raft-listen",
+        metavar="HOST:PORT",
+        help="a second port, raw TCP, for peers' Raft frames (default: none; Raft rides the "
+        "gRPC port)",
+    )
+    node.add_argument(
+        "--raft-advertise",
+        metavar="HOST:PORT",
+        help="where peers dial --raft-listen (default: --raft-listen)",
+    )
     node.add_argument("--weight", type=float, metavar="W", help="placement weight (default: 1.0)")
     node.add_argument("--rack", help="failure domain for rack-aware placement (default: none)")
     node.add_argument(
@@ -163,6 +174,8 @@ def _run_node(args: argparse.Namespace) -> int:
         "listen": args.listen,
         "data_dir": args.data_dir,
         "advertise": args.advertise,
+        "raft_listen": args.raft_listen,
+        "raft_advertise": args.raft_advertise,
         "join": tuple(args.join) if args.join else None,
         "controllers": args.controllers,
         "weight": args.weight,
