@@ -142,6 +142,19 @@ class TlsContexts:
         self._built[server] = (generation, context)
         return context
 
+    def listener_context(self) -> ssl.SSLContext:
+        """The listener's context: on each handshake (a client naming the server, as every node
+        does) it hands over to the context of the current generation."""
+        listener = self.context(server=True)
+
+        def current(ssl_object: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
+            latest = self.context(server=True)
+            if ssl_object.context is not latest:
+                ssl_object.context = latest
+
+        listener.sni_callback = current
+        return listener
+
 
 class RaftLink:
     """The sending end of one raw connection (`open_link`)."""
@@ -215,9 +228,11 @@ class RaftLinkServer:
 
     async def start(self, listen: str) -> None:
         host, port = parse_address(listen, "raft_listen")
+        context = None if self.tls is None else self.tls.listener_context()
         self.server = await asyncio.start_server(
-            self._accepted, host, port, limit=READ_LIMIT_BYTES, reuse_address=True
-        )
+            self._accepted, host, port, limit=READ_LIMIT_BYTES, reuse_address=True,
+            ssl=context, ssl_handshake_timeout=HELLO_TIMEOUT_S if context else None,
+        )  # fmt: skip
 
     async def close(self) -> None:
         if self.server is not None:
@@ -241,6 +256,8 @@ class RaftLinkServer:
             await self._serve(reader, writer, source)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the peer went away: it re-dials
+        except asyncio.CancelledError:
+            pass  # `close`: ends quietly (asyncio's stream callback would log it as an error)
         finally:
             self._handlers.discard(task)
             writer.close()
@@ -273,14 +290,13 @@ class RaftLinkServer:
             self.peer_auth.reject("raft", source, reason)
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
-        """The node the dialler proves to be (TLS handshake, then the hello)."""
+        """The node the dialler proves to be: its hello, and with mutual TLS its certificate
+        (a connection that fails the TLS handshake never gets here: asyncio closes it)."""
         identity = None
-        if self.tls is not None:
-            await writer.start_tls(self.tls.context(server=True))
-            ssl_object = writer.get_extra_info("ssl_object")
-            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-            if der:
-                identity = identity_of(ssl.DER_cert_to_PEM_cert(der).encode())
+        ssl_object = writer.get_extra_info("ssl_object")  # the handshake is done (start_server)
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:
+            identity = identity_of(ssl.DER_cert_to_PEM_cert(der).encode())
         hello = await read_hello(reader)
         node_id = self.peer_auth.verify_call(hello.proof)
         if node_id != hello.from_node:
