@@ -78,6 +78,11 @@ SECRET = "${FLOTILLA_CLUSTER_SECRET:?set FLOTILLA_CLUSTER_SECRET to a long rando
 CHAOS_ARGS = ("--nemesis", "partition-random,kill-leader", "--duration", "60", "--seed", "7")
 
 
+def raft_proxy_name(link: Link) -> str:
+    """The name of the proxy of `link` to its target's raw Raft port."""
+    return f"{link.proxy_name}-raft"
+
+
 class TopologyError(ValueError):
     """A topology or rendering request is invalid; the message names the value and what is valid."""
 
@@ -136,6 +141,7 @@ class NodeEndpoints:
     advertise: str  # HOST:PORT where peers, clients and proxy upstreams reach it
     control: str  # control-plane HOST:PORT (pysyncobj binds it and peers dial it)
     metrics: str  # HOST:PORT of the Prometheus endpoint; "" = off
+    raft: str = ""  # HOST:PORT of the raw Raft listener (cluster/raft_link.py); "" = none
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +149,13 @@ class ProxyEndpoints:
     link: Link
     listen: str  # HOST:PORT Toxiproxy binds for this proxy
     dial: str  # HOST:PORT the link's source dials to reach it
-    upstream: str  # the target's advertised gRPC address
+    upstream: str  # the target's advertised gRPC address (raft: its raft address)
+    raft: bool = False  # the proxy of the target's raw Raft port, not of its gRPC port
+
+    @property
+    def name(self) -> str:
+        """The Toxiproxy proxy's name: `n1-to-n2`, and `n1-to-n2-raft` for the Raft port's."""
+        return raft_proxy_name(self.link) if self.raft else self.link.proxy_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +170,7 @@ class Rendering:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def proxy(self, source: str, target: str) -> ProxyEndpoints:
-        found = [p for p in self.proxies if p.link == Link(source, target)]
+        found = [p for p in self.proxies if p.link == Link(source, target) and not p.raft]
         if not found:
             raise TopologyError(f"no link {source}->{target} in {list(self.topology.node_ids)}")
         return found[0]
@@ -172,17 +184,22 @@ class Rendering:
         return tuple(n.advertise for n in self.nodes if n.node_id != node_id)
 
     def dial_map(self, node_id: str) -> dict[str, str]:
-        """peer id -> the proxy of the link from `node_id` to that peer (cluster/dialmap.py)."""
-        return {
+        """peer id -> the proxy of the link from `node_id` to that peer (cluster/dialmap.py),
+        and `<peer id>/raft` -> the proxy of the link to its raw Raft port, where it has one."""
+        routes = {
             peer: self.proxy(node_id, peer).dial
             for peer in self.topology.node_ids
             if peer != node_id
         }
+        for proxy in self.proxies:
+            if proxy.raft and proxy.link.source == node_id:
+                routes[f"{proxy.link.target}/raft"] = proxy.dial
+        return routes
 
     def populate(self) -> list[dict[str, Any]]:
         """The body of Toxiproxy's `POST /populate`: one enabled proxy per directed link."""
         return [
-            {"name": p.link.proxy_name, "listen": p.listen, "upstream": p.upstream, "enabled": True}
+            {"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": True}
             for p in self.proxies
         ]
 
@@ -196,6 +213,8 @@ class Rendering:
         seeds = self.seeds(node_id)
         if seeds:
             args += ["--join", *seeds]
+        if node.raft:
+            args += ["--raft-listen", node.raft]
         if dial_map_path:
             args += ["--dial-map", dial_map_path]
         if node.metrics:
@@ -214,6 +233,9 @@ class LocalPorts:
     proxies: Mapping[str, int]  # Link.proxy_name -> proxy port
     toxiproxy_api: int
     metrics: Mapping[str, int] = field(default_factory=dict)  # node id -> port; absent: off
+    raft: Mapping[str, int] = field(default_factory=dict)  # node id -> raw Raft port; absent: none
+    # raft_proxy_name(link) -> proxy port, for each link whose target has a raft port
+    raft_proxies: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def allocate(cls, topology: Topology, free_port: Callable[[str], int]) -> LocalPorts:
@@ -253,16 +275,23 @@ def render_local(topology: Topology, ports: LocalPorts) -> Rendering:
         host = local_host(topology.number(node_id))
         address = f"{host}:{ports.grpc[node_id]}"
         metrics = f"{host}:{ports.metrics[node_id]}" if node_id in ports.metrics else ""
-        nodes.append(
-            NodeEndpoints(node_id, address, address, f"{host}:{ports.control[node_id]}", metrics)
-        )
+        raft = f"{host}:{ports.raft[node_id]}" if node_id in ports.raft else ""
+        control = f"{host}:{ports.control[node_id]}"
+        nodes.append(NodeEndpoints(node_id, address, address, control, metrics, raft))
     by_id = {node.node_id: node for node in nodes}
-    proxies = tuple(
+    proxies = [
         ProxyEndpoints(link, address, address, by_id[link.target].advertise)
         for link in topology.links
         for address in [f"127.0.0.1:{ports.proxies[link.proxy_name]}"]
-    )
-    return Rendering(topology, tuple(nodes), proxies, f"127.0.0.1:{ports.toxiproxy_api}")
+    ]
+    for link in topology.links:  # a raft port's links get proxies of their own
+        if by_id[link.target].raft:
+            port = ports.raft_proxies.get(raft_proxy_name(link))
+            if port is None:
+                raise TopologyError(f"LocalPorts lacks raft_proxies:{raft_proxy_name(link)}")
+            address = f"127.0.0.1:{port}"
+            proxies.append(ProxyEndpoints(link, address, address, by_id[link.target].raft, True))
+    return Rendering(topology, tuple(nodes), tuple(proxies), f"127.0.0.1:{ports.toxiproxy_api}")
 
 
 def render_compose(topology: Topology) -> Rendering:

@@ -27,6 +27,7 @@ from chaos.topology import (
     TopologyError,
     deploy_files,
     main,
+    raft_proxy_name,
     render_compose,
     render_local,
 )
@@ -239,6 +240,8 @@ def test_local_cluster_conventions_match_the_topology(
         control={n: spec.control_port for n, spec in cluster.nodes.items()},
         proxies={link.proxy_name: 1 for link in topology.links},
         toxiproxy_api=1,
+        raft={n: spec.raft_port for n, spec in cluster.nodes.items()},
+        raft_proxies={raft_proxy_name(link): 1 for link in topology.links},
     )
     rendering = render_local(topology, ports)
     assert tuple(cluster.nodes) == topology.node_ids
