@@ -290,7 +290,8 @@ def add_server_parsers(sub: Any) -> None:
         type=int,
         default=DEV_BASE_PORT,
         metavar="PORT",
-        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100 (default: %(default)s)",
+        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100, its raft port on "
+        "PORT+200 (default: %(default)s)",
     )
     dev.add_argument(
         "--data-dir",
@@ -323,8 +324,8 @@ def _run_dev(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
         return 2
-    if not 1 <= args.base_port <= 65535 - 100:
-        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 100}", file=sys.stderr)
+    if not 1 <= args.base_port <= 65535 - 200:
+        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 200}", file=sys.stderr)
         return 2
     # the nodes inherit this environment: the client settings this command prints, exported in
     # the shell that runs it again, must not become the nodes' own (FLOTILLA_TLS_CERT is a node's
