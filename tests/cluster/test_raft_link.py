@@ -141,20 +141,20 @@ async def test_transport_sends_over_the_raw_link_when_the_peer_advertises_one(
 
 
 @pytest.mark.parametrize(
-    ("hello", "why"),
+    ("hello", "sender", "why"),
     [
-        (encode_hello("a", "b", _sender("a", "another-secret")), "another cluster's secret"),
-        (encode_hello("a", "b", _sender("c")), "node c's proof, claiming a"),
-        (encode_hello("a", "c", _sender("a")), "a hello for node c"),
-        (encode_hello("a", "b", "a.1.00"), "a malformed proof"),
-        (b"GET / HTTP/1.1\r\n\r\n", "not a raft link peer"),
+        (encode_hello("a", "b", _sender("a", "another-secret")), "a", "another cluster's secret"),
+        (encode_hello("a", "b", _sender("c")), "c", "node c's proof, claiming a"),
+        (encode_hello("a", "c", _sender("a")), "a", "a hello for node c"),
+        (encode_hello("a", "b", "a.1.00"), "a", "a malformed proof"),
+        (b"GET / HTTP/1.1\r\n\r\n", "a", "not a raft link peer"),
     ],
 )
 @run
 async def test_a_bad_hello_is_refused_and_delivers_nothing(
-    receiver: Receiver, hello: bytes, why: str
+    receiver: Receiver, hello: bytes, sender: str, why: str
 ) -> None:
-    connection = await _send_raw(receiver.address, hello, _frame("a", b"forged"))
+    connection = await _send_raw(receiver.address, hello, _frame(sender, b"forged"))
     await _closed_by_peer(connection)
     assert receiver.rejected == 1, why
     assert receiver.received == [], why
@@ -234,6 +234,31 @@ async def test_a_restarted_peer_is_redialled_at_once_when_heard_from() -> None:
             return ("a", b"after") in peer.received
 
         await _until(delivered, "a message to the restarted peer, well before the backoff ends")
+    finally:
+        await transport.close()
+        await peer.server.close()
+
+
+@run
+async def test_a_peer_restarted_while_the_link_was_idle_is_redialled_by_the_next_message() -> None:
+    peer = Receiver()
+    await peer.server.start(peer.address)
+    limits = TransportLimits(reconnect_initial_s=SLOW, reconnect_max_s=SLOW)
+    transport = PeerTransport(
+        "a", DialMap(), {"b": "127.0.0.1:1"}.get, limits, sign=PeerAuth("a", SECRET).sign_call,
+        advertised_raft={"b": peer.address}.get,
+    )  # fmt: skip
+    try:
+        transport.send_raft("b", "t/0", [b"before"])
+        await _until(lambda: len(peer.received) == 1, "the first message")
+        await peer.server.close()  # b restarts while a has nothing to send
+        peer.server = RaftLinkServer(
+            "b", peer.auth, peer._deliver, peer.heard.append, InboxBudget(1 << 24), 1 << 20
+        )
+        await peer.server.start(peer.address)
+        await asyncio.sleep(0.1)  # a's link has seen the end of b's side
+        transport.send_raft("b", "t/0", [b"after"])  # a new link, not a failed write's backoff
+        await _until(lambda: ("a", b"after") in peer.received, "the message after the restart")
     finally:
         await transport.close()
         await peer.server.close()
