@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from cluster.certs import init_ca, issue_client, issue_node
 from cluster.dialmap import DialMap
 from cluster.frames import encode_frame
 from cluster.peer_auth import PeerAuth
-from cluster.raft_link import RaftLinkServer, TlsContexts, encode_hello, open_link
+from cluster.raft_link import RaftLink, RaftLinkServer, TlsContexts, encode_hello, open_link
 from cluster.tls import TlsFiles, TlsReloader
 from cluster.transport import InboxBudget, PeerTransport, TransportLimits
 
@@ -303,5 +304,33 @@ async def test_tls_link_delivers_and_wants_the_node_certificate_of_the_sender(
         await _closed_by_peer(connection)
         assert peer.received == [("a", b"over tls")]
         assert peer.heard == ["a"]
+    finally:
+        await peer.server.close()
+
+
+def _served_serial(link: RaftLink) -> int:
+    der = link.writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+@run
+async def test_a_reloaded_certificate_serves_new_links_and_old_ones_go_on(tmp_path: Path) -> None:
+    init_ca(tmp_path)
+    b_tls = _tls(tmp_path, "b")
+    peer = Receiver(tls=b_tls)
+    await peer.server.start(peer.address)
+    a_tls = TlsContexts(_tls(tmp_path, "a"))
+    try:
+        before = await open_link(peer.address, "a", "b", _sender("a"), a_tls)
+        assert _served_serial(before) == b_tls.material.serial
+        issue_node(tmp_path, "b")  # rotation: a new certificate under the same file names
+        assert b_tls.reload()
+        after = await open_link(peer.address, "a", "b", _sender("a"), a_tls)
+        assert _served_serial(after) == b_tls.material.serial != _served_serial(before)
+        await before.write(_frame("a", b"old link"))
+        await after.write(_frame("a", b"new link"))
+        await _until(lambda: len(peer.received) == 2, "a frame on each link")
+        before.cancel()
+        after.cancel()
     finally:
         await peer.server.close()
