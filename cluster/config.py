@@ -67,7 +67,8 @@ class NodeConfig:
     # HOST:PORT of the raw TCP listener for peers' Raft frames (cluster/raft_link.py), a second
     # port beside `listen`; empty: none, peers send this node Raft over the gRPC port as before
     raft_listen: str = ""
-    # HOST:PORT peers dial for Raft frames, advertised in gossip; default: `raft_listen`
+    # HOST:PORT peers dial for Raft frames, advertised in gossip; default: `raft_listen`, or
+    # when that binds every interface (0.0.0.0, ::), the host of `advertise` with its port
     raft_advertise: str = ""
     metrics: str = ""  # HOST:PORT of the Prometheus text endpoint; empty: off
     # serve metrics on a non-loopback host (plain HTTP, read-only, no authentication: what a
@@ -158,7 +159,12 @@ class NodeConfig:
     @property
     def raft_advertised(self) -> str:
         """Where peers send Raft frames over TCP ("": over the gRPC port)."""
-        return (self.raft_advertise or self.raft_listen) if self.raft_listen else ""
+        if not self.raft_listen or self.raft_advertise:
+            return self.raft_advertise
+        host, _, port = self.raft_listen.rpartition(":")
+        if host in ("0.0.0.0", "::", "[::]"):
+            return f"{self.advertised.rpartition(':')[0]}:{port}"
+        return self.raft_listen
 
     @property
     def is_controller(self) -> bool:

@@ -156,3 +156,14 @@ def test_raft_listen_and_advertise() -> None:
         NodeConfig.load(environ={}, overrides={**base, "raft_advertise": "127.0.0.1:7201"})
     with pytest.raises(ConfigError, match=r"raft_listens on 0\.0\.0\.0:7201 without TLS"):
         NodeConfig.load(environ={}, overrides={**base, "raft_listen": "0.0.0.0:7201"})
+
+
+def test_a_raft_port_on_every_interface_is_advertised_at_the_advertised_host() -> None:
+    config = NodeConfig.load(
+        environ={},
+        overrides={
+            "node_id": "n1", "data_dir": "d", "insecure": True, "listen": "0.0.0.0:7001",
+            "advertise": "10.0.0.5:7001", "raft_listen": "0.0.0.0:7201",
+        },
+    )  # fmt: skip
+    assert config.raft_advertised == "10.0.0.5:7201"
