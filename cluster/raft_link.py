@@ -22,15 +22,19 @@ with mutual TLS the certificate must be the node certificate of that id). A conn
 it is closed, counted in `flotilla_peer_auth_rejected_total{kind="raft"}` and logged once per
 source; so is a connection whose frame claims another sender (nothing of that frame is
 delivered). A frame longer than `max_message_bytes` closes the connection (logged). Frames then
-go through `cluster.transport.serve_raft_stream`, as the gRPC stream's do: the same
-`InboxBudget`, the same drop of a frame past it, the same `heard_from` on a new connection.
+go through `cluster.raft_inbox.serve_raft_stream`, as the gRPC stream's do: the same
+`InboxBudget`, the same drop of a frame past it, the same `heard_from` at a new connection's
+first frame. A connection that fails the TLS handshake is closed by asyncio before any of this
+(not counted: gRPC does not count its failed handshakes either).
 
 Sending (`open_link`, driven by `PeerTransport`'s sender task): frames are written with
 `writelines` (length and frame, no copy where the loop can gather) and `drain` is awaited only
 when the transport's buffer is past `HIGH_WATER_BYTES`, so a burst costs a syscall per frame,
-not a task switch. A connection seen closed is re-dialled by the sender, with its backoff.
+not a task switch. A connection seen closed (the peer restarted) is re-dialled for the next
+frame; a failed dial or write waits out the sender's backoff, cut short by `heard_from`.
 TLS: a context is built per certificate generation (`TlsReloader.generation`), so a reload
-applies to connections opened after it, both ways.
+applies to connections opened after it, both ways (the listener hands each handshake over to
+the current context from its SNI callback: every node dials with the name `flotilla-node`).
 """
 
 from __future__ import annotations
