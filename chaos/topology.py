@@ -7,13 +7,15 @@ pair of distinct nodes. A `Rendering` puts it on concrete addresses:
 - `render_local(topology, ports)`: node i on 127.0.0.i with ports the caller found free (the
   harness's convention), Toxiproxy (ours or the real one) and its proxies on 127.0.0.1;
 - `render_compose(topology)`: node i is compose service `n<i>` with gRPC port 7000+i, control plane
-  7100+i and metrics 9100+i; the Toxiproxy service is `toxiproxy`, the proxy of link i->j listens
-  on port 20000+100*i+j.
+  7100+i, raw Raft port 7200+i and metrics 9100+i; the Toxiproxy service is `toxiproxy`, the proxy
+  of link i->j listens on port 20000+100*i+j, and that of its Raft port on 30000+100*i+j.
 
 Every rendering keeps these equations (tests/deploy checks them on both):
 
     proxy(a->b).upstream == node(b).advertise
     dial_map(a)[b]       == proxy(a->b).dial                         for every b != a
+    raft_proxy(a->b).upstream == node(b).raft_dial, dial_map(a)[b/raft] == raft_proxy(a->b).dial
+                                                          for every b != a with a raft port
     controllers_arg      == ",".join(f"{c}={node(c).control}" for c in controller_ids)
     node_args(a)         == the flags LocalCluster passes (--id --listen --data-dir --controllers
                             --join), plus --advertise/--dial-map/--metrics where the rendering has
@@ -54,6 +56,8 @@ GRPC_PORT_BASE = 7000  # compose: node i serves gRPC on 7000+i
 CONTROL_PORT_BASE = 7100  # compose: node i runs the control plane on 7100+i
 METRICS_PORT_BASE = 9100  # compose: node i serves metrics on 9100+i (published on host loopback)
 PROXY_PORT_BASE = 20000  # compose: the proxy of link i->j listens on 20000 + 100*i + j
+RAFT_PORT_BASE = 7200  # compose: node i takes peers' Raft frames on 7200+i (cluster/raft_link.py)
+RAFT_PROXY_PORT_BASE = 30000  # compose: the proxy of link i->j's Raft port: 30000 + 100*i + j
 TOXIPROXY_API_PORT = 8474
 MAX_NODES = 99  # two decimal digits per node number in a proxy port
 
@@ -142,6 +146,11 @@ class NodeEndpoints:
     control: str  # control-plane HOST:PORT (pysyncobj binds it and peers dial it)
     metrics: str  # HOST:PORT of the Prometheus endpoint; "" = off
     raft: str = ""  # HOST:PORT of the raw Raft listener (cluster/raft_link.py); "" = none
+    raft_advertise: str = ""  # HOST:PORT where peers and proxies reach it; "" = `raft`
+
+    @property
+    def raft_dial(self) -> str:
+        return self.raft_advertise or self.raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +224,8 @@ class Rendering:
             args += ["--join", *seeds]
         if node.raft:
             args += ["--raft-listen", node.raft]
+            if node.raft_dial != node.raft:
+                args += ["--raft-advertise", node.raft_dial]
         if dial_map_path:
             args += ["--dial-map", dial_map_path]
         if node.metrics:
@@ -246,6 +257,8 @@ class LocalPorts:
             control={node_id: free_port(host) for node_id, host in hosts.items()},
             proxies={link.proxy_name: free_port("127.0.0.1") for link in topology.links},
             toxiproxy_api=free_port("127.0.0.1"),
+            raft={node_id: free_port(host) for node_id, host in hosts.items()},
+            raft_proxies={raft_proxy_name(k): free_port("127.0.0.1") for k in topology.links},
         )
 
 
@@ -290,7 +303,8 @@ def render_local(topology: Topology, ports: LocalPorts) -> Rendering:
             if port is None:
                 raise TopologyError(f"LocalPorts lacks raft_proxies:{raft_proxy_name(link)}")
             address = f"127.0.0.1:{port}"
-            proxies.append(ProxyEndpoints(link, address, address, by_id[link.target].raft, True))
+            upstream = by_id[link.target].raft_dial
+            proxies.append(ProxyEndpoints(link, address, address, upstream, True))
     return Rendering(topology, tuple(nodes), tuple(proxies), f"127.0.0.1:{ports.toxiproxy_api}")
 
 
@@ -302,6 +316,8 @@ def render_compose(topology: Topology) -> Rendering:
             advertise=f"{node_id}:{GRPC_PORT_BASE + number}",
             control=f"{node_id}:{CONTROL_PORT_BASE + number}",
             metrics=f"0.0.0.0:{METRICS_PORT_BASE + number}",
+            raft=f"0.0.0.0:{RAFT_PORT_BASE + number}",
+            raft_advertise=f"{node_id}:{RAFT_PORT_BASE + number}",
         )
         for node_id in topology.node_ids
         for number in [topology.number(node_id)]
@@ -315,6 +331,11 @@ def render_compose(topology: Topology) -> Rendering:
                 link, f"0.0.0.0:{port}", f"toxiproxy:{port}", by_id[link.target].advertise
             )
         )
+    for link in topology.links:
+        number = 100 * topology.number(link.source) + topology.number(link.target)
+        port = RAFT_PROXY_PORT_BASE + number
+        upstream = by_id[link.target].raft_dial
+        proxies.append(ProxyEndpoints(link, f"0.0.0.0:{port}", f"toxiproxy:{port}", upstream, True))
     return Rendering(topology, nodes, tuple(proxies), f"toxiproxy:{TOXIPROXY_API_PORT}")
 
 
