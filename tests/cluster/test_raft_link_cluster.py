@@ -1,7 +1,7 @@
 """The raw Raft link on real nodes (one cluster for the module): n1 and n2 take Raft frames on a
 raft port, n3 advertises none (a node of the release before raft ports, during a rolling
 upgrade), so n1 <-> n2 is a raw link both ways, while n3 is sent Raft over its gRPC port and
-sends over raw links. Replication needs every path in turn; a restarted peer is re-dialled."""
+sends over raw links. Replication needs each path in turn; a restarted peer is re-dialled."""
 
 from __future__ import annotations
 
@@ -84,16 +84,10 @@ def test_raw_links_and_the_grpc_fallback_each_carry_replication(setup: Setup) ->
         "raw links to the raft ports",
     )
     # without n2, a commit needs n1 <-> n3: raw link one way, the gRPC stream the other
-    for stopped, running in (("n2", "n1"), ("n1", "n2")):
-        cluster.kill(stopped)
-        value = f"without {stopped}".encode()
-        wait_until(
-            lambda via=running, value=value: setup.produce("t", value, via),  # type: ignore[misc]
-            30,
-            f"a record committed by {running} and n3 alone",
-        )
-        cluster.start(stopped)  # restarted: its peers re-dial it
-    # every node restarted or re-dialled: n1 and n2 commit together again
+    cluster.kill("n2")
+    wait_until(lambda: setup.produce("t", b"without n2"), 30, "a record by n1 and n3 alone")
+    cluster.start("n2")  # restarted: its peers re-dial it
+    # without n3, a commit needs n1 <-> n2 again, both ways over raw links to the restarted n2
     cluster.kill("n3")
     try:
         wait_until(
