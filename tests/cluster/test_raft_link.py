@@ -23,6 +23,7 @@ from cryptography import x509
 from cluster.certs import init_ca, issue_client, issue_node
 from cluster.dialmap import DialMap
 from cluster.frames import encode_frame
+from cluster.local import RAFT_TRANSPORT_ENV, LocalCluster
 from cluster.peer_auth import PeerAuth
 from cluster.raft_link import RaftLink, RaftLinkServer, TlsContexts, encode_hello, open_link
 from cluster.tls import TlsFiles, TlsReloader
@@ -334,3 +335,22 @@ async def test_a_reloaded_certificate_serves_new_links_and_old_ones_go_on(tmp_pa
         after.cancel()
     finally:
         await peer.server.close()
+
+
+def test_local_clusters_take_raft_on_a_raw_port_unless_the_switch_says_grpc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FLOTILLA_RAFT_TRANSPORT=grpc` (benchmarks' A/B switch) starts local nodes without a raft
+    port, so Raft rides the gRPC port; by default each gets one (binds nothing, starts nothing)."""
+    monkeypatch.delenv(RAFT_TRANSPORT_ENV, raising=False)
+    default = LocalCluster(tmp_path / "tcp", 1)
+    spec = default.nodes["n1"]
+    command = default.command(spec)
+    assert spec.raft_port
+    assert command[command.index("--raft-listen") + 1] == spec.raft_address
+    monkeypatch.setenv(RAFT_TRANSPORT_ENV, "grpc")
+    cluster = LocalCluster(tmp_path / "grpc", 1)
+    assert cluster.nodes["n1"].raft_port == 0
+    assert "--raft-listen" not in cluster.command(cluster.nodes["n1"])
+    based = LocalCluster(tmp_path / "based", 1, base_port=7001, raft_link=True).nodes["n1"]
+    assert based.raft_address == "127.0.0.1:7201"
