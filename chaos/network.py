@@ -1,4 +1,6 @@
-"""The chaos network: one Toxiproxy proxy per directed node-to-node link, and the node dial maps.
+"""The chaos network: one Toxiproxy proxy per directed node-to-node link (two where the target has
+a raw Raft port: its gRPC port's and its Raft port's, cut and slowed together), and the node
+dial maps.
 
 `ChaosNetwork.attach(cluster)` must run before the nodes start: it starts our Toxiproxy server
 (`python -m chaos.toxiproxy`, its own process so that the workload's threads do not slow the
@@ -24,7 +26,7 @@ from typing import Any
 
 import requests
 
-from chaos.topology import LocalPorts, Rendering, Topology, render_local
+from chaos.topology import LocalPorts, Rendering, Topology, raft_proxy_name, render_local
 from cluster.local import LocalCluster, free_port
 
 __all__ = ["ChaosNetwork", "NetworkError"]
@@ -50,11 +52,18 @@ class ChaosNetwork:
     def attach(self, cluster: LocalCluster) -> None:
         topology = Topology(len(cluster.nodes), len(cluster.controller_ids))
         api_port = free_port("127.0.0.1")
+        raft = {n: spec.raft_port for n, spec in cluster.nodes.items() if spec.raft_port}
         ports = LocalPorts(
             grpc={n: spec.port for n, spec in cluster.nodes.items()},
             control={n: spec.control_port for n, spec in cluster.nodes.items()},
             proxies={link.proxy_name: free_port("127.0.0.1") for link in topology.links},
             toxiproxy_api=api_port,
+            raft=raft,
+            raft_proxies={
+                raft_proxy_name(link): free_port("127.0.0.1")
+                for link in topology.links
+                if link.target in raft
+            },
         )
         self.rendering = render_local(topology, ports)
         self._start_server(api_port)
@@ -102,9 +111,19 @@ class ChaosNetwork:
         assert self.rendering is not None, "attach() first"
         return self.rendering.topology.node_ids
 
+    def _proxies_of(self, source: str, target: str) -> list[str]:
+        """The proxies of the link: to the target's gRPC port, and to its raw Raft port (if it
+        has one: the link's Raft frames cross that one)."""
+        assert self.rendering is not None, "attach() first"
+        return [
+            p.name
+            for p in self.rendering.proxies
+            if p.link.source == source and p.link.target == target
+        ]
+
     def set_link(self, source: str, target: str, enabled: bool) -> None:
-        name = f"{source}-to-{target}"
-        self._call("POST", f"/proxies/{name}", {"enabled": enabled})
+        for name in self._proxies_of(source, target):
+            self._call("POST", f"/proxies/{name}", {"enabled": enabled})
         if enabled:
             self.cut.discard((source, target))
         else:
@@ -124,11 +143,11 @@ class ChaosNetwork:
 
     def add_toxic(self, source: str, target: str, kind: str, attributes: dict[str, int], *,
                   toxicity: float = 1.0, stream: str = "downstream") -> None:  # fmt: skip
-        proxy = f"{source}-to-{target}"
         name = f"{kind}-{stream}-{len(self.toxics)}"
         body = {"name": name, "type": kind, "stream": stream, "toxicity": toxicity}
-        self._call("POST", f"/proxies/{proxy}/toxics", {**body, "attributes": attributes})
-        self.toxics.append((proxy, name))
+        for proxy in self._proxies_of(source, target):
+            self._call("POST", f"/proxies/{proxy}/toxics", {**body, "attributes": attributes})
+            self.toxics.append((proxy, name))
 
     def heal(self) -> None:
         """Removes every toxic and re-enables every link (idempotent)."""

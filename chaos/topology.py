@@ -7,13 +7,15 @@ pair of distinct nodes. A `Rendering` puts it on concrete addresses:
 - `render_local(topology, ports)`: node i on 127.0.0.i with ports the caller found free (the
   harness's convention), Toxiproxy (ours or the real one) and its proxies on 127.0.0.1;
 - `render_compose(topology)`: node i is compose service `n<i>` with gRPC port 7000+i, control plane
-  7100+i and metrics 9100+i; the Toxiproxy service is `toxiproxy`, the proxy of link i->j listens
-  on port 20000+100*i+j.
+  7100+i, raw Raft port 7200+i and metrics 9100+i; the Toxiproxy service is `toxiproxy`, the proxy
+  of link i->j listens on port 20000+100*i+j, and that of its Raft port on 30000+100*i+j.
 
 Every rendering keeps these equations (tests/deploy checks them on both):
 
     proxy(a->b).upstream == node(b).advertise
     dial_map(a)[b]       == proxy(a->b).dial                         for every b != a
+    raft_proxy(a->b).upstream == node(b).raft_dial, dial_map(a)[b/raft] == raft_proxy(a->b).dial
+                                                          for every b != a with a raft port
     controllers_arg      == ",".join(f"{c}={node(c).control}" for c in controller_ids)
     node_args(a)         == the flags LocalCluster passes (--id --listen --data-dir --controllers
                             --join), plus --advertise/--dial-map/--metrics where the rendering has
@@ -54,6 +56,8 @@ GRPC_PORT_BASE = 7000  # compose: node i serves gRPC on 7000+i
 CONTROL_PORT_BASE = 7100  # compose: node i runs the control plane on 7100+i
 METRICS_PORT_BASE = 9100  # compose: node i serves metrics on 9100+i (published on host loopback)
 PROXY_PORT_BASE = 20000  # compose: the proxy of link i->j listens on 20000 + 100*i + j
+RAFT_PORT_BASE = 7200  # compose: node i takes peers' Raft frames on 7200+i (cluster/raft_link.py)
+RAFT_PROXY_PORT_BASE = 30000  # compose: the proxy of link i->j's Raft port: 30000 + 100*i + j
 TOXIPROXY_API_PORT = 8474
 MAX_NODES = 99  # two decimal digits per node number in a proxy port
 
@@ -76,6 +80,11 @@ CA_DIR = "/ca"  # the `ca` volume: the CA's key too, mounted by the `certs` step
 CLIENT_CERT = "admin"  # the client certificate the `client` service presents (a superuser)
 SECRET = "${FLOTILLA_CLUSTER_SECRET:?set FLOTILLA_CLUSTER_SECRET to a long random string, the same for every node}"
 CHAOS_ARGS = ("--nemesis", "partition-random,kill-leader", "--duration", "60", "--seed", "7")
+
+
+def raft_proxy_name(link: Link) -> str:
+    """The name of the proxy of `link` to its target's raw Raft port."""
+    return f"{link.proxy_name}-raft"
 
 
 class TopologyError(ValueError):
@@ -136,6 +145,12 @@ class NodeEndpoints:
     advertise: str  # HOST:PORT where peers, clients and proxy upstreams reach it
     control: str  # control-plane HOST:PORT (pysyncobj binds it and peers dial it)
     metrics: str  # HOST:PORT of the Prometheus endpoint; "" = off
+    raft: str = ""  # HOST:PORT of the raw Raft listener (cluster/raft_link.py); "" = none
+    raft_advertise: str = ""  # HOST:PORT where peers and proxies reach it; "" = `raft`
+
+    @property
+    def raft_dial(self) -> str:
+        return self.raft_advertise or self.raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +158,13 @@ class ProxyEndpoints:
     link: Link
     listen: str  # HOST:PORT Toxiproxy binds for this proxy
     dial: str  # HOST:PORT the link's source dials to reach it
-    upstream: str  # the target's advertised gRPC address
+    upstream: str  # the target's advertised gRPC address (raft: its raft address)
+    raft: bool = False  # the proxy of the target's raw Raft port, not of its gRPC port
+
+    @property
+    def name(self) -> str:
+        """The Toxiproxy proxy's name: `n1-to-n2`, and `n1-to-n2-raft` for the Raft port's."""
+        return raft_proxy_name(self.link) if self.raft else self.link.proxy_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +179,7 @@ class Rendering:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def proxy(self, source: str, target: str) -> ProxyEndpoints:
-        found = [p for p in self.proxies if p.link == Link(source, target)]
+        found = [p for p in self.proxies if p.link == Link(source, target) and not p.raft]
         if not found:
             raise TopologyError(f"no link {source}->{target} in {list(self.topology.node_ids)}")
         return found[0]
@@ -172,17 +193,22 @@ class Rendering:
         return tuple(n.advertise for n in self.nodes if n.node_id != node_id)
 
     def dial_map(self, node_id: str) -> dict[str, str]:
-        """peer id -> the proxy of the link from `node_id` to that peer (cluster/dialmap.py)."""
-        return {
+        """peer id -> the proxy of the link from `node_id` to that peer (cluster/dialmap.py),
+        and `<peer id>/raft` -> the proxy of the link to its raw Raft port, where it has one."""
+        routes = {
             peer: self.proxy(node_id, peer).dial
             for peer in self.topology.node_ids
             if peer != node_id
         }
+        for proxy in self.proxies:
+            if proxy.raft and proxy.link.source == node_id:
+                routes[f"{proxy.link.target}/raft"] = proxy.dial
+        return routes
 
     def populate(self) -> list[dict[str, Any]]:
         """The body of Toxiproxy's `POST /populate`: one enabled proxy per directed link."""
         return [
-            {"name": p.link.proxy_name, "listen": p.listen, "upstream": p.upstream, "enabled": True}
+            {"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": True}
             for p in self.proxies
         ]
 
@@ -196,6 +222,10 @@ class Rendering:
         seeds = self.seeds(node_id)
         if seeds:
             args += ["--join", *seeds]
+        if node.raft:
+            args += ["--raft-listen", node.raft]
+            if node.raft_dial != node.raft:
+                args += ["--raft-advertise", node.raft_dial]
         if dial_map_path:
             args += ["--dial-map", dial_map_path]
         if node.metrics:
@@ -214,6 +244,9 @@ class LocalPorts:
     proxies: Mapping[str, int]  # Link.proxy_name -> proxy port
     toxiproxy_api: int
     metrics: Mapping[str, int] = field(default_factory=dict)  # node id -> port; absent: off
+    raft: Mapping[str, int] = field(default_factory=dict)  # node id -> raw Raft port; absent: none
+    # raft_proxy_name(link) -> proxy port, for each link whose target has a raft port
+    raft_proxies: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def allocate(cls, topology: Topology, free_port: Callable[[str], int]) -> LocalPorts:
@@ -224,6 +257,8 @@ class LocalPorts:
             control={node_id: free_port(host) for node_id, host in hosts.items()},
             proxies={link.proxy_name: free_port("127.0.0.1") for link in topology.links},
             toxiproxy_api=free_port("127.0.0.1"),
+            raft={node_id: free_port(host) for node_id, host in hosts.items()},
+            raft_proxies={raft_proxy_name(k): free_port("127.0.0.1") for k in topology.links},
         )
 
 
@@ -253,16 +288,24 @@ def render_local(topology: Topology, ports: LocalPorts) -> Rendering:
         host = local_host(topology.number(node_id))
         address = f"{host}:{ports.grpc[node_id]}"
         metrics = f"{host}:{ports.metrics[node_id]}" if node_id in ports.metrics else ""
-        nodes.append(
-            NodeEndpoints(node_id, address, address, f"{host}:{ports.control[node_id]}", metrics)
-        )
+        raft = f"{host}:{ports.raft[node_id]}" if node_id in ports.raft else ""
+        control = f"{host}:{ports.control[node_id]}"
+        nodes.append(NodeEndpoints(node_id, address, address, control, metrics, raft))
     by_id = {node.node_id: node for node in nodes}
-    proxies = tuple(
+    proxies = [
         ProxyEndpoints(link, address, address, by_id[link.target].advertise)
         for link in topology.links
         for address in [f"127.0.0.1:{ports.proxies[link.proxy_name]}"]
-    )
-    return Rendering(topology, tuple(nodes), proxies, f"127.0.0.1:{ports.toxiproxy_api}")
+    ]
+    for link in topology.links:  # a raft port's links get proxies of their own
+        if by_id[link.target].raft:
+            port = ports.raft_proxies.get(raft_proxy_name(link))
+            if port is None:
+                raise TopologyError(f"LocalPorts lacks raft_proxies:{raft_proxy_name(link)}")
+            address = f"127.0.0.1:{port}"
+            upstream = by_id[link.target].raft_dial
+            proxies.append(ProxyEndpoints(link, address, address, upstream, True))
+    return Rendering(topology, tuple(nodes), tuple(proxies), f"127.0.0.1:{ports.toxiproxy_api}")
 
 
 def render_compose(topology: Topology) -> Rendering:
@@ -273,6 +316,8 @@ def render_compose(topology: Topology) -> Rendering:
             advertise=f"{node_id}:{GRPC_PORT_BASE + number}",
             control=f"{node_id}:{CONTROL_PORT_BASE + number}",
             metrics=f"0.0.0.0:{METRICS_PORT_BASE + number}",
+            raft=f"0.0.0.0:{RAFT_PORT_BASE + number}",
+            raft_advertise=f"{node_id}:{RAFT_PORT_BASE + number}",
         )
         for node_id in topology.node_ids
         for number in [topology.number(node_id)]
@@ -286,6 +331,11 @@ def render_compose(topology: Topology) -> Rendering:
                 link, f"0.0.0.0:{port}", f"toxiproxy:{port}", by_id[link.target].advertise
             )
         )
+    for link in topology.links:
+        number = 100 * topology.number(link.source) + topology.number(link.target)
+        port = RAFT_PROXY_PORT_BASE + number
+        upstream = by_id[link.target].raft_dial
+        proxies.append(ProxyEndpoints(link, f"0.0.0.0:{port}", f"toxiproxy:{port}", upstream, True))
     return Rendering(topology, nodes, tuple(proxies), f"toxiproxy:{TOXIPROXY_API_PORT}")
 
 

@@ -64,6 +64,12 @@ class NodeConfig:
     weight: float = 1.0  # placement weight (relative capacity), > 0
     rack: str = ""  # failure domain for rack-aware placement
     dial_map: str = ""  # JSON file {member id: HOST:PORT to dial}, re-read when it changes
+    # HOST:PORT of the raw TCP listener for peers' Raft frames (cluster/raft_link.py), a second
+    # port beside `listen`; empty: none, peers send this node Raft over the gRPC port as before
+    raft_listen: str = ""
+    # HOST:PORT peers dial for Raft frames, advertised in gossip; default: `raft_listen`, or
+    # when that binds every interface (0.0.0.0, ::), the host of `advertise` with its port
+    raft_advertise: str = ""
     metrics: str = ""  # HOST:PORT of the Prometheus text endpoint; empty: off
     # serve metrics on a non-loopback host (plain HTTP, read-only, no authentication: what a
     # Prometheus scrape expects); refused otherwise, unless `insecure`
@@ -151,6 +157,16 @@ class NodeConfig:
         return self.advertise or self.listen
 
     @property
+    def raft_advertised(self) -> str:
+        """Where peers send Raft frames over TCP ("": over the gRPC port)."""
+        if not self.raft_listen or self.raft_advertise:
+            return self.raft_advertise
+        host, _, port = self.raft_listen.rpartition(":")
+        if host in ("0.0.0.0", "::", "[::]"):
+            return f"{self.advertised.rpartition(':')[0]}:{port}"
+        return self.raft_listen
+
+    @property
     def is_controller(self) -> bool:
         return self.node_id in self.controllers
 
@@ -169,6 +185,15 @@ class NodeConfig:
             parse_address(self.advertise, "advertise")
         for seed in self.join:
             parse_address(seed, "join")
+        if self.raft_listen:
+            parse_address(self.raft_listen, "raft_listen")
+        if self.raft_advertise:
+            if not self.raft_listen:
+                raise ConfigError(
+                    f"raft_advertise={self.raft_advertise!r} needs raft_listen: give the address "
+                    "the raw Raft listener binds, or neither"
+                )
+            parse_address(self.raft_advertise, "raft_advertise")
         if self.metrics:
             parse_address(self.metrics, "metrics")
         if not self.weight > 0:
@@ -274,7 +299,11 @@ class NodeConfig:
                     "[A-Za-z0-9._-]"
                 )
         if not given and not self.insecure:
-            for name, address in (("listen", self.listen), ("advertise", self.advertised)):
+            addresses = [("listen", self.listen), ("advertise", self.advertised)]
+            if self.raft_listen:
+                addresses += [("raft_listen", self.raft_listen)]
+                addresses += [("raft_advertise", self.raft_advertised)]
+            for name, address in addresses:
                 host = parse_address(address, name)[0]
                 if not is_loopback(host):
                     raise ConfigError(

@@ -1,7 +1,10 @@
 """The dial map: member id -> the address to dial, overriding advertised addresses.
 
-A chaos run writes a JSON object `{"<member id>": "host:port"}` so that every directed link goes
-through its own Toxiproxy proxy. The file is re-read when its modification time or size changes
+A chaos run writes a JSON object `{"<member id>": "host:port", "<member id>/raft": "host:port"}`
+so that every directed link goes through its own Toxiproxy proxy: `<id>` for the member's gRPC
+port, `<id>/raft` for its raw Raft port (`cluster.raft_link`). A file naming `<id>` without
+`<id>/raft` (written before raft ports existed) sends Raft to that member over the gRPC address
+it names (`PeerTransport.raft_route`), so its proxy still cuts Raft. The file is re-read when its modification time or size changes
 (looked at no more than every `RECHECK_S`: the transport asks before every frame it writes);
 members absent from it are dialled at their advertised address. A malformed file is reported and
 the previous map kept, so a half-written file never breaks routing.
@@ -13,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from cluster.config import ConfigError, parse_address
 
@@ -46,6 +49,11 @@ class DialMap:
     def routes(self) -> dict[str, str]:
         self._refresh()
         return dict(self._routes)
+
+    def routes_view(self) -> Mapping[str, str]:
+        """The routes, not copied (read them, never change them): asked before every frame."""
+        self._refresh()
+        return self._routes
 
     def _refresh(self) -> None:
         if not self.path:

@@ -82,6 +82,12 @@ class GossipHost:
         member = self.swim.member(member_id)
         return member.address if member is not None else None
 
+    def raft_address_of(self, member_id: str) -> str | None:
+        """Where `member_id` takes Raft frames over raw TCP (None: unknown, or it takes them
+        over its gRPC port only)."""
+        member = self.swim.member(member_id)
+        return (member.raft_address or None) if member is not None else None
+
     def receive(self, packet: peer_pb2.SwimPacket) -> None:
         try:
             message = decode(packet.payload)
@@ -144,6 +150,8 @@ def _log_event(change: MembershipEvent) -> None:
     fields: dict[str, object] = {"member": member.id, "address": member.address}
     if change.kind is EventKind.JOIN:
         fields.update(rack=member.rack, weight=member.weight, version=member.version)
+        if member.raft_address:
+            fields.update(raft_address=member.raft_address)
     if change.declared_by:
         fields["declared_by"] = change.declared_by
     level = logging.WARNING if change.kind is EventKind.DEAD else logging.INFO

@@ -10,6 +10,12 @@ TLS (`tls=True`): a CA in `<root>/certs`, a node certificate per node (also nami
 `cluster.tls` holds the paths a client needs (`ca`, `cert`, `key`) and `cluster.tls_dir` the
 directory (issue more with `cluster.certs.issue_client(cluster.tls_dir, name)`). The cluster's
 own health and status calls use the admin certificate.
+
+Raft between the nodes: each node also listens for peers' Raft frames on a raw TCP port of its
+own (`--raft-listen`, `cluster.raft_link`; base_port + 200 with a `base_port`, else a free
+port). `FLOTILLA_RAFT_TRANSPORT=grpc` in the environment (or `raft_link=False`) starts the nodes
+without it: Raft then rides the gRPC port, as before raft ports existed (benchmarks compare the
+two in one run).
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ _PORTS_BELOW_EPHEMERAL = (20_000, 32_768)  # Linux hands out 32768-60999 to outg
 # that start clusters side by side (the suite's parallel workers, tests/conftest.py) each take
 # a range of their own, since the ports handed out below are remembered per process only
 PORTS_ENV = "FLOTILLA_LOCAL_PORTS"
+# "grpc": local nodes get no raft port (Raft over the gRPC stream); unset or "tcp": they do
+RAFT_TRANSPORT_ENV = "FLOTILLA_RAFT_TRANSPORT"
+RAFT_PORT_OFFSET = 200  # with a base port: a node's raft port (its control plane's is + 100)
 # ports handed out on any host: a port is handed out once per process, whatever the host. Each
 # server binds its own host:port (controllers too, since pysyncobj is given its bind address), so
 # once per host would do; once overall is as cheap and leaves no port to two servers of one host
@@ -102,6 +111,7 @@ class NodeSpec:
     control_port: int
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    raft_port: int = 0  # the raw Raft listener's (0: none)
     env: dict[str, str] = field(default_factory=dict)  # over the cluster's (e.g. another secret)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
@@ -109,6 +119,10 @@ class NodeSpec:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}" if self.raft_port else ""
 
 
 class LocalCluster:
@@ -123,11 +137,17 @@ class LocalCluster:
         config_text: str = "",
         base_port: int = 0,
         tls: bool = False,
+        raft_link: bool | None = None,
     ) -> None:
         """`base_port`: 0 picks free ports; otherwise node i listens on 127.0.0.i:base_port and
         its control plane on 127.0.0.i:base_port+100 (each node has its own address).
-        `tls`: nodes run with TLS (mutual), certificates made under `<root>/certs`."""
+        `tls`: nodes run with TLS (mutual), certificates made under `<root>/certs`.
+        `raft_link`: nodes take Raft on a raw TCP port (default: unless
+        FLOTILLA_RAFT_TRANSPORT=grpc)."""
         self.base_port = base_port
+        if raft_link is None:
+            raft_link = os.environ.get(RAFT_TRANSPORT_ENV, "tcp") != "grpc"
+        self.raft_link = raft_link
         self.tls_dir: Path | None = None
         self.tls: CertPaths | None = None  # the admin client's: what a client connects with
         self.root = Path(root)
@@ -161,6 +181,10 @@ class LocalCluster:
         else:
             ports = (free_port(host), free_port(host))
         spec = NodeSpec(f"n{number}", host, *ports, self.root / f"n{number}")
+        if self.raft_link:
+            spec.raft_port = (
+                self.base_port + RAFT_PORT_OFFSET if self.base_port else free_port(host)
+            )
         self.nodes[spec.node_id] = spec
         if self.tls_dir is not None:
             issue_node(self.tls_dir, spec.node_id, hosts=(host,))
@@ -208,6 +232,8 @@ class LocalCluster:
         seeds = [s.address for s in self.nodes.values() if s is not spec]
         if seeds:
             args += ["--join", *seeds]
+        if spec.raft_port:
+            args += ["--raft-listen", spec.raft_address]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
         paths = self.node_tls(spec.node_id)

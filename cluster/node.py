@@ -67,6 +67,7 @@ from cluster.partitions import PartitionManager
 from cluster.peer_auth import PeerAuth
 from cluster.peer_service import PeerService
 from cluster.placement import Candidate
+from cluster.raft_link import RaftLinkServer
 from cluster.replica import Replica
 from cluster.retention import apply_timer_retention
 from cluster.service import ClientService
@@ -119,7 +120,9 @@ class Node:
             TransportLimits(max_message_bytes=config.max_message_bytes),
             sign=self.peer_auth.sign_call,
             tls=self.tls,
+            advertised_raft=lambda member_id: self.gossip.raft_address_of(member_id),  # noqa: PLW0108 (built later)
         )
+        self.raft_link: RaftLinkServer | None = None  # the raw Raft listener (`raft_listen`)
         os.makedirs(config.data_dir, exist_ok=True)
         # before anything under data_dir is opened: one data directory, one process
         self.data_dir_lock = DataDirLock(config.data_dir)
@@ -148,7 +151,10 @@ class Node:
             max_batch_bytes=config.max_batch_bytes,
             fsync=FsyncPolicy.parse(config.fsync),
         )
-        member = Member(config.node_id, config.advertised, config.weight, config.rack, VERSION)
+        member = Member(
+            config.node_id, config.advertised, config.weight, config.rack, VERSION,
+            raft_address=config.raft_advertised,
+        )  # fmt: skip
         swim = SwimConfig.lan(tick_ms=config.swim_tick_ms)
         ticker = LoopTicker(swim.tick_ms / 1000)
         self.gossip = GossipHost(
@@ -364,6 +370,16 @@ class Node:
                 "the client API; give tls_ca, tls_cert, tls_key to protect it",
             )  # fmt: skip
         await self.server.start()
+        if config.raft_listen:
+            self.raft_link = RaftLinkServer(
+                config.node_id, self.peer_auth, self.multiraft.deliver,
+                self.transport.heard_from, self.transport.inbox, config.max_message_bytes,
+                self.transport.tls_contexts,
+            )  # fmt: skip
+            try:
+                await self.raft_link.start(config.raft_listen)
+            except OSError as error:
+                raise AddressInUse("raft", config.raft_listen, error.strerror or "") from None
         if self.tls is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(self._watch_tls()))
         self.multiraft.on_disk = self.metrics.observe_round
@@ -448,6 +464,8 @@ class Node:
                 await task
         if self.server is not None:
             await self.server.stop(grace=0.5 if graceful else 0)
+        if self.raft_link is not None:
+            await self.raft_link.close()
         await self.groups.stop()
         await self.timers.stop()
         await self.gossip.stop()

@@ -37,7 +37,7 @@ import grpc
 
 from cluster.errors import ClusterError
 from cluster.logs import event
-from cluster.tls import caller_certificate
+from cluster.tls import CertIdentity, caller_certificate
 from proto import peer_pb2
 
 __all__ = ["PEER_KEY", "PeerAuth", "PeerAuthError", "source_host"]
@@ -217,9 +217,14 @@ class PeerAuth:
             raise
 
     def _check_certificate(self, context: grpc.aio.ServicerContext, node_id: str) -> None:
+        if self.require_node_certificate:
+            self.check_identity(caller_certificate(context), node_id)
+
+    def check_identity(self, identity: CertIdentity | None, node_id: str) -> None:
+        """With mutual TLS: PeerAuthError unless `identity` (the certificate the caller
+        presented) is node `node_id`'s."""
         if not self.require_node_certificate:
             return
-        identity = caller_certificate(context)
         if identity is None:
             raise PeerAuthError(f"a call claiming node {node_id!r} presented no certificate")
         if identity.kind != "node" or identity.name != node_id:

@@ -104,6 +104,8 @@ def _resolve(flag: str, address: str) -> tuple[str, int, frozenset[str]]:
 def check_addresses(config: NodeConfig) -> None:
     """Raises `ConfigError` or `AddressInUse` (see the module docstring)."""
     wanted = [("listen", config.listen, "gRPC")]
+    if config.raft_listen:
+        wanted.append(("raft_listen", config.raft_listen, "raft"))
     if config.metrics:
         wanted.append(("metrics", config.metrics, "metrics"))
     if config.is_controller:

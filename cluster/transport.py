@@ -1,34 +1,37 @@
-"""Node-to-node transport over the one gRPC port: Raft batches on a stream per ordered node pair,
-SWIM packets as unary calls.
+"""Node-to-node transport: Raft batches on one connection per ordered node pair (a raw TCP link
+to the peer's `raft_listen` port, `cluster.raft_link`, or else a gRPC stream on its one port),
+SWIM packets as unary gRPC calls.
 
 Raft: `send_raft(to, group, parts)` queues an encoded message (its pieces: an AppendRequest's
 entry data are pieces of their own); one sender task per destination drains its queue into one
 frame (cluster/frames.py: messages of many groups, up to `max_batch_bytes`, joined with the one
-copy of their bytes) and writes it, already serialized, to a long-lived client stream. A broken
-stream is re-dialled with backoff, cut short by `heard_from` (the peer has just reached us: a
-restarted peer hears from its leader at once, not a backoff later); messages queued meanwhile
+copy of their bytes) and writes it, already serialized, to a long-lived connection. A broken
+connection is re-dialled with backoff, cut short by `heard_from` (the peer has just reached us:
+a restarted peer hears from its leader at once, not a backoff later); messages queued meanwhile
 are dropped once the queue passes its bound — Raft retries by itself, so loss is safe and
-memory stays bounded. The address dialled comes from the dial map when it names the
-member (chaos runs route each directed link through its own proxy), else the advertised address;
-a changed address re-dials.
+memory stays bounded.
 
-Receiving: each frame's messages go to the host's inbox (`MultiRaft.deliver`) as views into the
-frame, so a frame lives until the driver's next round takes it. `InboxBudget` bounds those bytes
-(`max_inbox_bytes`): a frame arriving past it is dropped, not held back. Dropping, because Raft
-recovers from lost messages by itself (a leader resends what a follower lacks, a candidate asks
-again at its next election timeout) and a full inbox means the driver is behind (a slow fsync),
-when queued messages age fastest; holding the stream back instead would stall every group's
-heartbeats on it behind the backlog and still leave gRPC's window of bytes buffered.
+Routes (`raft_route`), looked at before every frame (a changed route re-dials):
+- the dial map names `<id>/raft`: a raw link to that address (chaos proxies of the raft port);
+- else the dial map names `<id>`: the gRPC stream to that address, even when the peer has a raft
+  port (a dial map that predates raft ports routes every link through its proxy: bypassing it
+  would let Raft cross a chaos partition);
+- else the peer advertises a raft address (gossip, `Member.raft_address`): a raw link to it;
+- else the gRPC stream to its advertised address (a peer of an earlier release, or one without
+  `raft_listen`).
+
+Receiving: `cluster.raft_inbox` (`serve_raft_stream`, `InboxBudget`), for both kinds of
+connection: the gRPC stream's (`cluster.peer_service`) and the raw link's (`cluster.raft_link`).
 
 Guarantees: per destination, messages are delivered in the order queued or not at all (one
-stream, one writer). Nothing is retried by the transport.
+connection, one writer). Nothing is retried by the transport.
 
 Security (`cluster.peer_channel`): every channel signs every call with the node's
 `flotilla-peer` proof (`sign`), and is TLS with the node's certificate when the node has one
 (`tls`); after the certificate is reloaded `renew_channels` dials afresh, so new connections
-present the new certificate. The receiving side (`cluster.peer_service`) checks a Raft stream's
-proof once, at open, and then only that each frame's sender is the node proven
-(`serve_raft_stream`'s `sender`).
+present the new certificate. A raw link carries the same proof in its hello, over TLS with the
+same certificate. The receiving side checks a connection's proof once, at open, and then only
+that each frame's sender is the node proven (`serve_raft_stream`'s `sender`).
 """
 
 from __future__ import annotations
@@ -39,20 +42,45 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import grpc
 
 from cluster.dialmap import DialMap
-from cluster.frames import FrameError, encode_frame, parse_frame
+from cluster.frames import encode_frame
 from cluster.peer_channel import dial
+from cluster.raft_inbox import InboxBudget, RaftHandler, serve_raft_stream
+from cluster.raft_link import TlsContexts, open_link
 from cluster.tls import TlsReloader
 from proto import peer_pb2, peer_pb2_grpc
 
-__all__ = ["InboxBudget", "PeerTransport", "TransportLimits", "channel_options", "server_options"]
+__all__ = [
+    "InboxBudget",
+    "PeerTransport",
+    "RaftHandler",
+    "RaftRoute",
+    "TransportLimits",
+    "channel_options",
+    "serve_raft_stream",
+    "server_options",
+]
 
 log = logging.getLogger("flotilla.transport")
 
-RaftHandler = Callable[[str, list[tuple[str, bytes | memoryview]]], None]
+# how a destination's Raft frames travel, and to which address
+RaftRoute = tuple[Literal["tcp", "grpc"], str]
+
+
+class _Connection(Protocol):
+    """One sender's connection: a gRPC stream call or a raw link (`cluster.raft_link`)."""
+
+    def done(self) -> bool: ...
+
+    async def write(self, frame: bytes) -> object: ...
+
+    def cancel(self) -> object: ...
+
+
 _RAFT_METHOD = "/flotilla.v1.Peer/Raft"
 
 
@@ -112,30 +140,6 @@ def server_options(
     ]
 
 
-class InboxBudget:
-    """Bytes of received Raft frames handed to the host and not yet taken by its driver:
-
-    bytes <= max_bytes, or bytes is one frame (a frame larger than the budget still passes
-    when nothing else waits, or it could never be delivered)
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.dropped = 0  # frames dropped, since the start
-
-    def admit(self, size: int) -> bool:
-        if self.bytes and self.bytes + size > self.max_bytes:
-            self.dropped += 1
-            return False
-        self.bytes += size
-        return True
-
-    def taken(self) -> None:
-        """The driver has taken every frame delivered so far (`MultiRaft.on_inputs_taken`)."""
-        self.bytes = 0
-
-
 class _Outbox:
     """Pending messages for one destination and the task that sends them."""
 
@@ -159,11 +163,15 @@ class PeerTransport:
         *,
         sign: Callable[[], str] | None = None,
         tls: TlsReloader | None = None,
+        advertised_raft: Callable[[str], str | None] = lambda member_id: None,
     ) -> None:
-        """`sign`: the node's call proof (`PeerAuth.sign_call`); `tls`: its certificate."""
+        """`sign`: the node's call proof (`PeerAuth.sign_call`); `tls`: its certificate;
+        `advertised_raft`: a member's raft address (None: it takes Raft over gRPC only)."""
         self.self_id = self_id
         self.sign = sign
         self.tls = tls
+        self.tls_contexts = None if tls is None else TlsContexts(tls)
+        self.advertised_raft = advertised_raft
         self._retiring: set[asyncio.Task[None]] = set()
         self.dial_map = dial_map
         self.advertised = advertised
@@ -179,6 +187,20 @@ class PeerTransport:
         advertised = self.advertised(member_id)
         routed = self.dial_map.address_for(member_id, advertised or "")
         return routed or None
+
+    def raft_route(self, member_id: str) -> RaftRoute | None:
+        """How Raft frames for `member_id` travel now (see the module docstring); None: no
+        address known."""
+        routes = self.dial_map.routes_view()
+        routed = routes.get(f"{member_id}/raft")
+        if routed:
+            return ("tcp", routed)
+        if member_id not in routes:
+            raft_address = self.advertised_raft(member_id)
+            if raft_address:
+                return ("tcp", raft_address)
+        address = self.address_of(member_id)
+        return ("grpc", address) if address else None
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
@@ -239,34 +261,39 @@ class PeerTransport:
     async def _sender(self, to: str, outbox: _Outbox) -> None:
         backoff = self.limits.reconnect_initial_s
         while not self._closed:
-            address = self.address_of(to)
-            if address is None:
+            route = self.raft_route(to)
+            if route is None:
                 await asyncio.sleep(backoff)
                 outbox.queue.clear()
                 outbox.bytes = 0
                 continue
-            call = None
+            connection: _Connection | None = None
             try:
-                call = self._open_stream(address)
                 while not self._closed:
                     await outbox.ready.wait()
-                    if self.address_of(to) != address:
-                        break  # the dial map changed: re-dial
-                    if call.done():  # it ended while idle (the peer restarted, or is down):
-                        call = self._open_stream(address)  # a new one, for the queued messages
-                    await call.write(self._take_frame(to, outbox))
+                    if self.raft_route(to) != route:
+                        break  # the dial map or the advertised address changed: re-dial
+                    # none yet, or it ended while idle (the peer restarted, or is down): a new
+                    # one, for the queued messages
+                    if connection is None or connection.done():
+                        if connection is not None:
+                            connection.cancel()
+                        connection = None
+                        connection = await self._connect(route, to)
+                    await connection.write(self._take_frame(to, outbox))
                     backoff = self.limits.reconnect_initial_s
                     outbox.failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # any failure: drop the stream and dial again
+            except Exception as error:  # any failure: drop the connection and dial again
                 outbox.failures += 1
                 level = logging.INFO if outbox.failures == 1 else logging.DEBUG
-                log.log(level, "raft stream to %s (%s) broke: %s", to, address, _brief(error))
+                kind, address = route
+                log.log(level, "raft %s to %s (%s) broke: %s", kind, to, address, _brief(error))
             finally:
-                if call is not None:
-                    call.cancel()
-            # messages queued while the stream was down are stale; Raft resends what matters
+                if connection is not None:
+                    connection.cancel()
+            # messages queued while the connection was down are stale; Raft resends what matters
             outbox.queue.clear()
             outbox.bytes = 0
             outbox.ready.clear()
@@ -277,13 +304,22 @@ class PeerTransport:
                 backoff = min(backoff * 2, self.limits.reconnect_max_s)
             else:  # the peer is back: dial now, on a channel not waiting out its own backoff
                 backoff = self.limits.reconnect_initial_s
-                await self._renew_channel(address)
+                if route[0] == "grpc":
+                    await self._renew_channel(route[1])
+
+    async def _connect(self, route: RaftRoute, to: str) -> _Connection:
+        kind, address = route
+        if kind == "grpc":
+            return self._open_stream(address)
+        proof = self.sign() if self.sign is not None else ""
+        return await open_link(address, self.self_id, to, proof, self.tls_contexts)
 
     def _open_stream(self, address: str) -> grpc.aio.StreamStreamCall:
         # frames are written already serialized (request_serializer=None: bytes as-is)
-        return self.channel(address).stream_stream(
+        call: grpc.aio.StreamStreamCall = self.channel(address).stream_stream(
             _RAFT_METHOD, response_deserializer=peer_pb2.RaftAck.FromString
         )()
+        return call
 
     def heard_from(self, member_id: str) -> None:
         """`member_id` has just reached this node (a new Raft stream, a SWIM packet): if the
@@ -326,61 +362,6 @@ class PeerTransport:
         self._channels.clear()
         for retiring in list(self._retiring):
             retiring.cancel()
-
-
-async def serve_raft_stream(
-    requests: AsyncIterator[bytes],
-    self_id: str,
-    handler: RaftHandler,
-    opened: Callable[[str], None] = lambda sender: None,
-    inbox: InboxBudget | None = None,
-    sender: str | None = None,
-) -> str | None:
-    """The server side of `Peer.Raft`: hands each frame's messages to `handler(from, messages)`
-    (payloads are views into the received bytes), and the sender of its first frame to
-    `opened` (a new stream: the peer may have restarted). A malformed frame is dropped and
-    logged, and so is a frame past the `inbox` budget (logged once per stream).
-
-    `sender`: the node the stream's caller proved to be (`cluster.peer_auth`). A frame from
-    anyone else ends the stream, delivering nothing of it: the return value is that frame's
-    claimed sender (None: the stream ended normally)."""
-    proven = sender
-    opened_once = False  # `opened` called
-    over_budget = 0
-    async for data in requests:
-        if inbox is not None and not inbox.admit(len(data)):
-            over_budget += 1
-            level = logging.WARNING if over_budget == 1 else logging.DEBUG
-            log.log(
-                level,
-                "dropped a raft frame of %d bytes: %d bytes received wait for the driver, "
-                "max_inbox_bytes=%d (%d dropped on this stream)",
-                len(data),
-                inbox.bytes,
-                inbox.max_bytes,
-                over_budget,
-            )
-            continue
-        try:
-            frame = parse_frame(data)
-        except FrameError as error:
-            log.warning("dropped a malformed raft frame (%d bytes): %s", len(data), error)
-            continue
-        if frame.to_node != self_id:
-            log.warning(
-                "dropped a raft frame for %r from %r (this is %r)",
-                frame.to_node,
-                frame.from_node,
-                self_id,
-            )
-            continue
-        if proven is not None and frame.from_node != proven:
-            return frame.from_node
-        if not opened_once:
-            opened(frame.from_node)
-            opened_once = True
-        handler(frame.from_node, frame.messages)
-    return None
 
 
 def peer_handler(

@@ -57,6 +57,17 @@ def _node_parser(sub: Any) -> None:
         "node (default: with no --join either, a control plane of this node alone on the "
         "--listen port + 100)",
     )
+    node.add_argument(
+        "--raft-listen",
+        metavar="HOST:PORT",
+        help="a second port, raw TCP, for peers' Raft frames (default: none; Raft rides the "
+        "gRPC port)",
+    )
+    node.add_argument(
+        "--raft-advertise",
+        metavar="HOST:PORT",
+        help="where peers dial --raft-listen (default: --raft-listen)",
+    )
     node.add_argument("--weight", type=float, metavar="W", help="placement weight (default: 1.0)")
     node.add_argument("--rack", help="failure domain for rack-aware placement (default: none)")
     node.add_argument(
@@ -163,6 +174,8 @@ def _run_node(args: argparse.Namespace) -> int:
         "listen": args.listen,
         "data_dir": args.data_dir,
         "advertise": args.advertise,
+        "raft_listen": args.raft_listen,
+        "raft_advertise": args.raft_advertise,
         "join": tuple(args.join) if args.join else None,
         "controllers": args.controllers,
         "weight": args.weight,
@@ -277,7 +290,8 @@ def add_server_parsers(sub: Any) -> None:
         type=int,
         default=DEV_BASE_PORT,
         metavar="PORT",
-        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100 (default: %(default)s)",
+        help="node i listens on 127.0.0.i:PORT, its controller on PORT+100, its raft port on "
+        "PORT+200 (default: %(default)s)",
     )
     dev.add_argument(
         "--data-dir",
@@ -310,8 +324,8 @@ def _run_dev(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         print(f"flotilla: --nodes {args.nodes}: use 1..9", file=sys.stderr)
         return 2
-    if not 1 <= args.base_port <= 65535 - 100:
-        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 100}", file=sys.stderr)
+    if not 1 <= args.base_port <= 65535 - 200:
+        print(f"flotilla: --base-port {args.base_port}: use 1..{65535 - 200}", file=sys.stderr)
         return 2
     # the nodes inherit this environment: the client settings this command prints, exported in
     # the shell that runs it again, must not become the nodes' own (FLOTILLA_TLS_CERT is a node's

@@ -1,7 +1,9 @@
 """Compact msgpack encoding of membership messages.
 
 Layout: every message is one msgpack array `[WIRE_VERSION, kind, *fields]` with positional fields
-(no field names on the wire). Members are `[id, address, weight, rack, version]`; updates are
+(no field names on the wire). Members are `[id, address, weight, rack, version]`, where a member
+with a raft address sends `version + "+raft=" + raft_address` as its version: a node of the
+release before it decodes exactly five fields and takes the version as unparsable; updates are
 `[tag, *fields]`; push-pull rows are `[member, state, incarnation]`.
 
 Contracts: `decode(encode(m)) == m` for every message; `decode` accepts only what `encode` can
@@ -26,7 +28,17 @@ from membership.messages import (
     PushPullRequest,
     PushPullResponse,
 )
-from membership.types import Alive, Dead, Leave, Member, MemberRecord, MemberState, Suspect, Update
+from membership.types import (
+    RAFT_ADDRESS_MARK,
+    Alive,
+    Dead,
+    Leave,
+    Member,
+    MemberRecord,
+    MemberState,
+    Suspect,
+    Update,
+)
 
 __all__ = ["WIRE_VERSION", "decode", "encode", "encoded_update_size"]
 
@@ -38,7 +50,10 @@ _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def _member(member: Member) -> list[Any]:
-    return [member.id, member.address, member.weight, member.rack, member.version]
+    version = member.version
+    if member.raft_address:
+        version = f"{version}{RAFT_ADDRESS_MARK}{member.raft_address}"
+    return [member.id, member.address, member.weight, member.rack, version]
 
 
 def _update(update: Update) -> list[Any]:
@@ -142,13 +157,15 @@ def _decode_member(value: Any) -> Member:
     weight = fields[2]
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
         raise CodecError(f"member weight must be a number, got {weight!r}")
+    version, _, raft_address = _str(fields[4], "member version").partition(RAFT_ADDRESS_MARK)
     try:
         return Member(
             id=_str(fields[0], "member id"),
             address=_str(fields[1], "member address"),
             weight=weight,
             rack=_str(fields[3], "member rack"),
-            version=_str(fields[4], "member version"),
+            version=version,
+            raft_address=raft_address,
         )
     except InvalidMember as error:
         raise CodecError(f"bad member: {error}") from error

@@ -62,6 +62,11 @@ class EventKind(enum.Enum):
     DEAD = "dead"
 
 
+# In a member's wire encoding the raft address follows the version after this mark (a node of
+# an earlier release reads exactly five fields per member: membership.codec)
+RAFT_ADDRESS_MARK = "+raft="
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     """Who a member is and where to reach it.
@@ -70,7 +75,10 @@ class Member:
     address: where the host delivers messages for it (non-empty, opaque to the core).
     weight:  relative capacity for weighted rendezvous placement (> 0, finite; default 1.0).
     rack:    failure domain for rack-aware placement ("" when unknown).
-    version: software version the member runs (informational; "" when unknown).
+    version: software version the member runs (informational; "" when unknown; never holds
+             `RAFT_ADDRESS_MARK`, which the wire format uses after it).
+    raft_address: a second address for the member's Raft frames ("": none, use `address`;
+             opaque to the core).
     """
 
     id: str
@@ -78,6 +86,7 @@ class Member:
     weight: float = 1.0
     rack: str = ""
     version: str = ""
+    raft_address: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -101,6 +110,12 @@ class Member:
             raise InvalidMember(
                 f"rack {self.rack!r} / version {self.version!r} of member {self.id!r} "
                 "are not valid: use strings"
+            )
+        if not isinstance(self.raft_address, str) or RAFT_ADDRESS_MARK in self.version:
+            raise InvalidMember(
+                f"raft address {self.raft_address!r} / version {self.version!r} of member "
+                f"{self.id!r} are not valid: use strings, the version without "
+                f"{RAFT_ADDRESS_MARK!r}"
             )
 
 

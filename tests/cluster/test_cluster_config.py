@@ -138,3 +138,32 @@ def test_replication_factor_is_bounded_by_live_members() -> None:
         check_replication_factor(3, 2)
     with pytest.raises(Invalid, match=r"use 1\.\.7"):
         check_replication_factor(0, 3)
+
+
+def test_raft_listen_and_advertise() -> None:
+    base = {"node_id": "n1", "data_dir": "d"}
+    assert NodeConfig.load(environ={}, overrides=base).raft_advertised == ""
+    config = NodeConfig.load(environ={}, overrides={**base, "raft_listen": "127.0.0.1:7201"})
+    assert config.raft_advertised == "127.0.0.1:7201"
+    config = NodeConfig.load(
+        environ={"FLOTILLA_RAFT_ADVERTISE": "127.0.0.2:7201"},
+        overrides={**base, "raft_listen": "127.0.0.1:7201"},
+    )
+    assert config.raft_advertised == "127.0.0.2:7201"
+    with pytest.raises(ConfigError, match="raft_listen='7201' is not HOST:PORT"):
+        NodeConfig.load(environ={}, overrides={**base, "raft_listen": "7201"})
+    with pytest.raises(ConfigError, match=r"raft_advertise=.* needs raft_listen"):
+        NodeConfig.load(environ={}, overrides={**base, "raft_advertise": "127.0.0.1:7201"})
+    with pytest.raises(ConfigError, match=r"raft_listens on 0\.0\.0\.0:7201 without TLS"):
+        NodeConfig.load(environ={}, overrides={**base, "raft_listen": "0.0.0.0:7201"})
+
+
+def test_a_raft_port_on_every_interface_is_advertised_at_the_advertised_host() -> None:
+    config = NodeConfig.load(
+        environ={},
+        overrides={
+            "node_id": "n1", "data_dir": "d", "insecure": True, "listen": "0.0.0.0:7001",
+            "advertise": "10.0.0.5:7001", "raft_listen": "0.0.0.0:7201",
+        },
+    )  # fmt: skip
+    assert config.raft_advertised == "10.0.0.5:7201"

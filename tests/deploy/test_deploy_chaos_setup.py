@@ -68,7 +68,9 @@ def test_setup_creates_every_proxy_then_publishes_the_dial_maps(
     argv += ["--dial-maps", str(maps), "--routes", str(routes)]
     assert chaos_setup.main(argv) == 0
     proxies = requests.get(f"{toxiproxy.url}/proxies", timeout=5).json()
-    assert sorted(proxies) == sorted(link.proxy_name for link in topology.links)
+    # a proxy per directed link to each node's gRPC port, and one to its raw Raft port
+    names = [link.proxy_name for link in topology.links]
+    assert sorted(proxies) == sorted(names + [f"{name}-raft" for name in names])
     body = json.loads(populate.read_text())
     for wanted in body:
         proxy = proxies[wanted["name"]]

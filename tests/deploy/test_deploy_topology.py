@@ -27,13 +27,20 @@ from chaos.topology import (
     TopologyError,
     deploy_files,
     main,
+    raft_proxy_name,
     render_compose,
     render_local,
 )
 from cluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_ONLY_FLAGS = {"--advertise", "--dial-map", "--metrics", "--metrics-public"}
+COMPOSE_ONLY_FLAGS = {
+    "--advertise",
+    "--dial-map",
+    "--metrics",
+    "--metrics-public",
+    "--raft-advertise",
+}
 
 
 # -- reading a deployment as plain data ----------------------------------------------------------
@@ -43,6 +50,8 @@ class Shape:
     controllers: tuple[str, ...]
     joins: Mapping[str, frozenset[str]]  # node -> the ids of the nodes it joins
     routed_links: frozenset[tuple[str, str]]  # (a, b): a reaches b through proxy a->b
+    # (a, b): a reaches b's raw Raft port through the proxy a->b-raft
+    routed_raft_links: frozenset[tuple[str, str]] = frozenset()
 
 
 def parse_flags(command: Sequence[str]) -> dict[str, list[str]]:
@@ -88,8 +97,29 @@ def shape_of(
         problems += [f"{node_id} joins unknown address {seed}" for seed in unknown]
         joins[node_id] = frozenset(by_address[s] for s in f.get("--join", []) if s in by_address)
     routed: set[tuple[str, str]] = set()
+    routed_raft: set[tuple[str, str]] = set()
     by_name = {proxy["name"]: proxy for proxy in proxies}
-    for source, routes in (dial_maps or {}).items():
+    raft_dial = {
+        f["--id"][0]: (f.get("--raft-advertise") or f["--raft-listen"])[0]
+        for f in flags.values()
+        if "--raft-listen" in f
+    }
+    for source, all_routes in (dial_maps or {}).items():
+        routes = {k: v for k, v in all_routes.items() if not k.endswith("/raft")}
+        raft_routes = {k[: -len("/raft")]: v for k, v in all_routes.items() if k.endswith("/raft")}
+        if set(raft_routes) != set(raft_dial) - {source}:
+            problems.append(f"dial map of {source} routes raft ports {sorted(raft_routes)}")
+        for target, dialled in raft_routes.items():
+            proxy = by_name.get(f"{source}-to-{target}-raft")
+            if proxy is None:
+                problems.append(f"no proxy for the raft link {source}->{target}")
+                continue
+            port = proxy["listen"].rpartition(":")[2]
+            expected = f"{dial_host}:{port}" if dial_host else proxy["listen"]
+            if dialled != expected or proxy["upstream"] != raft_dial.get(target):
+                problems.append(f"{source} dials {target}'s raft port at {dialled} via {proxy}")
+            else:
+                routed_raft.add((source, target))
         if set(routes) != set(ids) - {source}:
             problems.append(f"dial map of {source} covers {sorted(routes)}, not every peer")
         for target, dialled in routes.items():
@@ -107,7 +137,7 @@ def shape_of(
                 )
             else:
                 routed.add((source, target))
-    shape = Shape(ids, tuple(c for c, _ in pairs), joins, frozenset(routed))
+    shape = Shape(ids, tuple(c for c, _ in pairs), joins, frozenset(routed), frozenset(routed_raft))
     return shape, problems
 
 
@@ -239,6 +269,8 @@ def test_local_cluster_conventions_match_the_topology(
         control={n: spec.control_port for n, spec in cluster.nodes.items()},
         proxies={link.proxy_name: 1 for link in topology.links},
         toxiproxy_api=1,
+        raft={n: spec.raft_port for n, spec in cluster.nodes.items()},
+        raft_proxies={raft_proxy_name(link): 1 for link in topology.links},
     )
     rendering = render_local(topology, ports)
     assert tuple(cluster.nodes) == topology.node_ids

@@ -35,7 +35,7 @@ UP_WITHIN_S = 90.0
 
 def _free_everywhere(port: int, hosts: int) -> bool:
     for number in range(1, hosts + 1):
-        for candidate in (port, port + 100):
+        for candidate in (port, port + 100, port + 200):
             with socket.socket() as sock:
                 try:
                     sock.bind((f"127.0.0.{number}", candidate))
@@ -45,10 +45,10 @@ def _free_everywhere(port: int, hosts: int) -> bool:
 
 
 def base_port(hosts: int) -> int:
-    """A port P with P and P+100 free on 127.0.0.1..hosts (the dev cluster's layout)."""
+    """A port P with P, P+100 and P+200 free on 127.0.0.1..hosts (the dev cluster's layout)."""
     for _ in range(100):
         port = free_port("127.0.0.1")
-        if port + 100 < 65536 and _free_everywhere(port, hosts):
+        if port + 200 < 65536 and _free_everywhere(port, hosts):
             return port
     raise AssertionError("no port free on every loopback host")
 

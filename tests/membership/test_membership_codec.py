@@ -25,6 +25,8 @@ from membership import (
     Suspect,
 )
 from membership.codec import WIRE_VERSION, decode, encode, encoded_update_size
+from membership.errors import InvalidMember
+from membership.types import RAFT_ADDRESS_MARK
 
 names = st.text(min_size=1, max_size=12)
 incarnations = st.integers(min_value=0, max_value=2**63 - 1)
@@ -37,7 +39,8 @@ members = st.builds(
         st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False),
     ),
     rack=st.text(max_size=8),
-    version=st.text(max_size=8),
+    version=st.text(max_size=8).filter(lambda text: RAFT_ADDRESS_MARK not in text),
+    raft_address=st.text(max_size=8),
 )
 updates = st.one_of(
     st.builds(Alive, members, incarnations),
@@ -129,3 +132,18 @@ def test_bad_fields_are_named(value: list[object], fragment: str) -> None:
 def test_trailing_bytes_are_refused() -> None:
     with pytest.raises(CodecError):
         decode(encode(Gossip("a", "b", ())) + b"\x00")
+
+
+def test_a_raft_address_rides_in_the_version_field_an_earlier_release_reads() -> None:
+    """A node of the release before raft ports decodes exactly five fields per member: the raft
+    address must not add a sixth, and a member without one encodes as before."""
+    member = Member("n1", "127.0.0.1:7001", 1.0, "r1", "0.4.0", raft_address="127.0.0.1:7201")
+    wire = msgpack.unpackb(encode(Gossip("n1", "127.0.0.1:7001", (Alive(member, 3),))))
+    assert wire[4][0][1] == ["n1", "127.0.0.1:7001", 1.0, "r1", "0.4.0+raft=127.0.0.1:7201"]
+    assert decode(encode(Gossip("n1", "a", (Alive(member, 3),)))) == Gossip(
+        "n1", "a", (Alive(member, 3),)
+    )
+    plain = Member("n2", "127.0.0.2:7001", 1.0, "", "0.3.0")
+    assert msgpack.unpackb(encode(Gossip("n2", "a", (Alive(plain, 1),))))[4][0][1][4] == "0.3.0"
+    with pytest.raises(InvalidMember, match=r"\+raft="):
+        Member("n3", "a", version="0.4.0+raft=x")
