@@ -230,7 +230,9 @@ class Slot(Firing, Rolling):
                         return
                     continue
                 if plan is None:
-                    await self._wait(book, now, firing)
+                    # (a plan due but not made waits for a firing to end, not for its time)
+                    blocked = due is not None and due <= now + PLAN_AHEAD_MS
+                    await self._wait(book, now, firing, blocked=blocked)
                     continue
                 own = plan.own_plan()  # (what it carries, the plan before it fires)
                 read = self._read(own)  # while the plan record commits
@@ -249,11 +251,14 @@ class Slot(Firing, Rolling):
                 with contextlib.suppress(BaseException):
                     await task
 
-    async def _wait(self, book: TimerBook, now: int, firing: list[asyncio.Task[None]]) -> None:
-        """Until the next plan is to be made (PLAN_AHEAD_MS before the earliest due time), a
-        batch due earlier is accepted, a firing under way ends, or the next bucket boundary (to
-        load the window) or roll round comes."""
-        due = book.next_due_ms()
+    async def _wait(
+        self, book: TimerBook, now: int, firing: list[asyncio.Task[None]], *, blocked: bool
+    ) -> None:
+        """Until the next plan is to be made (PLAN_AHEAD_MS before the earliest due time; not
+        when `blocked`: it is due, and waits for a firing under way), a batch due earlier is
+        accepted, a firing under way ends, or the next bucket boundary (to load the window) or
+        roll round comes."""
+        due = None if blocked else book.next_due_ms()
         due = None if due is None else due - PLAN_AHEAD_MS
         boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
         wait_ms = min(due if due is not None else boundary, boundary) - now
