@@ -11,8 +11,9 @@ Slot (the leader, one per term):
 1. waits until every entry its log held when it was built is applied (its own term's no-op
    commits them), and the follower has folded them;
 2. builds a `TimerBook` from the index (`restore` + the near window's buckets), then appends the
-   book's `last_plan` again (its outcome is unknown after a failover: each repeat is answered
-   as a duplicate by the source partition) before anything new;
+   book's `last_plan` again, with the batches it carries (`refire`: their outcome is unknown
+   after a failover; each repeat is answered as a duplicate by the source partition) before
+   anything new;
 3. loops: sleeps until `PLAN_AHEAD_MS` before the earliest due time (an asyncio timer, not
    tick granularity) or until a batch due earlier is accepted; then `plan =
    book.next_plan(now + PLAN_AHEAD_MS + PLAN_SPAN_MS)`, appends the plan record (acks=all; it
@@ -134,7 +135,7 @@ class Slot(Firing, Rolling):
             book = await self._load()
             if book is None:
                 return
-            plan = book.last_plan
+            plan = book.refire()
             if plan is not None and plan.batches:  # outcome unknown: appended again (duplicates)
                 await self._fire(plan)
                 await self._mark_done(book)

@@ -313,6 +313,14 @@ class TimerBook:
         done marker)."""
         return self._last_plan
 
+    def refire(self) -> Plan | None:
+        """What a new leader fires again before anything new: the last plan, with the batches
+        it carries (their outcome is as unknown as its own); None when there is none."""
+        plan = self._last_plan
+        if plan is not None and self._faults.refire_own_only:
+            return plan.own_plan()  # the bug: the carried batches that had not landed are lost
+        return plan
+
     def next_due_ms(self) -> int | None:
         """The earliest due time among loaded pending timers (None: none loaded)."""
         self._drop_stale_top()

@@ -30,6 +30,9 @@ class TimerFaults:
     # list the last one's batches again: a new leader fires only the new plan's, and those of
     # the last one that had not landed are lost
     no_carry: bool = False
+    # a new leader fires again only the last plan's own batches, not those it carries (the
+    # plan before it, whose outcome is as unknown)
+    refire_own_only: bool = False
 
     @property
     def any(self) -> bool:

@@ -351,7 +351,10 @@ def test_a_plan_made_while_the_last_is_fired_carries_its_batches() -> None:
     # a new leader restored from the carrying plan fires it all again, from its sequence
     restored = TimerBook(CONFIG)
     restored.restore({}, carrying)
-    assert restored.last_plan == carrying
+    assert restored.last_plan == carrying and restored.refire() == carrying
+    broken = TimerBook(CONFIG, faults=TimerFaults(refire_own_only=True))
+    broken.restore({}, carrying)
+    assert broken.refire() == carrying.own_plan()
     assert restored.next_plan(T0 + 10) is None  # nothing pending: all of them are planned
 
 

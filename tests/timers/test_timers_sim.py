@@ -127,6 +127,7 @@ EXPECTED = {
     "roll_keeps_original": {"both-live"},
     "rebase_behind": {"fired-twice"},
     "no_carry": {"lost"},
+    "refire_own_only": {"lost"},
 }
 
 

@@ -304,7 +304,7 @@ class TimerSimulation(Retention, Firing, Producers):
         leader = Leader(number, book, self.now)
         self._load(leader)
         if book.last_plan is not None:
-            leader.firing = book.last_plan  # its outcome is unknown: fire it again
+            leader.firing = book.refire()  # its outcome is unknown: fire it again
         self.leader = leader
         self._event("elected", number)
 
