@@ -7,9 +7,10 @@ the headers of their first record (the node unpacks that record only, never the 
   record's `flotilla-deliver-at` header (epoch ms, ASCII decimal; the SDK puts the same value on
   every record of the batch);
 - a *plan record*: one record with the header `flotilla-timer-plan`, value = msgpack
-  `[sequence, [[due_ms, offset, record_count], ...], epoch, made_ms]` (records from before
-  fire-producer epochs end after the list: epoch 0, made_ms 0), appended by the timer partition's leader
-  before it fires the plan's batches (`cluster.timers`);
+  `[sequence, [[due_ms, offset, record_count], ...], epoch, made_ms, carried]` (records from
+  before fire-producer epochs end after the list: epoch 0, made_ms 0; from before two plans
+  outstanding, after made_ms: carried 0), appended by the timer partition's leader before it
+  fires the plan's batches (`cluster.timers`);
 - a *copy* rolled forward (`cluster.timer_roll`): one record with the headers
   `flotilla-timer-rolled` (the original's offset) and `flotilla-deliver-at`, value = the
   producer's batch as the original stored it (bytes moved, never re-encoded; a copy of a copy
@@ -123,7 +124,8 @@ def deliver_at_of(batch: bytes | memoryview) -> int | None:
 def plan_batch(plan: Plan, timestamp_ms: int) -> bytes:
     """The plan record's batch (no producer: a leader appends it once per plan it decides)."""
     rows = [[b.due_ms, b.offset, b.record_count] for b in plan.batches]
-    value = msgpack.packb([plan.sequence, rows, plan.epoch, plan.made_ms])
+    fields = [plan.sequence, rows, plan.epoch, plan.made_ms]
+    value = msgpack.packb([*fields, plan.carried] if plan.carried else fields)
     return encode_batch([(None, value, [(PLAN_HEADER, b"1")], timestamp_ms)])
 
 
@@ -156,23 +158,29 @@ def fired_bytes(stored: bytes) -> bytes:
 
 def decode_plan(value: bytes) -> Plan:
     try:
-        # [sequence, rows] in records from before epochs: epoch 0, made_ms 0 (unknown)
+        # [sequence, rows] in records from before epochs: epoch 0, made_ms 0 (unknown); no
+        # `carried` in records from before two plans outstanding (and in those carrying none)
         fields = msgpack.unpackb(value, raw=False)
-        if not isinstance(fields, list) or len(fields) not in (2, 4):
-            raise ValueError(f"{fields!r:.80} is not a list of 2 or 4 fields")
-        sequence, rows, epoch, made_ms = (*fields, 0, 0)[:4]
-        if sequence < 0 or epoch < 0 or made_ms < 0:
-            raise ValueError(f"sequence {sequence}, epoch {epoch}, made at {made_ms} ms")
+        if not isinstance(fields, list) or len(fields) not in (2, 4, 5):
+            raise ValueError(f"{fields!r:.80} is not a list of 2, 4 or 5 fields")
+        sequence, rows, epoch, made_ms, carried = (*fields, 0, 0, 0)[:5]
+        if sequence < 0 or epoch < 0 or made_ms < 0 or not 0 <= carried <= len(rows):
+            raise ValueError(
+                f"sequence {sequence}, epoch {epoch}, made at {made_ms} ms, {carried} of "
+                f"{len(rows)} batches carried"
+            )
         return Plan(
             int(sequence),
             tuple(TimerBatch(int(due), int(offset), int(count)) for due, offset, count in rows),
             int(epoch),
             int(made_ms),
+            int(carried),
         )
     except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise TimerLogError(
-            "a plan record that is not [sequence, [[due, offset, count]], epoch, made_ms] "
-            f"(each >= 0; epoch and made_ms may be left out): {error}"
+            "a plan record that is not [sequence, [[due, offset, count]], epoch, made_ms, "
+            "carried] (each >= 0, carried at most the batches; carried, or epoch, made_ms and "
+            f"carried, may be left out): {error}"
         ) from None
 
 

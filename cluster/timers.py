@@ -11,21 +11,29 @@ Slot (the leader, one per term):
 1. waits until every entry its log held when it was built is applied (its own term's no-op
    commits them), and the follower has folded them;
 2. builds a `TimerBook` from the index (`restore` + the near window's buckets), then appends the
-   book's `last_plan` again (its outcome is unknown after a failover: each repeat is answered
-   as a duplicate by the source partition) before anything new;
+   book's `last_plan` again, with the batches it carries (`refire`: their outcome is unknown
+   after a failover; each repeat is answered as a duplicate by the source partition) before
+   anything new;
 3. loops: sleeps until `PLAN_AHEAD_MS` before the earliest due time (an asyncio timer, not
    tick granularity) or until a batch due earlier is accepted; then `plan =
-   book.next_plan(now + PLAN_AHEAD_MS)`, appends the plan record (acks=all; it commits while
-   the due time comes), `book.planned(plan)` once committed, then appends each planned batch,
+   book.next_plan(now + PLAN_AHEAD_MS + PLAN_SPAN_MS)`, appends the plan record (acks=all; it
+   commits while the due time comes), `book.planned(plan)` once committed, then appends each
+   planned batch,
    never before its due time (an asyncio timer at that instant), to source partition p, in
    order, unchanged but for its producer: `fire_producer_id(uid, p, plan.epoch)` at
    `plan.sequence` + the records before it (`with_producer`; a plan made more than
    `fire_renew_ms` after the last one starts a new epoch: the source forgets an idle producer),
    through the node's produce path (`cluster.copy_produce`: a refused sequence goes again under
-   a producer derived from the pair). The next plan only once every append succeeded; a failed
-   append is retried (0.1 s doubling to 1 s) while the slot leads (`cluster.timer_fire`). A plan fired in full with
-   no plan right behind it is followed by the book's done marker (an empty plan), so that no
-   later leader fires it again once the source may have forgotten the fire producer.
+   a producer derived from the pair). Two plans outstanding (`timers.types`): the next plan's
+   record is appended while this plan's batches are being fired (it lists them again first,
+   so a new leader still fires every batch whose outcome is unknown), and its batches are fired
+   once this plan's appends all succeeded; a third plan only once this one fired in full. So
+   under load the plan record's round trip is not on the due path of a plan's first batch (it
+   was: the next plan was made only after the last append of the one before it succeeded). A
+   failed append is retried (0.1 s doubling to 1 s) while the slot leads
+   (`cluster.timer_fire`). Plans fired in full with no plan right behind them are followed by
+   the book's done marker (an empty plan), so that no later leader fires them again once the
+   source may have forgotten the fire producer.
 
 Between plans, when nothing is due, the slot rolls the pending timers of segments older than
 `timer_log_retention_ms` forward (`cluster.timer_roll`), so that long timers never pin the
@@ -42,6 +50,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from cluster.config import ConfigError
 from cluster.controller import TopicSpec
@@ -64,6 +73,9 @@ log = logging.getLogger("flotilla.timers")
 
 # a plan is appended this long before its first batch is due (its record commits meanwhile)
 PLAN_AHEAD_MS = 100
+# and takes the batches due up to this long after that: a plan made while the last one is still
+# being fired (two plans outstanding) is not one of a batch or two
+PLAN_SPAN_MS = 100
 LOOK_S = 0.1  # how often the host looks for timer partitions gained or lost
 RETRY_S = 1.0  # a slot that failed is built again after this long
 
@@ -123,7 +135,7 @@ class Slot(Firing, Rolling):
             book = await self._load()
             if book is None:
                 return
-            plan = book.last_plan
+            plan = book.refire()
             if plan is not None and plan.batches:  # outcome unknown: appended again (duplicates)
                 await self._fire(plan)
                 await self._mark_done(book)
@@ -192,35 +204,86 @@ class Slot(Firing, Rolling):
             book.load_bucket(bucket, found[bucket])
 
     async def _serve(self, book: TimerBook) -> None:
-        while self.leads():
-            await self._load_buckets(book)
-            now = _now_ms()
-            # planned ahead so that its record has committed by the due time: each append of
-            # the plan still waits for its batch's due time (`_fire`), never earlier
-            plan = book.next_plan(now + PLAN_AHEAD_MS)
-            if plan is None and self.roll_due(book, now):  # firing first
-                if not await self._roll(book):
-                    return
-                continue
-            if plan is None:
+        # the firings under way, in plan order: the next plan's record is appended while the
+        # last plan's batches are fired (two plans outstanding, `timers.types`), never a third
+        firing: list[asyncio.Task[None]] = []
+        try:
+            while self.leads():
+                await self._load_buckets(book)
+                if any(task.done() for task in firing):
+                    for task in firing:
+                        if task.done():
+                            task.result()  # Deposed, a failure: the slot ends (the next refires)
+                    firing = [task for task in firing if not task.done()]
+                    if not firing and not await self._mark_done(book):
+                        return
+                    continue
+                now = _now_ms()
+                # made PLAN_AHEAD_MS before its first batch is due, so that its record has
+                # committed by then; each append still waits for its batch's due time (`_fire`)
+                plan = None
                 due = book.next_due_ms()
-                due = None if due is None else due - PLAN_AHEAD_MS
-                # wake at the due time, or at the next bucket boundary to load the window, or
-                # for the next roll round
-                boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
-                wait_ms = min(due if due is not None else boundary, boundary) - now
-                wait_ms = min(wait_ms, int(self.host.retention_check_s * 1000))
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(wait_ms, 0) / 1000 + 0.0005)
-                continue
-            read = self._read(plan)  # while the plan record commits
-            if not await self._append_plan(plan):
-                read.cancel()
-                return
-            book.planned(plan)
-            await self._fire(plan, read)
-            await self._mark_done(book)
+                if len(firing) < 2 and due is not None and due <= now + PLAN_AHEAD_MS:
+                    cutoff = now + PLAN_AHEAD_MS + PLAN_SPAN_MS
+                    plan = book.next_plan(cutoff, carry=bool(firing))
+                if plan is None and not firing and self.roll_due(book, now):  # firing first
+                    if not await self._roll(book):
+                        return
+                    continue
+                if plan is None:
+                    # (a plan due but not made waits for a firing to end, not for its time)
+                    blocked = due is not None and due <= now + PLAN_AHEAD_MS
+                    await self._wait(book, now, firing, blocked=blocked)
+                    continue
+                own = plan.own_plan()  # (what it carries, the plan before it fires)
+                read = self._read(own)  # while the plan record commits
+                if not await self._append_plan(plan):
+                    read.cancel()
+                    return
+                book.planned(plan)
+                after = firing[-1] if firing else None
+                firing.append(asyncio.get_running_loop().create_task(
+                    self._fire_after(after, own, read)
+                ))  # fmt: skip
+        finally:
+            for task in firing:
+                task.cancel()
+            for task in firing:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _wait(
+        self, book: TimerBook, now: int, firing: list[asyncio.Task[None]], *, blocked: bool
+    ) -> None:
+        """Until the next plan is to be made (PLAN_AHEAD_MS before the earliest due time; not
+        when `blocked`: it is due, and waits for a firing under way), a batch due earlier is
+        accepted, a firing under way ends, or the next bucket boundary (to load the window) or
+        roll round comes."""
+        due = None if blocked else book.next_due_ms()
+        due = None if due is None else due - PLAN_AHEAD_MS
+        boundary = (now // self.host.config.bucket_ms + 1) * self.host.config.bucket_ms
+        wait_ms = min(due if due is not None else boundary, boundary) - now
+        wait_ms = min(wait_ms, int(self.host.retention_check_s * 1000))
+        self._wake.clear()
+        woken = asyncio.ensure_future(self._wake.wait())
+        waits: list[asyncio.Future[Any]] = [woken, *firing]
+        try:
+            await asyncio.wait(waits, timeout=max(wait_ms, 0) / 1000 + 0.0005,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            woken.cancel()
+
+    async def _fire_after(
+        self,
+        previous: asyncio.Task[None] | None,
+        plan: Plan,
+        read: asyncio.Future[list[tuple[TimerBatch, bytes | None]]],
+    ) -> None:
+        """Fires `plan` once the plan before it fired in full (the fire producer's sequences
+        land in order); a failure of that one is this one's too."""
+        if previous is not None:
+            await previous
+        await self._fire(plan, read)
 
     async def _mark_done(self, book: TimerBook) -> bool:
         """Once a plan fired in full and no plan follows at once: the done marker (an empty

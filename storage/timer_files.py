@@ -159,6 +159,7 @@ def encode_state(state: IndexState) -> bytes:
                 [[b.due_ms, b.offset, b.record_count] for b in plan.batches],
                 plan.epoch,
                 plan.made_ms,
+                plan.carried,
             ],
             "journal_bytes": state.journal_bytes,
             "start": state.start_offset,
@@ -188,7 +189,8 @@ def decode_state(data: bytes, where: str) -> IndexState:
             added_through=fields["added_through"],
             last_plan=None
             if plan is None
-            else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1]), *plan[2:4]),
+            # (no `carried` in a state written before two plans outstanding: 0)
+            else Plan(plan[0], tuple(TimerBatch(*b) for b in plan[1]), *plan[2:5]),
             journal_bytes=fields["journal_bytes"],
             buckets={b: BucketState(r, n, size, low) for b, r, n, size, low in fields["buckets"]},
             start_offset=fields.get("start", 0),

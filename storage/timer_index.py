@@ -34,7 +34,8 @@ there was pending and is fired now (skipped), a copy of a batch there is live (a
 
 Replays are harmless: adds arrive in timer-log order, so an add whose offset is not above the
 highest added is a repeat, ignored; a plan whose (epoch, sequence) is below the next one
-expected (the last plan's epoch and sequence + its record count), likewise. A bucket whose
+expected (the last plan's epoch and sequence + its record count), likewise (by the sequence of
+its own batches: a plan may list the previous plan's again first, `timers.types`). A bucket whose
 batches all fired leaves the next state and its file is deleted.
 
 Threads: `add`, `planned` and the reads of counts take a short lock and never wait for I/O;
@@ -223,9 +224,9 @@ class TimerIndex:
         the next plan continues."""
         with self._lock:
             self._check_usable()
-            if (plan.epoch, plan.sequence) < self._next_plan:
+            if plan.start < self._next_plan:
                 return
-            for batch in plan.batches:
+            for batch in plan.own:  # (a carried batch was marked with its own plan)
                 state = self._buckets.get(batch.due_ms // self.bucket_ms)
                 if state is None or state.batches == 0 or batch.offset < self._start_offset:
                     continue  # nothing pending there to mark

@@ -174,9 +174,9 @@ class TimerBook:
 
     def planned(self, plan: Plan) -> None:
         """A plan record committed in the timer log: its batches are fired (or being fired)."""
-        if (plan.epoch, plan.sequence) < self._after:
+        if plan.start < self._after:
             return  # a repeat of a plan already applied
-        for i, batch in enumerate(plan.batches):
+        for i, batch in enumerate(plan.own):  # (carried ones: released with their own plan)
             if self._faults.fire_twice and i == 0:
                 continue  # the bug: the batch stays pending, and is planned again
             self._release(batch.offset)
@@ -238,12 +238,17 @@ class TimerBook:
         return set(self._loaded) | self._loading
 
     # -- the leader ------------------------------------------------------------------------------
-    def next_plan(self, now_ms: int) -> Plan | None:
+    def next_plan(self, now_ms: int, *, carry: bool = False) -> Plan | None:
         """The leader's next plan: the pending timers due at `now_ms` or before, not planned,
         in (due, offset) order, at most max_plan_records / max_plan_batches (a batch larger than
         max_plan_records goes alone); its sequence follows the last plan's, in its epoch, unless
         the last plan was made more than `fire_renew_ms` before `now_ms`: then the next epoch
-        at sequence 0 (`timers.types`). None when nothing is due. Does not change the book: `planned` does, once the plan record committed."""
+        at sequence 0 (`timers.types`). None when nothing is due. Does not change the book: `planned` does, once the plan record committed.
+
+        `carry`: the last plan is still being fired (two plans outstanding, `timers.types`):
+        the plan lists the last plan's own batches first (`Plan.carried`), so that it names
+        every batch whose outcome is unknown. None also when the plan would start a new epoch
+        (it carries nothing: the caller waits for the last plan to fire in full first)."""
         cutoff = now_ms + (FAULT_EARLY_MS if self._faults.fire_early else 0)
         taken: list[TimerBatch] = []
         popped: list[TimerBatch] = []
@@ -269,7 +274,14 @@ class TimerBook:
         last = self._last_plan
         if last is not None and now_ms - last.made_ms > self.config.fire_renew_ms:
             # the source may have forgotten the idle fire producer: a new one, at sequence 0
+            if carry:
+                return None
             epoch, sequence = epoch + 1, 0
+        if carry and last is not None and last.own and not self._faults.no_carry:
+            carried = last.own
+            return Plan(last.own_sequence, carried + tuple(taken), epoch, now_ms, len(carried))
+        # (the bug `no_carry`: the last plan's batches still being fired are not listed again,
+        # so a new leader never fires those that had not landed)
         return Plan(sequence, tuple(taken), epoch, now_ms)
 
     def done_marker(self) -> Plan | None:
@@ -300,6 +312,14 @@ class TimerBook:
         """The last plan in the log: a new leader fires its batches again (none if it is a
         done marker)."""
         return self._last_plan
+
+    def refire(self) -> Plan | None:
+        """What a new leader fires again before anything new: the last plan, with the batches
+        it carries (their outcome is as unknown as its own); None when there is none."""
+        plan = self._last_plan
+        if plan is not None and self._faults.refire_own_only:
+            return plan.own_plan()  # the bug: the carried batches that had not landed are lost
+        return plan
 
     def next_due_ms(self) -> int | None:
         """The earliest due time among loaded pending timers (None: none loaded)."""

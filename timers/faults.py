@@ -26,6 +26,13 @@ class TimerFaults:
     # plan fired again past the batches the source remembers lands twice. Honoured by the
     # simulator only (the node's copier has no such switch)
     rebase_behind: bool = False
+    # a plan made while the last one is still being fired (two plans outstanding) does not
+    # list the last one's batches again: a new leader fires only the new plan's, and those of
+    # the last one that had not landed are lost
+    no_carry: bool = False
+    # a new leader fires again only the last plan's own batches, not those it carries (the
+    # plan before it, whose outcome is as unknown)
+    refire_own_only: bool = False
 
     @property
     def any(self) -> bool:

@@ -26,6 +26,16 @@ without a batch), and a repeat it no longer knows is not a duplicate but a secon
 marker, the last plan is empty unless its outcome really is unknown (its leader died within
 seconds of it), and `last_plan` of an empty plan fires nothing.
 
+*Two plans outstanding*: so that a plan's record commits while the previous plan's batches are
+still being fired (not on the due path of its first batch), the leader may append plan n+1
+before plan n fired in full, never plan n+2 before plan n did. Plan n+1 then lists plan n's own
+batches again first (`Plan.carried` of them; its `sequence` is theirs), so the last plan in the
+log still names every batch whose outcome is unknown: a new leader fires the last plan again,
+carried batches included (a duplicate where they landed), exactly as with one plan. A fold
+marks only a plan's own batches fired and takes a plan whose own part starts below the last
+plan's end as a repeat (`Plan.start`). A plan that starts a new fire-producer epoch carries
+nothing: it is made only once the previous plan fired in full.
+
 *Roll-forward* (retention never pins disk for long timers): a timer log's segment older than the
 timer log's retention goes, but a pending timer in it must not. Its leader appends a *copy* of
 each pending batch there (ROLLED_HEADER = the original's offset; DELIVER_AT_HEADER = its due
@@ -117,10 +127,37 @@ class Plan:
     batches: tuple[TimerBatch, ...]
     epoch: int = 0
     made_ms: int = 0
+    # the first `carried` batches are the previous plan's own, listed again because they were
+    # still being fired when this plan was made (two plans outstanding: module docstring);
+    # `sequence` is then the first carried batch's
+    carried: int = 0
 
     @property
     def record_count(self) -> int:
         return sum(b.record_count for b in self.batches)
+
+    @property
+    def own(self) -> tuple[TimerBatch, ...]:
+        """The batches this plan planned (not carried from the previous one)."""
+        return self.batches[self.carried :]
+
+    @property
+    def own_sequence(self) -> int:
+        """The fire producer's sequence of the first batch this plan planned."""
+        return self.sequence + sum(b.record_count for b in self.batches[: self.carried])
+
+    def own_plan(self) -> Plan:
+        """What firing this plan appends once the plan before it fired: its own batches at
+        their sequences (itself when it carries none)."""
+        if not self.carried:
+            return self
+        return Plan(self.own_sequence, self.own, self.epoch, self.made_ms)
+
+    @property
+    def start(self) -> tuple[int, int]:
+        """(epoch, own sequence): a plan whose start is below the `after` of the last plan
+        applied is a repeat of one applied."""
+        return (self.epoch, self.own_sequence)
 
     @property
     def after(self) -> tuple[int, int]:

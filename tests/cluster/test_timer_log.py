@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from harness import open_replica
 
@@ -66,6 +67,20 @@ def test_a_plan_record_round_trips() -> None:
     with pytest.raises(ValueError, match="plan record"):
         decode_plan(b"\x01")
     assert PLAN_HEADER.startswith("flotilla-")
+
+
+def test_a_plan_record_carrying_the_last_plans_batches_round_trips_and_old_ones_load() -> None:
+    carried = TimerBatch(NOW, 3, 2)
+    plan = Plan(17, (carried, TimerBatch(NOW + 1, 9, 1)), 2, NOW, 1)
+    assert classify(plan_batch(plan, NOW), 12, 1) == plan
+    # records from before two plans outstanding (4 fields) and before epochs (2) carry none
+    rows = [[NOW, 3, 2]]
+    for fields in ([17, rows, 2, NOW], [17, rows]):
+        decoded = decode_plan(msgpack.packb(fields))
+        assert decoded.carried == 0 and decoded.own == decoded.batches
+    for bad in ([17, rows, 2, NOW, 2], [17, rows, 2, NOW, -1]):  # more than it lists
+        with pytest.raises(ValueError, match=r"carried at most the batches.*1 batches carried"):
+            decode_plan(msgpack.packb(bad))
 
 
 def test_the_bounds_name_the_limit() -> None:

@@ -472,3 +472,24 @@ def test_a_new_fire_producer_epoch_is_kept_and_an_older_epoch_is_a_repeat(tmp_pa
     assert again.last_plan == renewed  # epoch and time survive the state file
     again.planned(Plan(45, (log[2],), 0, T0))  # an older epoch's plan: a repeat, ignored
     assert again.last_plan == renewed and again.pending == log[2].record_count
+
+
+def test_a_plan_carrying_the_last_plans_batches_marks_only_its_own(tmp_path: Path) -> None:
+    """Two plans outstanding (`timers.types`): the carried batches were marked fired by their
+    own plan; the carrying plan is the last plan (its batches, carried ones too, pinned) and
+    survives a reopen; a state written before `carried` existed reads as carrying none."""
+    index = TimerIndex.open(tmp_path, H)
+    first, second = batches(2)  # 1 and 2 records
+    index.add(first)
+    index.add(second)
+    index.planned(Plan(0, (first,)))
+    carrying = Plan(0, (first, second), 0, T0, 1)
+    index.planned(carrying, offset=3)
+    assert index.pending == 0 and index.summary() == {}
+    assert index.last_plan == carrying and index.min_pending_offset() == 0
+    index.planned(Plan(0, (first,)))  # a repeat of the carried plan: ignored
+    index.planned(carrying, offset=3)  # and of itself
+    index.flush(4)
+    reopened = TimerIndex.open(tmp_path, H)
+    assert reopened.last_plan == carrying and reopened.pending == 0
+    assert reopened.min_pending_offset() == 0  # the carried batch is fired again after failover

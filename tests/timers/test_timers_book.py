@@ -321,3 +321,62 @@ def test_a_failed_read_is_asked_for_again_and_loses_nothing() -> None:
     b.load_bucket(1000, [on_disk, during])
     assert b.pending == 2 and b.loaded_batches == 2
     assert fire(b, T0 + 2) == [on_disk, during]
+
+
+def test_a_plan_made_while_the_last_is_fired_carries_its_batches() -> None:
+    """Two plans outstanding (`timers.types`): plan n+1, made while plan n's batches are still
+    being fired, lists them again first, so the last plan names every batch whose outcome is
+    unknown; folding it releases only its own; a repeat of either is ignored."""
+    b = book()
+    first, second, third = (TimerBatch(T0 + i, i, 2) for i in range(3))
+    for batch in (first, second, third):
+        b.accepted(batch)
+    plan = b.next_plan(T0)
+    assert plan == Plan(0, (first,), 0, T0)
+    b.planned(plan)
+    carrying = b.next_plan(T0 + 2, carry=True)
+    assert carrying == Plan(0, (first, second, third), 0, T0 + 2, 1)
+    assert carrying.own == (second, third) and carrying.own_sequence == 2
+    assert carrying.own_plan() == Plan(2, (second, third), 0, T0 + 2)
+    b.planned(carrying)
+    assert b.pending == 0 and b.last_plan == carrying
+    b.planned(plan)  # a repeat of the plan it carries: ignored
+    b.planned(carrying)  # and of itself
+    assert b.last_plan == carrying
+    assert b.done_marker() == Plan(6, (), 0, T0 + 2)  # after every batch it names
+    # a plan carries only the last plan's own batches, never those that one carried
+    b.accepted(TimerBatch(T0 + 3, 3, 1))
+    again = b.next_plan(T0 + 3, carry=True)
+    assert again is not None and again.batches[:2] == (second, third) and again.carried == 2
+    # a new leader restored from the carrying plan fires it all again, from its sequence
+    restored = TimerBook(CONFIG)
+    restored.restore({}, carrying)
+    assert restored.last_plan == carrying and restored.refire() == carrying
+    broken = TimerBook(CONFIG, faults=TimerFaults(refire_own_only=True))
+    broken.restore({}, carrying)
+    assert broken.refire() == carrying.own_plan()
+    assert restored.next_plan(T0 + 10) is None  # nothing pending: all of them are planned
+
+
+def test_a_plan_starting_a_new_epoch_is_not_made_while_the_last_is_fired() -> None:
+    b = TimerBook(TimerConfig(bucket_ms=H, fire_renew_ms=1_000))
+    b.restore({}, None)
+    b.buckets_to_load(T0)
+    b.accepted(TimerBatch(T0, 0, 1))
+    plan = b.next_plan(T0)
+    assert plan is not None
+    b.planned(plan)
+    later = T0 + 1_001
+    b.accepted(TimerBatch(later, 1, 1))
+    assert b.next_plan(later, carry=True) is None  # the caller waits for the last plan
+    assert b.next_plan(later) == Plan(0, (TimerBatch(later, 1, 1),), 1, later)
+
+
+def test_no_carry_fault_plans_without_the_last_plans_batches() -> None:
+    b = book(TimerFaults(no_carry=True))
+    b.accepted(TimerBatch(T0, 0, 1))
+    b.accepted(TimerBatch(T0 + 1, 1, 1))
+    plan = b.next_plan(T0)
+    assert plan is not None
+    b.planned(plan)
+    assert b.next_plan(T0 + 1, carry=True) == Plan(1, (TimerBatch(T0 + 1, 1, 1),), 0, T0 + 1)

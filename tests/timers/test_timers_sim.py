@@ -44,6 +44,7 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "pipeline_failures",  # a plan's pipeline failed part-way: sent again one by one
         "crashes_after_fire",  # a long plan fired in full, then a crash before its marker
         "done_markers",
+        "carried_plans",  # a plan made while the last one was still being fired
         "failovers",
         "tails_lost",  # uncommitted records (plans among them) lost with a leader
         "crashes_mid_fire",
@@ -125,6 +126,8 @@ EXPECTED = {
     "no_done_marker": {"fired-twice"},
     "roll_keeps_original": {"both-live"},
     "rebase_behind": {"fired-twice"},
+    "no_carry": {"lost"},
+    "refire_own_only": {"lost"},
 }
 
 

@@ -100,8 +100,8 @@ class Firing:
             else:
                 self.stats["duplicates"] += 1
         leader.next_batch = end
-        if end == len(plan.batches):
-            leader.firing, leader.next_batch = None, 0
+        if end == len(plan.batches):  # the plan committed meanwhile (if any) is fired next
+            leader.firing, leader.next_batch, leader.queued = leader.queued, 0, None
 
     def _pipeline(self, leader: Leader, batches: int) -> None:
         """The plan's first `batches` sent in a pipeline (never rebased: an append refused ends

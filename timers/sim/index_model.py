@@ -81,9 +81,9 @@ class MemoryIndex:
 
     def planned(self, plan: Plan, offset: int = -1) -> None:
         last = self._image.last_plan
-        if last is not None and (plan.epoch, plan.sequence) < last.after:
+        if last is not None and plan.start < last.after:
             return
-        for batch in plan.batches:
+        for batch in plan.own:
             self._image.pending.pop(batch.offset, None)
         self._image.last_plan = plan
         self._image.last_plan_offset = offset

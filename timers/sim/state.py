@@ -26,6 +26,7 @@ STAT_NAMES = (
     "behind_answers",
     "pipeline_failures",
     "done_markers",
+    "carried_plans",
     "forgotten_producers",
     "quiet_stretches",
     "failovers",
@@ -68,6 +69,7 @@ class Leader:
     inflight_position: int = -1  # its place in the log
     firing: Plan | None = None  # committed; its batches from `next_batch` on still to fire
     next_batch: int = 0
+    queued: Plan | None = None  # committed while `firing` was fired: its own part, fired next
     rolling: int | None = None  # a roll round appended: the log position of its last record
     # bucket reads under way: (bucket, what the index held when the read ran (None: not yet),
     # the step it was asked for in)

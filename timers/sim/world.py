@@ -58,6 +58,7 @@ ROLL_CHANCE = 0.15  # a leader starts a roll round in this share of steps
 CUT_CHANCE = 0.3  # the log is cut to what every index still needs in this share of steps
 LATE_BOUND_MS = 3_000  # lands within this of max(due, accepted, leader ready): 5 steps at most
 CYCLES = 4  # plan -> commit -> fire rounds a leader may do within one step
+PARTLY_FIRED = 0.3  # a plan's firing stops part-way (for a cycle) in this share of cycles
 
 
 class TimerSimulation(Retention, Firing, Producers):
@@ -241,9 +242,10 @@ class TimerSimulation(Retention, Firing, Producers):
             self.stats["crashes_mid_fire"] += 1
             self._commit_all()
             self._apply(self.replicas[leader.replica], leader.book)
-            plan, leader.inflight = leader.inflight, None
-            leader.firing, leader.next_batch = plan, 0
-            self._fire(leader, limit=rng.randint(0, len(plan.batches)))
+            self._committed(leader)
+            plan = leader.firing
+            assert plan is not None
+            self._fire(leader, limit=rng.randint(leader.next_batch, len(plan.batches)))
             self._failover()
         elif (
             leader is not None
@@ -302,7 +304,7 @@ class TimerSimulation(Retention, Firing, Producers):
         leader = Leader(number, book, self.now)
         self._load(leader)
         if book.last_plan is not None:
-            leader.firing = book.last_plan  # its outcome is unknown: fire it again
+            leader.firing = book.refire()  # its outcome is unknown: fire it again
         self.leader = leader
         self._event("elected", number)
 
@@ -338,12 +340,16 @@ class TimerSimulation(Retention, Firing, Producers):
             progress = False
             self._apply(replica, leader.book)
             if leader.inflight is not None and leader.inflight_position < self.commit:
-                leader.firing, leader.next_batch, leader.inflight = leader.inflight, 0, None
+                self._committed(leader)
             if leader.rolling is not None and leader.rolling < self.commit:
                 leader.rolling = None  # committed, and folded into the book just above
             self._load(leader)
             if leader.firing is not None:
-                self._fire(leader)
+                # now and then only part of it (its later batches in a later cycle or step):
+                # the next plan may be made meanwhile (two plans outstanding)
+                partly = self.rng.random() < PARTLY_FIRED
+                end = len(leader.firing.batches)
+                self._fire(leader, self.rng.randint(leader.next_batch, end) if partly else None)
                 progress = True
                 if self._crash_after_fire(leader):
                     return
@@ -351,9 +357,14 @@ class TimerSimulation(Retention, Firing, Producers):
             if roll and self._idle() and leader.book.next_plan(self.now) is None:
                 roll = False
                 progress = self._roll(leader)
-            if leader.inflight is None and leader.firing is None and leader.rolling is None:
-                plan = leader.book.next_plan(self.now) or leader.book.done_marker()
+            # a plan while the last one is being fired (never while the one before it is)
+            carry = leader.firing is not None
+            if leader.inflight is None and leader.rolling is None and leader.queued is None:
+                plan = leader.book.next_plan(self.now, carry=carry)
+                if plan is None and not carry:
+                    plan = leader.book.done_marker()
                 if plan is not None:
+                    self.stats["carried_plans"] += plan.carried > 0
                     self.stats["done_markers"] += not plan.batches
                     last = leader.book.last_plan
                     self.stats["fire_epochs"] += last is not None and plan.epoch > last.epoch
@@ -372,6 +383,17 @@ class TimerSimulation(Retention, Firing, Producers):
             if not progress:
                 break
         self._apply(replica, leader.book)
+
+    @staticmethod
+    def _committed(leader: Leader) -> None:
+        """The leader's plan in flight committed: its own batches are fired once the plan
+        being fired (if any: two plans outstanding) fired in full, as `cluster.timers` does."""
+        plan, leader.inflight = leader.inflight, None
+        assert plan is not None
+        if leader.firing is None:
+            leader.firing, leader.next_batch = plan.own_plan(), 0
+        else:
+            leader.queued = plan.own_plan()
 
     def _crash_after_fire(self, leader: Leader) -> bool:
         """A crash (in a faulty step) right after a plan longer than the source remembers per
