@@ -261,19 +261,25 @@ class ReplicaOpener:
         serial, were most of the time a new replica took to open), before any is returned."""
         results: list[Replica | _OpenFailed | None] = []
         uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
+        # one listing per topic, not one per replica: most of a new topic's have no directory
+        listed = self.dirs_on_disk(sorted({spec.name for spec, _, _ in batch}))
         for position, item in enumerate(batch):
             deferred: list[str] = []
-            result = self._open_one(*item, deferred_uids=deferred)
+            absent = str(item[1]) not in listed.get(item[0].name, ())
+            result = self._open_one(*item, deferred_uids=deferred, names=set() if absent else None)
             if isinstance(result, Replica) and deferred:
                 uids.append((position, deferred[0], item[0].uid))
             results.append(result)
+        # one task per writer thread, each writing its share in turn: as many fsyncs in
+        # parallel as one task per file gave, without a future per replica
         pool = _uid_pool()
-        writes = [pool.submit(write_atomic, path, uid.encode()) for _, path, uid in uids]
+        shares = [uids[first::UID_WRITE_THREADS] for first in range(UID_WRITE_THREADS)]
+        writes = [pool.submit(_write_uids, share) for share in shares if share]
         concurrent.futures.wait(writes)
-        for (position, _, _), write in zip(uids, writes, strict=True):
-            error = write.exception()
-            if error is None:
-                continue
+        failed: list[tuple[int, BaseException]] = []
+        for write in writes:
+            failed.extend(write.result())
+        for position, error in sorted(failed, key=lambda failure: failure[0]):
             if not isinstance(error, Exception) or disk_failure(error) is not None:
                 raise error
             opened = results[position]
@@ -290,12 +296,18 @@ class ReplicaOpener:
         *,
         from_leader: bool = False,
         deferred_uids: list[str] | None = None,
+        names: set[str] | None = None,
     ) -> Replica | _OpenFailed | None:
         """Storage thread: `open_replica`, its error returned (to quarantine the replica)
         unless the disk itself failed (raised: the node stops)."""
         try:
             return self.open_replica(
-                spec, index, bootstrap, from_leader=from_leader, deferred_uids=deferred_uids
+                spec,
+                index,
+                bootstrap,
+                from_leader=from_leader,
+                deferred_uids=deferred_uids,
+                names=names,
             )
         except Exception as error:
             if disk_failure(error) is not None:
@@ -310,17 +322,20 @@ class ReplicaOpener:
         *,
         from_leader: bool = False,
         deferred_uids: list[str] | None = None,
+        names: set[str] | None = None,
     ) -> Replica | None:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
         leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
         file to write is appended there instead of written (the caller writes it, durably,
-        before the replica is hosted)."""
+        before the replica is hosted). `names`: what the replica's directory holds, if the
+        caller knows (an empty set: it has no directory, as it listed the topic's)."""
         directory = self.replica_dir(spec.name, index)
         group = f"{spec.name}/{index}"
         uid_path = os.path.join(directory, TOPIC_UID)
         # one listing instead of a failed open or stat per marker: a new replica (thousands at
         # a topic's creation) has no directory yet
-        names = _names_in(directory)
+        if names is None:
+            names = _names_in(directory)
         if spec.uid and TOPIC_UID in names:
             found = _read_text(uid_path)
             if found is not None and found != spec.uid:
@@ -364,9 +379,10 @@ class ReplicaOpener:
                 raft_config=self.raft_config,
                 log_config=self.log_config,
                 handles=self.handles,
-                rng=random.Random(self._rng.getrandbits(64)),
+                rng=self._rng,  # one per node: seeding one per replica cost more than the rest
                 producer_expiration_ms=self.producer_expiration_ms,
                 durable=durable,
+                names=names,
             )
 
         try:
@@ -559,6 +575,18 @@ def _uid_pool() -> concurrent.futures.ThreadPoolExecutor:
     if _uid_writers is None:
         _uid_writers = concurrent.futures.ThreadPoolExecutor(UID_WRITE_THREADS, "flotilla-uid")
     return _uid_writers
+
+
+def _write_uids(uids: list[tuple[int, str, str]]) -> list[tuple[int, BaseException]]:
+    """A writer thread: each (position, path, uid) written durably, in turn; the positions
+    whose write failed, with the error (the others are written all the same)."""
+    failed: list[tuple[int, BaseException]] = []
+    for position, path, uid in uids:
+        try:
+            write_atomic(path, uid.encode())
+        except BaseException as error:
+            failed.append((position, error))
+    return failed
 
 
 def _names_in(directory: str) -> set[str]:

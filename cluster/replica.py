@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from cluster.errors import ClusterError
@@ -150,9 +150,12 @@ class Replica:
         rng: random.Random,
         producer_expiration_ms: int = EXPIRATION_MS,
         durable: bool = False,
+        names: Collection[str] | None = None,
     ) -> Replica:
-        """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`)."""
-        os.makedirs(directory, exist_ok=True)
+        """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`).
+        `names`: what `directory` holds, if the caller listed it (None: unknown)."""
+        # the log makes `directory` too if it is new, and makes both durable with its first
+        # flush (`SegmentedLog`), before anything it holds is
         segmented = SegmentedLog(
             os.path.join(directory, "log"), log_config, handles=handles, durable=durable
         )
@@ -172,19 +175,21 @@ class Replica:
         )
         replica.wire_group = replica.group
         replica.high_watermark = segmented.offset_after(node.applied_index)
-        replica._rebuild_producers()
+        if segmented.last_index >= segmented.first_index:  # an empty log has no producers
+            replica._rebuild_producers(names is None or PRODUCER_SNAPSHOT in names)
         return replica
 
     def set_topic_uid(self, uid: str) -> None:
         self.topic_uid = uid
         self.wire_group = f"{self.group}@{incarnation_tag(uid)}" if uid else self.group
 
-    def _rebuild_producers(self) -> None:
+    def _rebuild_producers(self, snapshot_listed: bool = True) -> None:
         """The producer table after a restart: the saved snapshot, if it still matches the log,
         and the entries after it; else the last REBUILD_SCAN_ENTRIES entries only (a producer
-        that wrote before them is unknown here: its next batch is refused as UnknownProducer)."""
+        that wrote before them is unknown here: its next batch is refused as UnknownProducer).
+        `snapshot_listed`: False when the directory's listing has no snapshot (not looked for)."""
         first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)
-        covered = self._load_producer_snapshot()
+        covered = self._load_producer_snapshot() if snapshot_listed else None
         if covered is not None:
             first = covered + 1
         if first > self.segmented.last_index:
