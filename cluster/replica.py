@@ -124,7 +124,9 @@ class Replica:
     idempotence: Idempotence = field(default_factory=Idempotence)  # decides every produce
     waiters: dict[int, Waiter] = field(default_factory=dict)
     high_watermark: int = 0
-    hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # set (and replaced) when the high watermark moves; made only when someone waits on it
+    # (`hw_changed`): most of a host's replicas never have a reader waiting
+    _hw_event: asyncio.Event | None = None
     saved_term_vote: tuple[int, str | None] = (0, None)
     saved_commit: int = 0  # the commit index the journal holds (storage thread)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
@@ -178,6 +180,14 @@ class Replica:
         if segmented.last_index >= segmented.first_index:  # an empty log has no producers
             replica._rebuild_producers(names is None or PRODUCER_SNAPSHOT in names)
         return replica
+
+    @property
+    def hw_changed(self) -> asyncio.Event:
+        """An event set the next time the high watermark moves (each move, a new one)."""
+        event = self._hw_event
+        if event is None:
+            event = self._hw_event = asyncio.Event()
+        return event
 
     def set_topic_uid(self, uid: str) -> None:
         self.topic_uid = uid
@@ -322,8 +332,9 @@ class Replica:
             if index > last:
                 break
             self.settle(self.waiters.pop(index))
-        event, self.hw_changed = self.hw_changed, asyncio.Event()
-        event.set()
+        event, self._hw_event = self._hw_event, None
+        if event is not None:
+            event.set()
 
     def settle_durable(self, durable_index: int) -> None:
         """acks=LEADER waiters whose entry the leader holds durably."""
