@@ -1,0 +1,99 @@
+"""Opening a batch of replicas (`ReplicaOpener._open_batch`, on the storage thread) lists each
+topic's directory once and opens the replicas it does not hold as new, without a listing of
+each; a replica whose directory is there is still looked at as a whole (its markers: a retired
+one stays closed, one of an earlier incarnation is wiped), in the same batch as new ones.
+Issue 28: a node opens tens of thousands of replicas at a topic's creation or a restart."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from cluster.multiraft import MultiRaft
+from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
+from cluster.replica import Replica
+from cluster.topic_spec import TopicSpec
+from raft.config import RaftConfig
+from raft.types import Configuration, HardState
+from storage import FileHandles, LogConfig, StateJournal
+
+NODES = ("n1", "n2", "n3")
+SPEC = TopicSpec("t", 12, 3, assignment=tuple(NODES for _ in range(12)), uid="a" * 32)
+BOOTSTRAP = Configuration(voters=frozenset(NODES))
+
+
+def _opener(root: Path) -> ReplicaOpener:
+    journal = StateJournal(root / "journal")
+    return ReplicaOpener(
+        node_id="n1",
+        partitions_dir=str(root / "partitions"),
+        journal=journal,
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(64),
+        multiraft=MultiRaft("n1", lambda *a: None, 0.05, journal),
+        topics=lambda: {SPEC.name: SPEC},
+        clock=lambda: 0.0,
+    )
+
+
+def _counting_listdir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    real: Callable[[str], list[str]] = os.listdir
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)  # the opener's listings (it calls os.listdir)
+    return listed
+
+
+def _close(results: Sequence[object]) -> None:
+    for result in results:
+        if isinstance(result, Replica):
+            result.close()
+
+
+def test_a_new_topics_batch_lists_the_topic_once_not_each_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opener = _opener(tmp_path)
+    listed = _counting_listdir(monkeypatch)
+    results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(12)])
+    assert all(isinstance(result, Replica) for result in results), results
+    partitions = str(tmp_path / "partitions")
+    assert listed == [os.path.join(partitions, "t")], listed  # the topic's, nothing else
+    for index in (0, 11):  # each new replica got its incarnation, durably written
+        assert (tmp_path / "partitions" / "t" / str(index) / TOPIC_UID).read_text() == SPEC.uid
+    _close(results)
+    opener.journal.close()
+
+
+def test_replicas_on_disk_are_still_read_whole_beside_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic_dir = tmp_path / "partitions" / "t"
+    retired = topic_dir / "3"  # retired here: not opened but by a leader adding it back
+    retired.mkdir(parents=True)
+    (retired / TOPIC_UID).write_text(SPEC.uid)
+    (retired / RETIRED).write_text("2 7\n")
+    stale = topic_dir / "5"  # of an earlier incarnation of the topic: wiped, opened anew
+    (stale / "log").mkdir(parents=True)
+    (stale / TOPIC_UID).write_text("b" * 32)
+    (stale / "log" / "leftover").write_text("the old incarnation's")
+    opener = _opener(tmp_path)
+    opener.journal.save_many({"t/5": HardState(term=9, vote="n2", commit=0)})
+    listed = _counting_listdir(monkeypatch)
+    results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(8)])
+    assert results[3] is None, results[3]
+    assert isinstance(results[5], Replica) and results[5].node.term == 0, results[5]
+    assert not (stale / "log" / "leftover").exists()
+    assert (stale / TOPIC_UID).read_text() == SPEC.uid
+    assert sorted(listed) == sorted([str(topic_dir), str(retired), str(stale)]), listed
+    assert all(isinstance(results[i], Replica) for i in (0, 1, 2, 4, 6, 7)), results
+    _close(results)
+    opener.journal.close()
