@@ -132,6 +132,9 @@ class ReplicaOpener:
         # (group -> when opened)
         self.pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
         self.settling: dict[str, float] = {}
+        # settling replicas of groups that elected before (a restart): they asked their peers
+        # who leads (`_ask_leader`) and have settled once they know
+        self.asked: set[str] = set()
         self._rng = random.Random()
         self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
         # messages for groups being opened, delivered once they are (the newest few)
@@ -194,11 +197,17 @@ class ReplicaOpener:
         fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
         quiesced, for at most `SETTLING_MAX_S`)."""
         now = self.clock()
-        replicas, settling = self.multiraft.replicas, self.settling
+        replicas, settling, asked = self.multiraft.replicas, self.settling, self.asked
         for group, opened_at in list(settling.items()):
             replica = replicas.get(group)
-            if replica is None or replica.node.quiesced or now - opened_at > SETTLING_MAX_S:
+            if (
+                replica is None
+                or replica.node.quiesced
+                or now - opened_at > SETTLING_MAX_S
+                or (group in asked and replica.node.leader_id is not None)
+            ):
                 del settling[group]
+                asked.discard(group)
         while self.pending and len(settling) < SETTLING_LIMIT:
             groups = list(itertools.islice(self.pending, OPEN_BATCH_REPLICAS))
             batch = [self.pending.pop(group) for group in groups]
@@ -218,6 +227,7 @@ class ReplicaOpener:
                     elif result.topic in topics and result.group not in replicas:
                         self._add(result)
                         settling[result.group] = now
+                        self._ask_leader(result)
             finally:
                 self.opening.difference_update(groups)
                 for group in groups:  # not added (failed, or its topic is gone): nobody to tell
@@ -232,6 +242,19 @@ class ReplicaOpener:
         if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
             self.rebuilding.add(replica.group)
             self._probe(replica)
+
+    def _ask_leader(self, replica: Replica) -> None:
+        """A replica of a group that elected before (this node restarted) asks its peers who
+        leads (`RaftNode.probe_membership`, a pre-vote at its own term that changes nothing):
+        the group's leader, likely quiesced, wakes and sends it a heartbeat at once, where it
+        would otherwise hear of it only after its first election timeout (its pre-vote). It
+        has then settled: at a restart with tens of thousands of replicas, the admission's
+        window moves on after a round trip instead of after a campaign and a quiescence."""
+        node = replica.node
+        if node.term == 0 or node.log.last_index == 0 or replica.group in self.rebuilding:
+            return  # a new group elects (`open_replica`); a rebuilding replica probes already
+        self.asked.add(replica.group)
+        self.multiraft.call(node.probe_membership, replica)
 
     def probe_rebuilding(self) -> None:
         """Each hosted replica whose log is below its vote floor and that knows no leader asks

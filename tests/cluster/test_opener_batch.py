@@ -6,18 +6,21 @@ Issue 28: a node opens tens of thousands of replicas at a topic's creation or a 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from cluster.multiraft import MultiRaft
+from cluster.clock import FakeTicker
+from cluster.multiraft import MultiRaft, Send
 from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
 from cluster.replica import Replica
 from cluster.topic_spec import TopicSpec
+from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
-from raft.types import Configuration, HardState
+from raft.types import Configuration, Entry, EntryKind, HardState, Heartbeat, VoteRequest
 from storage import FileHandles, LogConfig, StateJournal
 
 NODES = ("n1", "n2", "n3")
@@ -25,7 +28,7 @@ SPEC = TopicSpec("t", 12, 3, assignment=tuple(NODES for _ in range(12)), uid="a"
 BOOTSTRAP = Configuration(voters=frozenset(NODES))
 
 
-def _opener(root: Path) -> ReplicaOpener:
+def _opener(root: Path, send: Send = lambda *message: None) -> ReplicaOpener:
     journal = StateJournal(root / "journal")
     return ReplicaOpener(
         node_id="n1",
@@ -34,7 +37,7 @@ def _opener(root: Path) -> ReplicaOpener:
         raft_config=RaftConfig(),
         log_config=LogConfig(),
         handles=FileHandles(64),
-        multiraft=MultiRaft("n1", lambda *a: None, 0.05, journal),
+        multiraft=MultiRaft("n1", send, 0.05, journal),
         topics=lambda: {SPEC.name: SPEC},
         clock=lambda: 0.0,
     )
@@ -97,3 +100,57 @@ def test_replicas_on_disk_are_still_read_whole_beside_new_ones(
     assert all(isinstance(results[i], Replica) for i in (0, 1, 2, 4, 6, 7)), results
     _close(results)
     opener.journal.close()
+
+
+def test_a_restarted_replica_asks_who_leads_and_settles_once_it_knows(tmp_path: Path) -> None:
+    """A restart opens tens of thousands of replicas of groups that elected long ago, their
+    leaders quiesced, a window of `SETTLING_LIMIT` at a time. Each replica with a term asks its
+    peers at once (a pre-vote at its own term: `RaftNode.probe_membership`), so the quiesced
+    leader wakes and heartbeats now rather than after the replica's election timeout, and it
+    counts as settled as soon as it knows its leader, not only once the group quiesces again."""
+
+    async def scenario() -> None:
+        first = _opener(tmp_path)  # a first run: t/0 elected (term 3), t/1 never did
+        opened = first._open_batch([(SPEC, index, BOOTSTRAP) for index in range(2)])
+        assert isinstance(opened[0], Replica)
+        opened[0].log.append([Entry(1, 3, EntryKind.NOOP, 0, b"", 0)])
+        first.journal.save_many({"t/0": HardState(term=3, vote="n2", commit=1)})
+        _close(opened)
+        first.journal.close()
+
+        ticker = FakeTicker(0.05)  # no tick passes: no election timeout runs out
+        sent: list[tuple[str, object]] = []
+        opener = _opener(
+            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
+        )
+        opener.multiraft.ticker = ticker
+        opener.multiraft.start()
+        try:
+            for index in range(2):
+                opener.queue(SPEC, index, BOOTSTRAP)
+            await opener.open_pending()
+            probe = VoteRequest(3, "n1", "n2", 1, 3, True)
+            await _until(lambda: ("n2", probe) in sent, f"{probe} in {sent}")
+            assert ("n3", VoteRequest(3, "n1", "n3", 1, 3, True)) in sent, sent
+            assert all(isinstance(m, VoteRequest) and m.term == 3 for _, m in sent), sent
+            assert set(opener.settling) == {"t/0", "t/1"}
+            heartbeat = Heartbeat(3, "n2", "n1", 1, quiesce=False, lease_tick=1)
+            opener.multiraft.deliver("n2", [(f"t/0@{SPEC.uid[:16]}", encode_message(heartbeat))])
+            replica = opener.multiraft.replicas["t/0"]
+            await _until(lambda: replica.node.leader_id == "n2", "the leader heard")
+            await opener.open_pending()
+            assert not replica.node.quiesced
+            assert set(opener.settling) == {"t/1"}, opener.settling  # a new group: until quiet
+        finally:
+            for group in list(opener.multiraft.replicas):
+                opener.multiraft.remove(group)
+            await opener.multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout_s} s"
+        await asyncio.sleep(0.001)
