@@ -286,10 +286,20 @@ class ReplicaOpener:
         uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
         # one listing per topic, not one per replica: most of a new topic's have no directory
         listed = self.dirs_on_disk(sorted({spec.name for spec, _, _ in batch}))
+        # the directories in which new replica directories were made (and the partitions
+        # directory, for a new topic's): one fsync each makes them durable, for the batch
+        syncs: set[str] = set()
         for position, item in enumerate(batch):
             deferred: list[str] = []
             absent = str(item[1]) not in listed.get(item[0].name, ())
-            result = self._open_one(*item, deferred_uids=deferred, names=set() if absent else None)
+            if item[0].name not in listed:
+                syncs.add(self.partitions_dir)
+            result = self._open_one(
+                *item,
+                deferred_uids=deferred,
+                names=set() if absent else None,
+                deferred_syncs=syncs,
+            )
             if isinstance(result, Replica) and deferred:
                 uids.append((position, deferred[0], item[0].uid))
             results.append(result)
@@ -298,7 +308,11 @@ class ReplicaOpener:
         pool = _uid_pool()
         shares = [uids[first::UID_WRITE_THREADS] for first in range(UID_WRITE_THREADS)]
         writes = [pool.submit(_write_uids, share) for share in shares if share]
+        synced = [pool.submit(fsync_directory, directory) for directory in sorted(syncs)]
         concurrent.futures.wait(writes)
+        concurrent.futures.wait(synced)
+        for sync in synced:
+            sync.result()  # a failed directory fsync: the disk failed, the node stops
         failed: list[tuple[int, BaseException]] = []
         for write in writes:
             failed.extend(write.result())
@@ -320,6 +334,7 @@ class ReplicaOpener:
         from_leader: bool = False,
         deferred_uids: list[str] | None = None,
         names: set[str] | None = None,
+        deferred_syncs: set[str] | None = None,
     ) -> Replica | _OpenFailed | None:
         """Storage thread: `open_replica`, its error returned (to quarantine the replica)
         unless the disk itself failed (raised: the node stops)."""
@@ -331,6 +346,7 @@ class ReplicaOpener:
                 from_leader=from_leader,
                 deferred_uids=deferred_uids,
                 names=names,
+                deferred_syncs=deferred_syncs,
             )
         except Exception as error:
             if disk_failure(error) is not None:
@@ -346,12 +362,16 @@ class ReplicaOpener:
         from_leader: bool = False,
         deferred_uids: list[str] | None = None,
         names: set[str] | None = None,
+        deferred_syncs: set[str] | None = None,
     ) -> Replica | None:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
         leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
         file to write is appended there instead of written (the caller writes it, durably,
         before the replica is hosted). `names`: what the replica's directory holds, if the
-        caller knows (an empty set: it has no directory, as it listed the topic's)."""
+        caller knows (an empty set: it has no directory, as it listed the topic's). A new replica's
+        directory is made here and made durable in its parent (and a new topic's directory in
+        the partitions directory) before the replica is returned, or, with `deferred_syncs`,
+        the directories to fsync for that are added there (the caller fsyncs each once)."""
         directory = self.replica_dir(spec.name, index)
         group = f"{spec.name}/{index}"
         uid_path = os.path.join(directory, TOPIC_UID)
@@ -387,6 +407,15 @@ class ReplicaOpener:
             floor = LogPosition()
         if REBUILT in names:
             floor = max(floor, rebuilt_floor(directory))
+        if not names:  # no directory yet (or wiped): made here, its name durable before use
+            parent = os.path.dirname(directory)
+            if deferred_syncs is None:
+                os.makedirs(directory, exist_ok=True)
+                fsync_directory(parent)
+                fsync_directory(os.path.dirname(parent))
+            else:
+                os.makedirs(directory, exist_ok=True)
+                deferred_syncs.add(parent)
         hard_state = self.journal.load(group)
         durable = group in self.cleanly_closed
         self.cleanly_closed.discard(group)  # written by this process from now on

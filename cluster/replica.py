@@ -156,8 +156,8 @@ class Replica:
     ) -> Replica:
         """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`).
         `names`: what `directory` holds, if the caller listed it (None: unknown)."""
-        # the log makes `directory` too if it is new, and makes both durable with its first
-        # flush (`SegmentedLog`), before anything it holds is
+        # the caller makes `directory` (`cluster.opener`, durably); else the log makes it, and
+        # makes it durable with its first flush, before anything it holds is
         segmented = SegmentedLog(
             os.path.join(directory, "log"), log_config, handles=handles, durable=durable
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import cluster.opener as opener_module
 from cluster.clock import FakeTicker
 from cluster.multiraft import MultiRaft, Send
 from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
@@ -66,10 +67,21 @@ def test_a_new_topics_batch_lists_the_topic_once_not_each_replica(
 ) -> None:
     opener = _opener(tmp_path)
     listed = _counting_listdir(monkeypatch)
+    synced: list[str] = []
+    real_sync = opener_module.fsync_directory  # type: ignore[attr-defined]
+
+    def fsync_directory(path: str) -> None:
+        synced.append(path)
+        real_sync(path)
+
+    monkeypatch.setattr(opener_module, "fsync_directory", fsync_directory)
     results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(12)])
     assert all(isinstance(result, Replica) for result in results), results
     partitions = str(tmp_path / "partitions")
     assert listed == [os.path.join(partitions, "t")], listed  # the topic's, nothing else
+    # the new directories' names are durable before a replica is returned: one fsync of the
+    # topic's directory for the batch, and one of the partitions directory (a new topic)
+    assert sorted(synced) == [partitions, os.path.join(partitions, "t")], synced
     for index in (0, 11):  # each new replica got its incarnation, durably written
         assert (tmp_path / "partitions" / "t" / str(index) / TOPIC_UID).read_text() == SPEC.uid
     _close(results)
