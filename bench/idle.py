@@ -48,13 +48,16 @@ from pathlib import Path
 
 import grpc
 
+from bench.procfs import cpu_seconds, open_files, rss_mb
 from cluster.local import LocalCluster
 from flotilla import Client
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
+# the /proc readers, where other benchmarks have imported them from
+__all__ = ["cpu_seconds", "main", "open_files", "rss_mb"]
+
 CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STABLE_S = 5.0  # leaders unchanged and every group quiesced this long before sampling
 SAMPLE_EVERY_S = 0.5  # the open-files and RSS sampler's period
 TOPIC = "idle"
@@ -80,24 +83,6 @@ def stub_call(cluster: LocalCluster, node_id: str, call: Callable[[object], obje
 
 def health(cluster: LocalCluster, node_id: str) -> pb.HealthResponse | None:
     return stub_call(cluster, node_id, lambda s: s.Health(pb.HealthRequest(), timeout=10))  # type: ignore[attr-defined,return-value]
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as file:
-        for line in file:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def open_files(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 class Sampler:
@@ -183,7 +168,7 @@ class Profiler:
             self.process.kill()
             self.process.wait(timeout=10)
         if os.path.exists(self.raw):
-            from bench.profile import flame_svg, summarize  # it imports this module
+            from bench.profile import flame_svg, summarize
 
             raw = Path(self.raw)
             flame_svg(raw, raw.with_suffix(".svg"), title)
