@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import cluster.opener as opener_module
+from cluster import replica_dirs
 from cluster.clock import FakeTicker
 from cluster.multiraft import MultiRaft, Send
 from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
@@ -68,13 +68,13 @@ def test_a_new_topics_batch_lists_the_topic_once_not_each_replica(
     opener = _opener(tmp_path)
     listed = _counting_listdir(monkeypatch)
     synced: list[str] = []
-    real_sync = opener_module.fsync_directory  # type: ignore[attr-defined]
+    real_sync = replica_dirs.fsync_directory  # type: ignore[attr-defined]
 
     def fsync_directory(path: str) -> None:
         synced.append(path)
         real_sync(path)
 
-    monkeypatch.setattr(opener_module, "fsync_directory", fsync_directory)
+    monkeypatch.setattr(replica_dirs, "fsync_directory", fsync_directory)
     results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(12)])
     assert all(isinstance(result, Replica) for result in results), results
     partitions = str(tmp_path / "partitions")
