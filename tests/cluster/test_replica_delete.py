@@ -19,11 +19,12 @@ from pathlib import Path
 from harness import open_replica
 
 from cluster.opener import TOPIC_UID, delete_replica
+from cluster.replica import Replica
 from raft.types import HardState
 from storage.state_journal import StateJournal
 
 
-def _incarnation(root: Path, uid: str) -> object:
+def _incarnation(root: Path, uid: str) -> Replica:
     replica = open_replica(root, "t/0")
     replica.set_topic_uid(uid)
     (root / "t" / "0" / TOPIC_UID).write_text(uid)
@@ -40,11 +41,11 @@ def test_deleting_an_old_incarnation_spares_the_new_one_in_its_directory(tmp_pat
     new = _incarnation(tmp_path, "uid-new")
     journal.save_many({"t/0": HardState(term=3, vote="a", commit=0)})
     files_before = sorted(p.name for p in directory.rglob("*"))
-    delete_replica(old, journal)  # type: ignore[arg-type]
+    delete_replica(old, journal)
     assert sorted(p.name for p in directory.rglob("*")) == files_before
     assert (directory / TOPIC_UID).read_text() == "uid-new"
     assert journal.load("t/0") == HardState(term=3, vote="a", commit=0)
-    new.close()  # type: ignore[attr-defined]
+    new.close()
     journal.close()
 
 
@@ -52,7 +53,7 @@ def test_deleting_a_replica_of_a_deleted_topic_removes_its_files_and_state(tmp_p
     journal = StateJournal(tmp_path / "journal")
     old = _incarnation(tmp_path, "uid-old")
     journal.save_many({"t/0": HardState(term=2, vote="b", commit=0)})
-    delete_replica(old, journal)  # type: ignore[arg-type]
+    delete_replica(old, journal)
     assert not (tmp_path / "t" / "0").exists()
     assert "t/0" not in journal.states()
     journal.close()
