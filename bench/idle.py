@@ -19,6 +19,12 @@ a leader counting itself). Health is cheap to poll (a count over the node's repl
 polling does not slow the restart it measures.
 `restart_s` is counted from the start of the new process (the stop's own time is reported apart).
 
+`--profile DIR` records py-spy (`--gil`: Python-level CPU; py-spy must be installed, see
+bench/profiles/README.md) on one node (`--profile-node`, default the first) from the creation
+request until every partition is led, and with `--restart` on the restarted node from its start
+until it serves again: `DIR/elect-<node>.txt` / `DIR/restart-<node>.txt` (collapsed stacks),
+with a flame graph (`.svg`) and a summary of each (`bench.profile`'s).
+
 Prints a table and, last, one JSON line with the goal's figures (issue 28: 100,000 partitions RF3
 on 5 nodes: leaders within 120 s, idle < 5% of a core and < 1 GB RSS per node, open files under
 the 20,000 cap, a restart back to serving within 60 s) and each figure's ratio to its goal
@@ -30,21 +36,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
+from bench.procfs import cpu_seconds, open_files, rss_mb
 from cluster.local import LocalCluster
 from flotilla import Client
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 
+# the /proc readers, where other benchmarks have imported them from
+__all__ = ["cpu_seconds", "main", "open_files", "rss_mb"]
+
 CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STABLE_S = 5.0  # leaders unchanged and every group quiesced this long before sampling
 SAMPLE_EVERY_S = 0.5  # the open-files and RSS sampler's period
 TOPIC = "idle"
@@ -70,24 +83,6 @@ def stub_call(cluster: LocalCluster, node_id: str, call: Callable[[object], obje
 
 def health(cluster: LocalCluster, node_id: str) -> pb.HealthResponse | None:
     return stub_call(cluster, node_id, lambda s: s.Health(pb.HealthRequest(), timeout=10))  # type: ignore[attr-defined,return-value]
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as file:
-        for line in file:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def open_files(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 class Sampler:
@@ -146,7 +141,43 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> floa
     return time.monotonic() - started
 
 
-def restart(cluster: LocalCluster, node_id: str, timeout_s: float) -> dict[str, float]:
+class Profiler:
+    """py-spy recording one process until `stop` (SIGINT: it then writes its collapsed stacks),
+    which draws the flame graph and prints the summary. A no-op without a directory."""
+
+    RATE = 99  # samples per second
+
+    def __init__(self, out: str | None, name: str, pid: int) -> None:
+        self.raw = os.path.join(out, f"{name}.txt") if out else None
+        self.process: subprocess.Popen[bytes] | None = None
+        if self.raw is None:
+            return
+        os.makedirs(os.path.dirname(self.raw), exist_ok=True)
+        py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        command = [py_spy, "record", "--pid", str(pid), "--rate", str(self.RATE), "--gil", "--nonblocking",
+                   "--format", "raw", "-o", self.raw]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+    def stop(self, title: str) -> None:
+        if self.process is None or self.raw is None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        if os.path.exists(self.raw):
+            from bench.profile import flame_svg, summarize
+
+            raw = Path(self.raw)
+            flame_svg(raw, raw.with_suffix(".svg"), title)
+            progress(f"profile {raw}:\n{summarize(raw, top=25)}")
+
+
+def restart(
+    cluster: LocalCluster, node_id: str, timeout_s: float, profile: str | None = None
+) -> dict[str, float]:
     """Stops `node_id` gracefully, starts it again and times it back to serving every replica
     it held (see the module docstring)."""
     before = health(cluster, node_id)
@@ -158,6 +189,9 @@ def restart(cluster: LocalCluster, node_id: str, timeout_s: float) -> dict[str, 
     progress(f"{node_id} ({replicas} replicas) stopped in {stop_s:.1f} s; starting it again")
     started = time.monotonic()
     cluster.start(node_id, wait=False)
+    process = cluster.nodes[node_id].process
+    assert process is not None
+    profiler = Profiler(profile, f"restart-{node_id}", process.pid)
 
     def hosting() -> bool:
         view = health(cluster, node_id)
@@ -170,11 +204,13 @@ def restart(cluster: LocalCluster, node_id: str, timeout_s: float) -> dict[str, 
     hosting_s = wait_for(hosting, timeout_s, f"{node_id} hosting its {replicas} replicas again")
     progress(f"{node_id} hosts its replicas again {hosting_s:.1f} s after its start")
     wait_for(serving, timeout_s, f"every replica of {node_id} knowing its leader")
+    serving_s = time.monotonic() - started
+    profiler.stop(f"restart of {node_id} ({replicas} replicas) until serving")
     return {
         "replicas": replicas,
         "stop_s": stop_s,
         "hosting_s": hosting_s,
-        "restart_s": time.monotonic() - started,
+        "restart_s": serving_s,
     }
 
 
@@ -185,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="bound on each wait")
     parser.add_argument("--restart", action="store_true", help="time a restart of the last node")
+    parser.add_argument("--profile", help="a directory: py-spy records a node (module doc)")
+    parser.add_argument("--profile-node", default="n1", help="the node --profile records")
     args = parser.parse_args(argv)
     if args.nodes < 3:
         parser.error(f"--nodes {args.nodes}: replication factor 3 needs at least 3 nodes")
@@ -200,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         # than the wall-clock time (still by a third between runs on a shared machine)
         cpu_at_start = sum(cpu_seconds(pid) for pid in pids.values())
         created_at = time.monotonic()
+        profiler = Profiler(args.profile, f"elect-{args.profile_node}", pids[args.profile_node])
         with Client(cluster.addresses(), timeout_s=args.timeout_s) as client:
             for number, start in enumerate(range(0, args.partitions, MAX_TOPIC_PARTITIONS)):
                 count = min(MAX_TOPIC_PARTITIONS, args.partitions - start)
@@ -237,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_for(all_led, args.timeout_s, "every partition electing a leader")
         leaders_s = time.monotonic() - created_at
         elect_cpu_s = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_at_start
+        profiler.stop(f"{args.profile_node}, creation of {args.partitions} partitions until led")
         progress(
             f"every partition led {leaders_s:.1f} s after the creation request, the nodes"
             f" spending {elect_cpu_s:.1f} CPU s"
@@ -257,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             f" peak files while busy {busy_files}"
         )
         sampler.reset()
-        restarted = restart(cluster, nodes[-1], args.timeout_s) if args.restart else None
+        restarted = (
+            restart(cluster, nodes[-1], args.timeout_s, args.profile) if args.restart else None
+        )
         restart_files, restart_rss = sampler.reset()
     with open("/proc/loadavg") as file:
         loadavg = file.read().split()[:3]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from bench.idle import cpu_seconds
+from bench.procfs import cpu_seconds
 from cluster.local import LocalCluster, free_port
 from flotilla import Client
 from flotilla.cli import EVENT_LOOPS

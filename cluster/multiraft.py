@@ -74,6 +74,7 @@ from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
 from raft.types import Message, Role
 from storage import StateJournal
+from timers.types import TIMER_TOPIC_PREFIX
 
 __all__ = ["MultiRaft", "Proposal"]
 
@@ -127,9 +128,12 @@ class MultiRaft:
         self.replicas: dict[str, Replica] = {}
         # the groups whose logs a clean stop closed, each flushed (None: not stopped cleanly)
         self.closed_cleanly: list[str] | None = None
-        # moves each time a replica is added or removed: a watcher of one kind of replica
-        # (the timer host's timer partitions) rescans `replicas` only when it moved
+        # moves each time a replica is added or removed (the partition manager compares it)
         self.hosted_version = 0
+        # moves only when a timer partition's replica (`__timers.*`) is added or removed: the
+        # timer host rescans `replicas` for them only then, not at each of the thousands of
+        # replicas a topic's creation or a restart opens
+        self.timer_groups_version = 0
         # a message for a group not hosted here: (group, incarnation tag, sender, payload); the
         # callee may open the group and deliver the message again
         self.unknown_group: Callable[[str, str, str, bytes | memoryview], None] = lambda *message: (
@@ -170,6 +174,8 @@ class MultiRaft:
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
         self.hosted_version += 1
+        if replica.topic.startswith(TIMER_TOPIC_PREFIX):
+            self.timer_groups_version += 1
         self._commit_moved.add(replica)
         self._active.add(replica)
         self._dirty.add(replica)
@@ -179,6 +185,8 @@ class MultiRaft:
         replica = self.replicas.pop(group, None)
         if replica is not None:
             self.hosted_version += 1
+            if replica.topic.startswith(TIMER_TOPIC_PREFIX):
+                self.timer_groups_version += 1
             self._commit_moved.discard(replica)
             self._active.discard(replica)
             self._dirty.discard(replica)

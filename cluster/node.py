@@ -282,7 +282,7 @@ class Node:
             write_timeout_s=config.produce_timeout_ms / 1000,
             faults=timer_faults_from_env(),
             maintain=partial(apply_timer_retention, self.multiraft),
-            hosted_version=lambda: self.multiraft.hosted_version,
+            hosted_version=lambda: self.multiraft.timer_groups_version,
             retention_check_s=config.retention_check_s,
             timer_log_retention_ms=config.timer_log_retention_ms,
         )

@@ -9,30 +9,8 @@ leader is adding this node). In a brand-new group the preferred replica (first i
 order) campaigns at its first tick and the others wait before their first campaign, so new
 groups elect at once and do not split their votes.
 
-A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
-another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
-markers, and its hard state in the journal) before the new incarnation's replica opens, so the
-deleted topic's records can never come back in the new one (Kafka's topic IDs, KIP-516). A
-running node learns of the new incarnation a moment after its peers; meanwhile their Raft
-messages must not reach its old replica, so they name the group with a tag of the topic uid
-(`Replica.wire_group`, `t/0@<16 hex digits>`), and a message whose tag is not the hosted
-replica's (or, for a group not hosted, the topic's this node knows) is dropped.
-
-Retirement (replica GC): a replica told by its group that a committed configuration left it out
-(`raft.types.Removed`) deletes its log and leaves a `RETIRED` marker in its directory; the Raft
-term and vote it held stay in the node's state journal, and the marker holds the replica's vote
-floor (`RaftNode.vote_floor`: the end of the log it deletes, as "<term> <index>"). A retired
-replica is not opened again by the partition manager or by a campaigning peer, only by a message
-from a leader (one adding this node back): it then starts with an empty log, an empty
-configuration (never the topic's initial assignment), and the term, vote and vote floor it kept
-(so it never votes for a log less up to date than the one it deleted: issue 21), and its
-directory is marked `REJOINED` (which keeps the floor from then on).
-
-Rebuild: a replica whose log recovery finds damaged (`storage.DamagedLog`) is moved aside and
-opened with an empty log and a vote floor (`cluster.rebuild`), unless its topic has a single
-replica (no peer to rebuild it from: it is quarantined, its files left as they are); its group's leader sends it the
-log again, and until it hears from a leader it asks the topic's assigned replicas
-(`probe_rebuilding`), to wake a quiesced one.
+What opening a replica's directory does (its incarnation, retirement and rebuild rules), on
+the storage thread, is `cluster.replica_dirs`'s, a mixin of `ReplicaOpener`.
 
 Each replica opens on its own: one that cannot (an unreadable or damaged directory, a bug) is
 quarantined (`cluster.quarantine`) and never opened again by this process, while the others of
@@ -40,40 +18,46 @@ its batch open; an error of the disk itself (`cluster.failstop.DISK_ERRNOS`) sto
 
 Settling time is measured on the injected `clock` (the node's ticker's), not the wall clock.
 
-Why one module of ~550 lines: admission, the incarnation check and retirement are three rules
-about one act, opening a replica directory, and each needs the others' state at that moment.
+The opener is split along its threads: this module is the event loop's side (the queue,
+admission, hosting, the messages held for groups being opened), `cluster.replica_dirs` the
+storage thread's (what each directory holds, and what opening it means).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import itertools
 import logging
-import os
 import random
-import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
 from cluster.controller import TopicSpec
-from cluster.failstop import NodeFailStopped, disk_failure
+from cluster.failstop import NodeFailStopped
 from cluster.multiraft import MultiRaft
 from cluster.producers import EXPIRATION_MS
-from cluster.rebuild import REBUILT, rebuilt_floor, set_aside
 from cluster.replica import Replica, same_incarnation
+from cluster.replica_dirs import (
+    REJOINED,
+    RETIRED,
+    TOPIC_UID,
+    DirectoryOpener,
+    OpenFailed,
+    delete_replica,
+    delete_replicas,
+    forget_states_of_deleted_topics,
+)
 from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.errors import RaftError
 from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
-from storage import DamagedLog, FileHandles, LogConfig, StateJournal
-from storage.atomic import fsync_directory, write_atomic
-from storage.timer_index import INDEX_DIRECTORY
+from storage import FileHandles, LogConfig, StateJournal
 
 __all__ = [
+    "REJOINED",
+    "RETIRED",
+    "TOPIC_UID",
     "ReplicaOpener",
     "delete_replica",
     "delete_replicas",
@@ -88,21 +72,12 @@ log = logging.getLogger("flotilla.opener")
 OPEN_BATCH_REPLICAS = 250
 SETTLING_LIMIT = 1000
 SETTLING_MAX_S = 10.0
-# Election timeouts a new group's non-preferred replicas wait, on top of their own, before
-# their first campaign (see `open_replica`).
-FIRST_CAMPAIGN_DEFER_ELECTIONS = 2
 # Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
 # resends what is dropped).
 HELD_MESSAGES = 8
-# Markers in a replica's directory (see the module docstring).
-RETIRED = "RETIRED"
-REJOINED = "REJOINED"
-# The uid of the topic incarnation a replica's directory belongs to: a topic deleted and created
-# again under the same name while this node was away must not get the old one's log.
-TOPIC_UID = "TOPIC_UID"
 
 
-class ReplicaOpener:
+class ReplicaOpener(DirectoryOpener):
     def __init__(
         self,
         *,
@@ -132,6 +107,9 @@ class ReplicaOpener:
         # (group -> when opened)
         self.pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
         self.settling: dict[str, float] = {}
+        # settling replicas of groups that elected before (a restart): they asked their peers
+        # who leads (`_ask_leader`) and have settled once they know
+        self.asked: set[str] = set()
         self._rng = random.Random()
         self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
         # messages for groups being opened, delivered once they are (the newest few)
@@ -178,46 +156,42 @@ class ReplicaOpener:
             )
         )
 
-    def replica_dir(self, topic: str, index: int) -> str:
-        return os.path.join(self.partitions_dir, topic, str(index))
-
-    def dirs_on_disk(self, topics: list[str]) -> dict[str, set[str]]:
-        """Thread: the partition directories each topic has here (one listing per topic)."""
-        found: dict[str, set[str]] = {}
-        for topic in topics:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                found[topic] = set(os.listdir(os.path.join(self.partitions_dir, topic)))
-        return found
-
     async def open_pending(self) -> None:
         """Opens queued replicas on the storage thread, `OPEN_BATCH_REPLICAS` per call, while
         fewer than `SETTLING_LIMIT` replicas opened lately are still settling (not yet
         quiesced, for at most `SETTLING_MAX_S`)."""
         now = self.clock()
-        replicas, settling = self.multiraft.replicas, self.settling
+        replicas, settling, asked = self.multiraft.replicas, self.settling, self.asked
         for group, opened_at in list(settling.items()):
             replica = replicas.get(group)
-            if replica is None or replica.node.quiesced or now - opened_at > SETTLING_MAX_S:
+            if (
+                replica is None
+                or replica.node.quiesced
+                or now - opened_at > SETTLING_MAX_S
+                or (group in asked and replica.node.leader_id is not None)
+            ):
                 del settling[group]
+                asked.discard(group)
         while self.pending and len(settling) < SETTLING_LIMIT:
             groups = list(itertools.islice(self.pending, OPEN_BATCH_REPLICAS))
             batch = [self.pending.pop(group) for group in groups]
             self.opening.update(groups)
             try:
                 opened = cast(
-                    "list[Replica | _OpenFailed | None]",
+                    "list[Replica | OpenFailed | None]",
                     await self.multiraft.run_storage(partial(self._open_batch, batch)),
                 )
                 now = self.clock()
                 topics = self.topics()
                 for (spec, _, _), group, result in zip(batch, groups, opened, strict=True):
-                    if isinstance(result, _OpenFailed):
+                    if isinstance(result, OpenFailed):
                         self.multiraft.quarantine.add(group, "opening", result.error, spec.uid)
                     elif result is None:
                         self.retired[group] = spec.uid
                     elif result.topic in topics and result.group not in replicas:
                         self._add(result)
                         settling[result.group] = now
+                        self._ask_leader(result)
             finally:
                 self.opening.difference_update(groups)
                 for group in groups:  # not added (failed, or its topic is gone): nobody to tell
@@ -232,6 +206,19 @@ class ReplicaOpener:
         if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
             self.rebuilding.add(replica.group)
             self._probe(replica)
+
+    def _ask_leader(self, replica: Replica) -> None:
+        """A replica of a group that elected before (this node restarted) asks its peers who
+        leads (`RaftNode.probe_membership`, a pre-vote at its own term that changes nothing):
+        the group's leader, likely quiesced, wakes and sends it a heartbeat at once, where it
+        would otherwise hear of it only after its first election timeout (its pre-vote). It
+        has then settled: at a restart with tens of thousands of replicas, the admission's
+        window moves on after a round trip instead of after a campaign and a quiescence."""
+        node = replica.node
+        if node.term == 0 or node.log.last_index == 0 or replica.group in self.rebuilding:
+            return  # a new group elects (`open_replica`); a rebuilding replica probes already
+        self.asked.add(replica.group)
+        self.multiraft.call(node.probe_membership, replica)
 
     def probe_rebuilding(self) -> None:
         """Each hosted replica whose log is below its vote floor and that knows no leader asks
@@ -252,157 +239,6 @@ class ReplicaOpener:
             return
         members = [m for m in spec.assignment[replica.partition] if m != self.node_id]
         self.multiraft.call(partial(replica.node.probe_membership, members), replica)
-
-    def _open_batch(
-        self, batch: list[tuple[TopicSpec, int, Configuration]]
-    ) -> list[Replica | _OpenFailed | None]:
-        """Storage thread: each replica opens on its own (`_open_one`); the `TOPIC_UID` files
-        the new ones need are then written together, their fsyncs in parallel (two each,
-        serial, were most of the time a new replica took to open), before any is returned."""
-        results: list[Replica | _OpenFailed | None] = []
-        uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
-        for position, item in enumerate(batch):
-            deferred: list[str] = []
-            result = self._open_one(*item, deferred_uids=deferred)
-            if isinstance(result, Replica) and deferred:
-                uids.append((position, deferred[0], item[0].uid))
-            results.append(result)
-        pool = _uid_pool()
-        writes = [pool.submit(write_atomic, path, uid.encode()) for _, path, uid in uids]
-        concurrent.futures.wait(writes)
-        for (position, _, _), write in zip(uids, writes, strict=True):
-            error = write.exception()
-            if error is None:
-                continue
-            if not isinstance(error, Exception) or disk_failure(error) is not None:
-                raise error
-            opened = results[position]
-            assert isinstance(opened, Replica)
-            opened.close()
-            results[position] = _OpenFailed(error)
-        return results
-
-    def _open_one(
-        self,
-        spec: TopicSpec,
-        index: int,
-        bootstrap: Configuration,
-        *,
-        from_leader: bool = False,
-        deferred_uids: list[str] | None = None,
-    ) -> Replica | _OpenFailed | None:
-        """Storage thread: `open_replica`, its error returned (to quarantine the replica)
-        unless the disk itself failed (raised: the node stops)."""
-        try:
-            return self.open_replica(
-                spec, index, bootstrap, from_leader=from_leader, deferred_uids=deferred_uids
-            )
-        except Exception as error:
-            if disk_failure(error) is not None:
-                raise
-            return _OpenFailed(error)
-
-    def open_replica(
-        self,
-        spec: TopicSpec,
-        index: int,
-        bootstrap: Configuration,
-        *,
-        from_leader: bool = False,
-        deferred_uids: list[str] | None = None,
-    ) -> Replica | None:
-        """Storage thread. None: the replica retired here and `from_leader` is False (only a
-        leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
-        file to write is appended there instead of written (the caller writes it, durably,
-        before the replica is hosted)."""
-        directory = self.replica_dir(spec.name, index)
-        group = f"{spec.name}/{index}"
-        uid_path = os.path.join(directory, TOPIC_UID)
-        # one listing instead of a failed open or stat per marker: a new replica (thousands at
-        # a topic's creation) has no directory yet
-        names = _names_in(directory)
-        if spec.uid and TOPIC_UID in names:
-            found = _read_text(uid_path)
-            if found is not None and found != spec.uid:
-                log.warning(
-                    "wiping %s: it belongs to an earlier topic %r (uid %s, now %s)",
-                    directory, spec.name, found, spec.uid,
-                )  # fmt: skip
-                shutil.rmtree(directory, ignore_errors=True)
-                self.journal.forget([group])
-                names = set()
-        if RETIRED in names:
-            # finish a retirement a crash interrupted (the marker is written first)
-            shutil.rmtree(os.path.join(directory, "log"), ignore_errors=True)
-            shutil.rmtree(os.path.join(directory, INDEX_DIRECTORY), ignore_errors=True)
-            if not from_leader:
-                return None
-            floor = _read_vote_floor(os.path.join(directory, RETIRED))
-            write_atomic(os.path.join(directory, REJOINED), _vote_floor_text(floor))
-            os.unlink(os.path.join(directory, RETIRED))
-            fsync_directory(directory)
-            bootstrap = Configuration()
-        elif REJOINED in names:
-            floor = _read_vote_floor(os.path.join(directory, REJOINED))
-            bootstrap = Configuration()
-        else:
-            floor = LogPosition()
-        if REBUILT in names:
-            floor = max(floor, rebuilt_floor(directory))
-        hard_state = self.journal.load(group)
-        durable = group in self.cleanly_closed
-        self.cleanly_closed.discard(group)  # written by this process from now on
-
-        def open_it() -> Replica:
-            return Replica.open(
-                node_id=self.node_id,
-                topic=spec.name,
-                partition=index,
-                directory=directory,
-                bootstrap=bootstrap,
-                hard_state=hard_state,
-                raft_config=self.raft_config,
-                log_config=self.log_config,
-                handles=self.handles,
-                rng=random.Random(self._rng.getrandbits(64)),
-                producer_expiration_ms=self.producer_expiration_ms,
-                durable=durable,
-            )
-
-        try:
-            replica = open_it()
-        except DamagedLog as damage:
-            if spec.replication_factor < 2:
-                raise  # no peer to rebuild it from: quarantined, its files left as they are
-            floor = set_aside(directory, group, damage, hard_state, floor, self.handles)
-            self.on_rebuilt(group)
-            replica = open_it()
-        replica.node.restore_vote_floor(floor)
-        replica.set_topic_uid(spec.uid)
-        if spec.uid and TOPIC_UID not in names:
-            if deferred_uids is None:
-                write_atomic(uid_path, spec.uid.encode())
-            else:
-                deferred_uids.append(uid_path)
-        assigned = spec.assignment[index] if index < len(spec.assignment) else ()
-        if (
-            hard_state.term == 0
-            and replica.segmented.last_index == 0
-            and assigned
-            and bootstrap.voters
-        ):
-            if assigned[0] == self.node_id:
-                # A new group's preferred replica (first in placement order) campaigns at its
-                # first tick: waiting out a whole election timeout first only kept every new
-                # group's replicas ticking, unled. Timing only.
-                replica.node.hasten_campaign()
-            else:
-                # the others let it campaign first, so that thousands of new groups do not
-                # split their votes. Timing only.
-                replica.node.defer_campaign(
-                    FIRST_CAMPAIGN_DEFER_ELECTIONS * self.raft_config.election_ticks
-                )
-        return replica
 
     def open_on_message(
         self, group: str, tag: str, sender: str, payload: bytes | memoryview
@@ -464,7 +300,7 @@ class ReplicaOpener:
             return
         finally:
             self.opening.discard(group)
-        if isinstance(replica, _OpenFailed):
+        if isinstance(replica, OpenFailed):
             self.multiraft.quarantine.add(group, "opening", replica.error, spec.uid)
             self._held.pop(group, None)
         elif replica is None:
@@ -475,103 +311,3 @@ class ReplicaOpener:
             self._add(replica)  # type: ignore[arg-type]
         else:
             self._held.pop(group, None)
-
-    def retire(self, replica: Replica) -> None:
-        """Storage thread: the replica was removed from its group (`RaftNode.removed_at`) and
-        is no longer hosted. Its log (and a timer log's index) is deleted; the marker goes first, durably, so a crash
-        part-way is finished on the next open. Its term and vote stay in the journal, its vote
-        floor in the marker."""
-        floor = replica.node.vote_floor
-        replica.close()
-        write_atomic(os.path.join(replica.directory, RETIRED), _vote_floor_text(floor))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(replica.directory, REJOINED))
-        shutil.rmtree(os.path.join(replica.directory, "log"), ignore_errors=True)
-        # a timer log's index, derived from the log, goes with it (rebuilt if it ever rejoins)
-        shutil.rmtree(os.path.join(replica.directory, INDEX_DIRECTORY), ignore_errors=True)
-        fsync_directory(replica.directory)
-
-
-@dataclass(frozen=True, slots=True)
-class _OpenFailed:
-    """A replica that could not be opened, and why (it is quarantined)."""
-
-    error: Exception
-
-
-def delete_replicas(replicas: list[Replica], journal: StateJournal) -> None:
-    """Storage thread: `delete_replica` for each, in one job (queued before anything else
-    can open their groups again)."""
-    for replica in replicas:
-        delete_replica(replica, journal)
-
-
-def delete_replica(replica: Replica, journal: StateJournal) -> None:
-    """Storage thread: a replica of a deleted topic (or of an earlier incarnation of it), no
-    longer hosted: its files and its hard state go, unless its directory belongs to another
-    incarnation by now (the topic's next one opened there first: its `TOPIC_UID` names it, and
-    the group's hard state in the journal is that replica's)."""
-    replica.close()
-    if replica.topic_uid:
-        found = _read_text(os.path.join(replica.directory, TOPIC_UID))
-        if found is not None and found != replica.topic_uid:
-            log.info("%s of topic uid %s: its directory is the newer incarnation %s's now, kept",
-                     replica.group, replica.topic_uid, found)  # fmt: skip
-            return
-    shutil.rmtree(replica.directory, ignore_errors=True)
-    journal.forget([replica.group])
-
-
-def forget_states_of_deleted_topics(
-    journal: StateJournal, topics: set[str], hosted: set[str]
-) -> None:
-    """Storage thread: drops the journal's hard states of groups whose topic is gone (those
-    kept for retired replicas, chiefly)."""
-    stale = [g for g in journal.states() if g.rpartition("/")[0] not in topics and g not in hosted]
-    if stale:
-        journal.forget(stale)
-
-
-def _vote_floor_text(floor: LogPosition) -> bytes:
-    return f"{floor.term} {floor.index}\n".encode()
-
-
-def _read_vote_floor(path: str) -> LogPosition:
-    """The vote floor a retirement marker holds; (0, 0) for a marker written before markers
-    held one (empty)."""
-    text = (_read_text(path) or "").strip()
-    if not text:
-        return LogPosition()
-    parts = text.split()
-    if len(parts) != 2 or not all(part.isdigit() for part in parts):
-        raise ValueError(f"{path} holds {text!r}; a vote floor is '<term> <index>' or nothing")
-    return LogPosition(int(parts[0]), int(parts[1]))
-
-
-_uid_writers: concurrent.futures.ThreadPoolExecutor | None = None
-UID_WRITE_THREADS = 8  # concurrent fsyncs share the file system's journal commits
-
-
-def _uid_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that write a batch's `TOPIC_UID` files (made on first use, from the storage
-    thread only)."""
-    global _uid_writers
-    if _uid_writers is None:
-        _uid_writers = concurrent.futures.ThreadPoolExecutor(UID_WRITE_THREADS, "flotilla-uid")
-    return _uid_writers
-
-
-def _names_in(directory: str) -> set[str]:
-    """The names in `directory`; none if it does not exist."""
-    try:
-        return set(os.listdir(directory))
-    except FileNotFoundError:
-        return set()
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read()
-    except FileNotFoundError:
-        return None

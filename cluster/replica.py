@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from cluster.errors import ClusterError
@@ -124,7 +124,9 @@ class Replica:
     idempotence: Idempotence = field(default_factory=Idempotence)  # decides every produce
     waiters: dict[int, Waiter] = field(default_factory=dict)
     high_watermark: int = 0
-    hw_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # set (and replaced) when the high watermark moves; made only when someone waits on it
+    # (`hw_changed`): most of a host's replicas never have a reader waiting
+    _hw_event: asyncio.Event | None = None
     saved_term_vote: tuple[int, str | None] = (0, None)
     saved_commit: int = 0  # the commit index the journal holds (storage thread)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
@@ -150,9 +152,12 @@ class Replica:
         rng: random.Random,
         producer_expiration_ms: int = EXPIRATION_MS,
         durable: bool = False,
+        names: Collection[str] | None = None,
     ) -> Replica:
-        """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`)."""
-        os.makedirs(directory, exist_ok=True)
+        """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`).
+        `names`: what `directory` holds, if the caller listed it (None: unknown)."""
+        # the caller makes `directory` (`cluster.opener`, durably); else the log makes it, and
+        # makes it durable with its first flush, before anything it holds is
         segmented = SegmentedLog(
             os.path.join(directory, "log"), log_config, handles=handles, durable=durable
         )
@@ -172,19 +177,29 @@ class Replica:
         )
         replica.wire_group = replica.group
         replica.high_watermark = segmented.offset_after(node.applied_index)
-        replica._rebuild_producers()
+        if segmented.last_index >= segmented.first_index:  # an empty log has no producers
+            replica._rebuild_producers(names is None or PRODUCER_SNAPSHOT in names)
         return replica
+
+    @property
+    def hw_changed(self) -> asyncio.Event:
+        """An event set the next time the high watermark moves (each move, a new one)."""
+        event = self._hw_event
+        if event is None:
+            event = self._hw_event = asyncio.Event()
+        return event
 
     def set_topic_uid(self, uid: str) -> None:
         self.topic_uid = uid
         self.wire_group = f"{self.group}@{incarnation_tag(uid)}" if uid else self.group
 
-    def _rebuild_producers(self) -> None:
+    def _rebuild_producers(self, snapshot_listed: bool = True) -> None:
         """The producer table after a restart: the saved snapshot, if it still matches the log,
         and the entries after it; else the last REBUILD_SCAN_ENTRIES entries only (a producer
-        that wrote before them is unknown here: its next batch is refused as UnknownProducer)."""
+        that wrote before them is unknown here: its next batch is refused as UnknownProducer).
+        `snapshot_listed`: False when the directory's listing has no snapshot (not looked for)."""
         first = max(self.segmented.first_index, self.segmented.last_index - REBUILD_SCAN_ENTRIES)
-        covered = self._load_producer_snapshot()
+        covered = self._load_producer_snapshot() if snapshot_listed else None
         if covered is not None:
             first = covered + 1
         if first > self.segmented.last_index:
@@ -317,8 +332,9 @@ class Replica:
             if index > last:
                 break
             self.settle(self.waiters.pop(index))
-        event, self.hw_changed = self.hw_changed, asyncio.Event()
-        event.set()
+        event, self._hw_event = self._hw_event, None
+        if event is not None:
+            event.set()
 
     def settle_durable(self, durable_index: int) -> None:
         """acks=LEADER waiters whose entry the leader holds durably."""

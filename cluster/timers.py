@@ -338,9 +338,9 @@ class TimerHost:
         timer_log_retention_ms: int = 3_600_000,
         hosted_version: Callable[[], object] = object,
     ) -> None:
-        """`hosted_version`: a value that moves whenever a replica is added or removed
-        (`MultiRaft.hosted_version`); the timer partitions among `replicas` are looked for
-        again only then (the default, a new object each call: at every look)."""
+        """`hosted_version`: a value that moves whenever a timer partition's replica is added
+        or removed (`MultiRaft.timer_groups_version`); the timer partitions among `replicas`
+        are looked for again only then (the default, a new object each call: at every look)."""
         self._topics = topics
         self._replicas = replicas
         self._hosted_version = hosted_version

@@ -314,8 +314,11 @@ class LeaderMixin(NodeState):
         if self._configs[-1][0] > before:
             self._tell_removed_members(before, index)
         uncommitted = self._uncommitted
-        while uncommitted and uncommitted[0][0] <= index:
-            self._uncommitted_bytes -= uncommitted.popleft()[1]
+        done = 0
+        while done < len(uncommitted) and uncommitted[done][0] <= index:
+            self._uncommitted_bytes -= uncommitted[done][1]
+            done += 1
+        del uncommitted[:done]
         return True
 
     def _tell_removed_members(self, low: int, high: int) -> None:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import random
-from collections import deque
 
 from raft.config import RaftConfig
 from raft.faults import RaftFaults
@@ -33,7 +32,7 @@ class NodeState:
     _transferee: NodeId | None
     _transfer_elapsed: int
     _pending_conf_index: int
-    _uncommitted: deque[tuple[int, int]]
+    _uncommitted: list[tuple[int, int]]
     _uncommitted_bytes: int
     _election_elapsed: int
     _deferred_ticks: int

@@ -17,6 +17,7 @@ Cost: one method call per operation, plus one `is None` test on writes and fsync
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 
 from storage.faults import FaultControl, from_environment
@@ -156,9 +157,11 @@ class OsDisk(Disk):
         os.mkdir(path)
 
     def kind(self, path: str) -> str | None:
-        if os.path.isdir(path):
-            return "dir"
-        return "file" if os.path.exists(path) else None
+        try:
+            mode = os.stat(path).st_mode  # one stat (thousands of logs open at a start)
+        except (OSError, ValueError):
+            return None
+        return "dir" if stat.S_ISDIR(mode) else "file"
 
 
 OS_DISK = OsDisk(from_environment())

@@ -89,7 +89,7 @@ def write_fresh_meta(directory: str, disk: Disk = OS_DISK) -> None:
     before anything in the log is durable. Fails if a header exists."""
     fd = disk.open(os.path.join(directory, META_NAME), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        disk.write_all(fd, _encode(*FRESH_START))
+        disk.write_all(fd, _FRESH_BYTES)
     finally:
         disk.close(fd)
 
@@ -101,6 +101,8 @@ def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | No
         return None
     if not raw:
         return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
+    if raw == _FRESH_BYTES:
+        return FRESH_START  # most logs never move their start: no parse for them
     if _torn_fresh(raw):
         return FRESH_START  # the same, torn: `write_meta` never leaves a partial file
     try:
@@ -117,9 +119,13 @@ def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | No
     return start
 
 
-def segment_bases(directory: str, disk: Disk = OS_DISK) -> list[int]:
+def segment_bases(
+    directory: str, disk: Disk = OS_DISK, names: list[str] | None = None
+) -> list[int]:
+    """The base indexes of the segments in `directory`, ascending; `names`: its listing, if the
+    caller has it (one listing per open, not one per question)."""
     bases = []
-    for name in disk.listdir(directory):
+    for name in disk.listdir(directory) if names is None else names:
         match = _SEGMENT_RE.match(name)
         if match:
             bases.append(int(match.group(1)))

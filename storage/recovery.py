@@ -83,11 +83,12 @@ def recover(
             raise NotALogDirectory(f"{directory} is empty (and create=False)")
         return _create(directory, handles, [])
 
-    for name in disk.listdir(directory):
+    names = disk.listdir(directory)  # one listing: leftovers and segments
+    for name in names:
         if name.endswith(".tmp"):
             disk.unlink(os.path.join(directory, name))
-
-    segments = [Segment(directory, base, handles) for base in segment_bases(directory, disk)]
+    bases = segment_bases(directory, disk, names)
+    segments = [Segment(directory, base, handles) for base in bases]
     rebuilt: list[str] = []
     removed: list[str] = []
     torn: str | None = None

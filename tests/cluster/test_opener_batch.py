@@ -1,0 +1,168 @@
+"""Opening a batch of replicas (`ReplicaOpener._open_batch`, on the storage thread) lists each
+topic's directory once and opens the replicas it does not hold as new, without a listing of
+each; a replica whose directory is there is still looked at as a whole (its markers: a retired
+one stays closed, one of an earlier incarnation is wiped), in the same batch as new ones.
+Issue 28: a node opens tens of thousands of replicas at a topic's creation or a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from cluster import replica_dirs
+from cluster.clock import FakeTicker
+from cluster.multiraft import MultiRaft, Send
+from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
+from cluster.replica import Replica
+from cluster.topic_spec import TopicSpec
+from raft.codec import decode_message, encode_message
+from raft.config import RaftConfig
+from raft.types import Configuration, Entry, EntryKind, HardState, Heartbeat, VoteRequest
+from storage import FileHandles, LogConfig, StateJournal
+
+NODES = ("n1", "n2", "n3")
+SPEC = TopicSpec("t", 12, 3, assignment=tuple(NODES for _ in range(12)), uid="a" * 32)
+BOOTSTRAP = Configuration(voters=frozenset(NODES))
+
+
+def _opener(root: Path, send: Send = lambda *message: None) -> ReplicaOpener:
+    journal = StateJournal(root / "journal")
+    return ReplicaOpener(
+        node_id="n1",
+        partitions_dir=str(root / "partitions"),
+        journal=journal,
+        raft_config=RaftConfig(),
+        log_config=LogConfig(),
+        handles=FileHandles(64),
+        multiraft=MultiRaft("n1", send, 0.05, journal),
+        topics=lambda: {SPEC.name: SPEC},
+        clock=lambda: 0.0,
+    )
+
+
+def _counting_listdir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    real: Callable[[str], list[str]] = os.listdir
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)  # the opener's listings (it calls os.listdir)
+    return listed
+
+
+def _close(results: Sequence[object]) -> None:
+    for result in results:
+        if isinstance(result, Replica):
+            result.close()
+
+
+def test_a_new_topics_batch_lists_the_topic_once_not_each_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opener = _opener(tmp_path)
+    listed = _counting_listdir(monkeypatch)
+    synced: list[str] = []
+    real_sync = replica_dirs.fsync_directory  # type: ignore[attr-defined]
+
+    def fsync_directory(path: str) -> None:
+        synced.append(path)
+        real_sync(path)
+
+    monkeypatch.setattr(replica_dirs, "fsync_directory", fsync_directory)
+    results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(12)])
+    assert all(isinstance(result, Replica) for result in results), results
+    partitions = str(tmp_path / "partitions")
+    assert listed == [os.path.join(partitions, "t")], listed  # the topic's, nothing else
+    # the new directories' names are durable before a replica is returned: one fsync of the
+    # topic's directory for the batch, and one of the partitions directory (a new topic)
+    assert sorted(synced) == [partitions, os.path.join(partitions, "t")], synced
+    for index in (0, 11):  # each new replica got its incarnation, durably written
+        assert (tmp_path / "partitions" / "t" / str(index) / TOPIC_UID).read_text() == SPEC.uid
+    _close(results)
+    opener.journal.close()
+
+
+def test_replicas_on_disk_are_still_read_whole_beside_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic_dir = tmp_path / "partitions" / "t"
+    retired = topic_dir / "3"  # retired here: not opened but by a leader adding it back
+    retired.mkdir(parents=True)
+    (retired / TOPIC_UID).write_text(SPEC.uid)
+    (retired / RETIRED).write_text("2 7\n")
+    stale = topic_dir / "5"  # of an earlier incarnation of the topic: wiped, opened anew
+    (stale / "log").mkdir(parents=True)
+    (stale / TOPIC_UID).write_text("b" * 32)
+    (stale / "log" / "leftover").write_text("the old incarnation's")
+    opener = _opener(tmp_path)
+    opener.journal.save_many({"t/5": HardState(term=9, vote="n2", commit=0)})
+    listed = _counting_listdir(monkeypatch)
+    results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(8)])
+    assert results[3] is None, results[3]
+    assert isinstance(results[5], Replica) and results[5].node.term == 0, results[5]
+    assert not (stale / "log" / "leftover").exists()
+    assert (stale / TOPIC_UID).read_text() == SPEC.uid
+    assert sorted(listed) == sorted([str(topic_dir), str(retired), str(stale)]), listed
+    assert all(isinstance(results[i], Replica) for i in (0, 1, 2, 4, 6, 7)), results
+    _close(results)
+    opener.journal.close()
+
+
+def test_a_restarted_replica_asks_who_leads_and_settles_once_it_knows(tmp_path: Path) -> None:
+    """A restart opens tens of thousands of replicas of groups that elected long ago, their
+    leaders quiesced, a window of `SETTLING_LIMIT` at a time. Each replica with a term asks its
+    peers at once (a pre-vote at its own term: `RaftNode.probe_membership`), so the quiesced
+    leader wakes and heartbeats now rather than after the replica's election timeout, and it
+    counts as settled as soon as it knows its leader, not only once the group quiesces again."""
+
+    async def scenario() -> None:
+        first = _opener(tmp_path)  # a first run: t/0 elected (term 3), t/1 never did
+        opened = first._open_batch([(SPEC, index, BOOTSTRAP) for index in range(2)])
+        assert isinstance(opened[0], Replica)
+        opened[0].log.append([Entry(1, 3, EntryKind.NOOP, 0, b"", 0)])
+        first.journal.save_many({"t/0": HardState(term=3, vote="n2", commit=1)})
+        _close(opened)
+        first.journal.close()
+
+        ticker = FakeTicker(0.05)  # no tick passes: no election timeout runs out
+        sent: list[tuple[str, object]] = []
+        opener = _opener(
+            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
+        )
+        opener.multiraft.ticker = ticker
+        opener.multiraft.start()
+        try:
+            for index in range(2):
+                opener.queue(SPEC, index, BOOTSTRAP)
+            await opener.open_pending()
+            probe = VoteRequest(3, "n1", "n2", 1, 3, True)
+            await _until(lambda: ("n2", probe) in sent, f"{probe} in {sent}")
+            assert ("n3", VoteRequest(3, "n1", "n3", 1, 3, True)) in sent, sent
+            assert all(isinstance(m, VoteRequest) and m.term == 3 for _, m in sent), sent
+            assert set(opener.settling) == {"t/0", "t/1"}
+            heartbeat = Heartbeat(3, "n2", "n1", 1, quiesce=False, lease_tick=1)
+            opener.multiraft.deliver("n2", [(f"t/0@{SPEC.uid[:16]}", encode_message(heartbeat))])
+            replica = opener.multiraft.replicas["t/0"]
+            await _until(lambda: replica.node.leader_id == "n2", "the leader heard")
+            await opener.open_pending()
+            assert not replica.node.quiesced
+            assert set(opener.settling) == {"t/1"}, opener.settling  # a new group: until quiet
+        finally:
+            for group in list(opener.multiraft.replicas):
+                opener.multiraft.remove(group)
+            await opener.multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout_s} s"
+        await asyncio.sleep(0.001)
