@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -181,6 +182,8 @@ def test_the_read_your_writes_check_sees_followers_lag_without_it(cluster: Local
         channels = [grpc.insecure_channel(address) for address in followers]
         try:
             stubs = [flotilla_pb2_grpc.FlotillaStub(channel) for channel in channels]
+            for stub in stubs:  # a node that is not a controller learns a new topic by polling
+                wait_until(functools.partial(_knows, stub, "lag"), 30, "the followers know lag")
             lagging = 0
             for n in range(15):
                 meta = client.produce("lag", f"v{n}".encode(), partition=0)
@@ -192,6 +195,16 @@ def test_the_read_your_writes_check_sees_followers_lag_without_it(cluster: Local
         finally:
             for channel in channels:
                 channel.close()
+
+
+def _knows(stub: flotilla_pb2_grpc.FlotillaStub, topic: str) -> bool:
+    try:
+        stub.Metadata(pb.MetadataRequest(topics=[topic]), timeout=10)
+    except grpc.RpcError as error:
+        if error.code() is grpc.StatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 def _wait_leader(client: Client, topic: str) -> str:
