@@ -12,7 +12,10 @@ For each (group, topic uid, partition), in sequence order, a job of
    the partition's leader, this node included): the source's key, value and headers, its
    timestamp, and the headers `flotilla-dlq-topic`, `-partition`, `-offset`, `-deliveries`
    (ASCII decimal) and `-reason`, from the idempotent producer `job.producer_id` (epoch 0) at
-   sequence `job.sequence`;
+   sequence `job.sequence`; the copy counts once the control plane, asked after it landed,
+   still has that incarnation of the dead-letter topic (this node's table may have been stale
+   and a node that had not seen a delete may have taken it into the deleted partition): if
+   not, it is copied again, to the topic created anew;
 4. the copies are reported with `Coordinator.queue_dead_lettered` (an entry, through a round),
    at least every `cluster.producers.WINDOW` copies of a stream: a dead-letter partition knows a
    repeat as a duplicate only among the producer's last WINDOW batches, so a successor never
@@ -47,7 +50,7 @@ from cluster.copy_produce import CopyFailed, CopyProducer
 from cluster.copy_produce import rebased_producer_id as rebased_id
 from cluster.errors import TopicExists
 from cluster.producers import WINDOW
-from cluster.queue_source import SourceReader, Stub
+from cluster.queue_source import Stub
 from consumers.queue_types import DeadLetterJob
 from proto import flotilla_pb2 as pb
 from proto.records import Record, encode_batch
@@ -109,15 +112,18 @@ class DeadLetterSink:
         topics: Callable[[], Mapping[str, TopicSpec]],
         create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
         refresh_topics: Callable[[], Awaitable[None]],
-        source: SourceReader,
+        source: Source,
         stub: Callable[[str], Stub | None],
+        copies: Copies | None = None,
     ) -> None:
+        """`copies`: what sends the copies (tests); by default a `CopyProducer` over the
+        node's produce path."""
         self._topics = topics
         self._create_topic = create_topic
         self._refresh_topics = refresh_topics
         self._source = source
         self._stub = stub
-        self._copies = CopyProducer(source.leader, stub, known_leader=source.known_leader)
+        self._copies = copies or CopyProducer(source.leader, stub, known_leader=source.known_leader)
 
     async def copy(self, job: DeadLetterJob) -> str:
         """Copies the job's record; says what happened (for the log), starting with `GONE`
@@ -133,6 +139,17 @@ class DeadLetterSink:
         batch = dead_letter_batch(job, record)
         # refused as out of sequence: again under `rebased_producer_id(job)` (`copy_produce`)
         response = await self._copies.copy(dead_letters.name, partition, batch, dead_letters.uid)
+        # this node's table may have held a dead-letter topic the controllers deleted (it polls
+        # them every second, later under load), and a node that has not seen the delete still
+        # leads the old partition and takes the copy: gone with the topic. The copy counts
+        # once the control plane, asked after it landed, still has that incarnation.
+        await self._refresh_topics()
+        now = self._topics().get(dead_letters.name)
+        if now is None or now.uid != dead_letters.uid:
+            raise CopyFailed(
+                f"the dead-letter topic {dead_letters.name!r} (uid {dead_letters.uid}) was "
+                "deleted before the copy landed: it is copied again to its new incarnation"
+            )
         where = f"{dead_letters.name}/{partition} offset {response.base_offset}"
         return f"copied before (a repeat: {where})" if response.duplicate else f"copied to {where}"
 
@@ -152,6 +169,25 @@ class DeadLetterSink:
         if spec is None:
             raise CopyFailed(f"the dead-letter topic {name!r} is not in this node's table yet")
         return spec
+
+
+class Copies(Protocol):
+    async def copy(
+        self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
+    ) -> pb.ProduceResponse: ...
+
+
+class Source(Protocol):
+    """What the sink reads the source records from, and asks where a leader is
+    (`cluster.queue_source.SourceReader`)."""
+
+    def known_leader(self, topic: str, partition: int) -> str | None: ...
+
+    async def leader(self, topic: str, partition: int, fresh: bool = False) -> str | None: ...
+
+    async def record(
+        self, topic: str, partition: int, offset: int, topic_uid: str = ""
+    ) -> Record | None: ...
 
 
 class Sink(Protocol):

@@ -13,12 +13,21 @@ import pytest
 
 from cluster.config import ConfigError
 from cluster.coordinator_faults import ENV_VAR, NodeFaults, faults_from_env
-from cluster.dead_letters import DeadLetterCopier, dead_letter_batch, rebased_producer_id
+from cluster.dead_letters import (
+    DeadLetterCopier,
+    DeadLetterSink,
+    Sink,
+    dead_letter_batch,
+    rebased_producer_id,
+)
+from cluster.errors import TopicExists
 from cluster.idempotence import Duplicate, Fresh, Idempotence
 from cluster.producers import WINDOW, BatchRef
 from cluster.queue_source import keys_of
+from cluster.topic_spec import TopicSpec
 from consumers.faults import FAULT_NAMES
 from consumers.queue_types import REASON_REJECTED, DeadLetterJob
+from proto import flotilla_pb2 as pb
 from proto.records import Record, decode_batch, encode_batch, read_header
 
 
@@ -52,7 +61,7 @@ class Copies:
 
 
 async def run_copier(
-    sink: Copies,
+    sink: Sink,
     jobs: list[DeadLetterJob],
     faults: NodeFaults,
     until: Callable[[list[list[tuple[int, int]]]], bool] | None = None,
@@ -162,3 +171,61 @@ def test_a_rebased_copy_has_one_producer_id_per_job_whoever_sends_it() -> None:
     assert len(ids) == 1 and 0 < next(iter(ids)) < 1 << 63
     others = {rebased_producer_id(replace(job, sequence=s)) for s in range(100)}
     assert len(others) == 100 and 12345 not in others
+
+
+class ControlPlane:
+    """The controllers' topic table (`table`) and one node's copy of it (`view`), which catches
+    up only when the node refreshes it; the copies the sink sends, with the incarnation named."""
+
+    def __init__(self, view: dict[str, TopicSpec], table: dict[str, TopicSpec]) -> None:
+        self.view, self.table = dict(view), dict(table)
+        self.copies: list[tuple[str, int, str]] = []  # (topic, partition, uid)
+        self.refreshes = 0
+
+    async def create_topic(self, request: pb.CreateTopicRequest) -> None:
+        if request.name in self.table:
+            raise TopicExists(request.name)
+        self.table[request.name] = TopicSpec(
+            request.name, request.partitions, request.replication_factor, uid="new" * 8
+        )
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
+        self.view = dict(self.table)
+
+    async def copy(
+        self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
+    ) -> pb.ProduceResponse:
+        self.copies.append((topic, partition, topic_uid))
+        return pb.ProduceResponse(base_offset=len(self.copies) - 1)
+
+    def known_leader(self, topic: str, partition: int) -> str | None:
+        return "n1"
+
+    async def leader(self, topic: str, partition: int, fresh: bool = False) -> str | None:
+        return "n1"
+
+    async def record(
+        self, topic: str, partition: int, offset: int, topic_uid: str = ""
+    ) -> Record | None:
+        return Record(offset, b"k", b"v", (), 1)
+
+
+def test_a_dead_letter_topic_deleted_behind_a_stale_table_gets_the_copy_in_its_new_incarnation() -> (
+    None
+):
+    """The node's table may still hold a dead-letter topic the controllers deleted (it polls
+    them every second, later under load), and a node that has not seen the delete still leads
+    the old partition and takes a copy there: gone with the deleted topic, yet confirmed. A copy
+    counts only once the control plane, asked after it landed, still has that incarnation."""
+    source = TopicSpec("jobs", 2, 3, uid="u" * 32)
+    old = TopicSpec("jobs.g.dlq", 2, 3, uid="old" * 8)
+    plane = ControlPlane(view={"jobs": source, old.name: old}, table={"jobs": source})
+    sink = DeadLetterSink(
+        topics=lambda: plane.view, create_topic=plane.create_topic,
+        refresh_topics=plane.refresh, source=plane, stub=lambda _: None, copies=plane,
+    )  # fmt: skip
+    confirmed = asyncio.run(run_copier(sink, [job(1, 0)], NodeFaults()))
+    assert confirmed == [[(1, 0)]]
+    assert plane.copies[-1] == ("jobs.g.dlq", 1, "new" * 8), plane.copies
+    assert plane.table["jobs.g.dlq"].uid == "new" * 8
