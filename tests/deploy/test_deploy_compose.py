@@ -37,12 +37,8 @@ from compose_files import (
     merged,
 )
 
-from chaos.topology import (
-    DEPLOY_DIR,
-    Topology,
-    add_node_document,
-    compose_document,
-)
+from chaos.deploy_files import DEPLOY_DIR, add_node_document, compose_document
+from chaos.topology import Topology
 from cluster import healthcheck
 from flotilla import cli
 

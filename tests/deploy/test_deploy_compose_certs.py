@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from chaos.topology import Topology, compose_document
+from chaos.deploy_files import compose_document
+from chaos.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "compose_certs.py"

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from compose_files import ADD_NODE_FILE, ROOT, config_from_cli, flags_of, load_compose, merged
 
-from chaos.topology import CERTS_DIR, CLIENT_CERT, Topology, add_node_document, compose_document
+from chaos.deploy_files import CERTS_DIR, CLIENT_CERT, add_node_document, compose_document
+from chaos.topology import Topology
 
 Mutation = Callable[[dict[str, Any]], None]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.topology import DEPLOY_DIR, RUNTIME_UID
+from chaos.deploy_files import DEPLOY_DIR, RUNTIME_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

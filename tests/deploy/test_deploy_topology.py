@@ -1,6 +1,6 @@
 """One source of truth: docker-compose.yml, deploy/* and the local harness agree on the topology.
 
-The committed files must be byte-identical to `python -m chaos.topology write-deploy`. Then the
+The committed files must be byte-identical to `python -m chaos.deploy_files write-deploy`. Then the
 compose files, the local rendering and `LocalCluster` are each reduced to the same `Shape` by
 reading their node command lines, Toxiproxy proxies and dial maps as plain data (not through the
 generator), and the shapes must be equal. `shape_of` has its own failing cases.
@@ -21,12 +21,11 @@ from compose_files import flags_of
 from harness import free_port
 from ruamel.yaml import YAML
 
+from chaos.deploy_files import deploy_files, main
 from chaos.topology import (
     LocalPorts,
     Topology,
     TopologyError,
-    deploy_files,
-    main,
     raft_proxy_name,
     render_compose,
     render_local,
@@ -208,7 +207,7 @@ def test_committed_deploy_files_are_the_generators_output() -> None:
     expected = deploy_files(Topology())
     for relative, text in expected.items():
         assert (ROOT / relative).read_text(encoding="utf-8") == text, (
-            f"{relative} is stale: run `python -m chaos.topology write-deploy`"
+            f"{relative} is stale: run `python -m chaos.deploy_files write-deploy`"
         )
     committed_maps = {f"deploy/dial-maps/{p.name}" for p in (ROOT / "deploy/dial-maps").iterdir()}
     assert committed_maps == {r for r in expected if r.startswith("deploy/dial-maps/")}
@@ -216,7 +215,7 @@ def test_committed_deploy_files_are_the_generators_output() -> None:
 
 def test_compose_command_prints_the_committed_file() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "chaos.topology", "compose"],
+        [sys.executable, "-m", "chaos.deploy_files", "compose"],
         cwd=ROOT,
         capture_output=True,
         check=True,
