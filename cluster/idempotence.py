@@ -142,7 +142,10 @@ class Idempotence:
         """The error a leader answers a batch it must not propose with (None for `Fresh`). A
         `Duplicate` reaching the proposal raced its first copy into the log after the service
         looked: it is refused as out of order (retriable; the retry is answered as a duplicate
-        on receipt), never written twice."""
+        on receipt), never written twice. `behind` ("written long ago": a copier takes the copy
+        as written) only for a sequence below what the log holds and no longer remembered: never
+        for a batch in the log or proposed in this term and not appended yet, whose first copy
+        may still be truncated by a new leader."""
         if isinstance(verdict, Fresh):
             return None
         if isinstance(verdict, ProducerUnknown):
@@ -156,6 +159,21 @@ class Idempotence:
             if isinstance(verdict, OutOfOrder)
             else self.expected(producer_id, term)
         )
+        if isinstance(verdict, Duplicate):
+            # in the log (perhaps not committed, perhaps to be truncated): never "long ago"
+            return OutOfOrderSequence(
+                f"batch of producer {producer_id} on {group} starts at sequence "
+                f"{base_sequence}, but {expected} comes next: this batch reached the log a "
+                "moment ago (a retry raced its first copy); retry to be answered with its offsets"
+            )
+        in_log = self.table.next_sequence(producer_id) or 0  # not in the log: it starts at 0
+        if expected is not None and in_log <= base_sequence < expected:
+            # proposed in this term, not appended yet: its first copy is in flight
+            return OutOfOrderSequence(
+                f"batch of producer {producer_id} on {group} starts at sequence "
+                f"{base_sequence}, which this leader proposed a moment ago and has not written "
+                "yet (in flight): retry to learn its outcome"
+            )
         if expected is not None and base_sequence < expected:
             return OutOfOrderSequence(
                 f"batch of producer {producer_id} on {group} starts at sequence "

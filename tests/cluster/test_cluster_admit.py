@@ -18,7 +18,7 @@ from cluster.idempotence import (
     UnknownProducer,
     Verdict,
 )
-from cluster.producers import BatchRef, ProducerTable
+from cluster.producers import WINDOW, BatchRef, ProducerTable
 
 TERM = 3
 
@@ -110,6 +110,7 @@ def test_refusals_name_the_producer_and_the_sequences() -> None:
     raced = owner.refusal(verdict, 7, 0, TERM, "t/0")
     assert type(raced) is OutOfOrderSequence
     assert "starts at sequence 0, but 5 comes next" in str(raced)
+    assert not raced.behind  # its first copy is in the log, maybe not committed: not "long ago"
 
 
 def test_saved_state_round_trips() -> None:
@@ -165,3 +166,31 @@ class _AnyFirstSequence(Idempotence):
 def test_the_checks_catch_a_broken_owner(broken: Callable[[], Idempotence]) -> None:
     with pytest.raises(AssertionError):
         check_verdicts(broken())
+
+
+def test_a_retry_of_a_batch_proposed_but_not_yet_in_the_log_is_not_called_behind() -> None:
+    """Between a leader's proposal of a batch and the round that appends it (and feeds it to the
+    table), a retry of the same batch (its sender timed out while the leader was starved) finds
+    neither a duplicate nor its own sequence next. It must be refused as retriable — its first
+    copy is in flight: the retry comes back to a duplicate, or, if that proposal is truncated by
+    a new leader, to a fresh write — never as `behind` ("written long ago"), which a copier
+    takes as written and would lose a truncated copy for."""
+    owner = Idempotence()
+    written(owner, 7, 0, 5, index=1)  # sequences 0-4 in the log
+    first = owner.admit(7, 5, 2, TERM)
+    assert first == Fresh(7)
+    owner.proposed(7, 7, TERM)  # proposed; the round has not appended it yet
+    retry = owner.refusal(owner.admit(7, 5, 2, TERM), 7, 5, TERM, "t/0")
+    assert isinstance(retry, OutOfOrderSequence) and not retry.behind, retry
+    assert "in flight" in str(retry)
+    # the same for a producer's very first batch, before the log knows the producer at all
+    assert owner.admit(8, 0, 3, TERM) == Fresh(3)
+    owner.proposed(8, 3, TERM)
+    first_retry = owner.refusal(owner.admit(8, 0, 3, TERM), 8, 0, TERM, "t/0")
+    assert isinstance(first_retry, OutOfOrderSequence) and not first_retry.behind, first_retry
+    # below what the log holds, and older than the batches remembered: behind, as before
+    for sequence in range(7, 7 + WINDOW):
+        written(owner, 7, sequence, 1, index=sequence)
+    old = owner.refusal(owner.admit(7, 5, 2, TERM), 7, 5, TERM, "t/0")
+    assert isinstance(old, OutOfOrderSequence) and old.behind, old
+    assert "written long ago" in str(old)
