@@ -112,15 +112,18 @@ class DeadLetterSink:
         topics: Callable[[], Mapping[str, TopicSpec]],
         create_topic: Callable[[pb.CreateTopicRequest], Awaitable[object]],
         refresh_topics: Callable[[], Awaitable[None]],
+        latest_topic: Callable[[str], Awaitable[TopicSpec | None]],
         source: Source,
         stub: Callable[[str], Stub | None],
         copies: Copies | None = None,
     ) -> None:
-        """`copies`: what sends the copies (tests); by default a `CopyProducer` over the
-        node's produce path."""
+        """`latest_topic(name)`: the topic as the control plane has it now, not as this
+        node's table does (`cluster.topic_latest`). `copies`: what sends the copies (tests); by
+        default a `CopyProducer` over the node's produce path."""
         self._topics = topics
         self._create_topic = create_topic
         self._refresh_topics = refresh_topics
+        self._latest_topic = latest_topic
         self._source = source
         self._stub = stub
         self._copies = copies or CopyProducer(source.leader, stub, known_leader=source.known_leader)
@@ -140,12 +143,14 @@ class DeadLetterSink:
         # refused as out of sequence: again under `rebased_producer_id(job)` (`copy_produce`)
         response = await self._copies.copy(dead_letters.name, partition, batch, dead_letters.uid)
         # this node's table may have held a dead-letter topic the controllers deleted (it polls
-        # them every second, later under load), and a node that has not seen the delete still
-        # leads the old partition and takes the copy: gone with the topic. The copy counts
-        # once the control plane, asked after it landed, still has that incarnation.
-        await self._refresh_topics()
-        now = self._topics().get(dead_letters.name)
+        # them every second, later under load; a controller's own control plane may trail its
+        # leader by a moment), and a node that has not seen the delete still leads the old
+        # partition and takes the copy: gone with the topic. The copy counts once the control
+        # plane, asked after it landed (every controller, the latest answer), still has that
+        # incarnation; if not, this node's table is brought up to date before the next try.
+        now = await self._latest_topic(dead_letters.name)
         if now is None or now.uid != dead_letters.uid:
+            await self._refresh_topics()
             raise CopyFailed(
                 f"the dead-letter topic {dead_letters.name!r} (uid {dead_letters.uid}) was "
                 "deleted before the copy landed: it is copied again to its new incarnation"

@@ -105,6 +105,7 @@ class GroupHost:
         pause_guard_s: float = 0.0,
         stub: Callable[[str], Stub | None] | None = None,
         faults: NodeFaults | None = None,
+        latest_topic: Callable[[str], Awaitable[TopicSpec | None]] | None = None,
     ) -> None:
         """`metadata(topics)`: the node's metadata view (high watermarks for the lag gauges).
         `member_version(id)`: the version a member advertises in gossip (None: unknown); a
@@ -114,7 +115,9 @@ class GroupHost:
         paused, e.g. SIGSTOP), nothing is answered for as long again (`paused`).
         `stub(member id)`: a client stub of a member (this node's included), for the reads of
         queue source records and the dead-letter copies (None: no dead letter is copied).
-        `faults`: TEST-ONLY; default what `FLOTILLA_COORDINATOR_FAULTS` names."""
+        `faults`: TEST-ONLY; default what `FLOTILLA_COORDINATOR_FAULTS` names.
+        `latest_topic(name)`: the topic as the control plane has it now
+        (`cluster.topic_latest`); by default this node's table after a refresh."""
         self.node_id = node_id
         self.config = config = config or CoordinatorConfig()
         self.ticker = ticker_or_loop(ticker, config.tick_ms / 1000)
@@ -124,9 +127,14 @@ class GroupHost:
         )
         sink = None
         if stub is not None:
+
+            async def refreshed(name: str) -> TopicSpec | None:
+                await refresh_topics()
+                return topics().get(name)
+
             sink = DeadLetterSink(
                 topics=topics, create_topic=create_topic, refresh_topics=refresh_topics,
-                source=self.source, stub=stub,
+                latest_topic=latest_topic or refreshed, source=self.source, stub=stub,
             )  # fmt: skip
         self.shell = Shell(
             node_id, config, replica, propose, wake, raft_tick_s, write_timeout_s,

@@ -164,7 +164,12 @@ class MetadataView:
             response = self._members_response()
             response.topics_version, response.topics_unchanged = version, True
             return response
-        names = requested or sorted(self.topics)
+        # a controller asked for named topics' specs leaves out those it does not have (their
+        # absence, with the version, is the answer: `cluster.topic_latest`)
+        names = (
+            [name for name in requested if name in self.topics] if topics_only and requested
+            else requested or sorted(self.topics)
+        )  # fmt: skip
         infos: dict[tuple[str, int], pb.PartitionInfo] = {}
         # each source topic's pending timers come from its timer log's replicas, asked with it
         timer_logs = {} if topics_only or local_only else self._timer_logs(names)

@@ -75,6 +75,7 @@ from cluster.startup import check_addresses
 from cluster.steward import GroupSteward
 from cluster.timers import TimerHost, timer_faults_from_env
 from cluster.tls import TlsFiles, TlsReloader, caller_certificate
+from cluster.topic_latest import latest_spec
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
@@ -254,6 +255,7 @@ class Node:
             write_timeout_s=config.produce_timeout_ms / 1000,
             pause_guard_s=2 * config.election_timeout_ms / 1000,
             stub=self._client_stub,
+            latest_topic=partial(latest_spec, self.topic_admin),
         )
         self.delayed = DelayedProduce(
             node_id=config.node_id,

@@ -161,12 +161,20 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
         await self._allow(context)
-        for name in request.topics:
-            await self._topic(name, context)
         # the gRPC metadata keys asked for the same before the request's fields did: still
         # honoured for one release, so that a node or SDK of the last one gets what it asks for
         keys = {key for key, _ in context.invocation_metadata() or ()}
         topics_only = request.topics_only or LEGACY_TOPICS_ONLY_KEY in keys
+        for name in request.topics:
+            if topics_only:  # another node asks a controller: a missing topic is left out
+                try:
+                    check_topic_name(name)
+                except Invalid as error:
+                    await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            else:
+                await self._topic(name, context)
+        if topics_only and request.topics:
+            await self.node.refresh_topics()  # a controller: its table as its control plane has it
         if topics_only and not self.node.topics_loaded:
             # another node polls this controller for the topic table: an empty one it has not
             # loaded yet would read as "no topics" there (`cluster.topics`)

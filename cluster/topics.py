@@ -373,19 +373,7 @@ class TopicAdmin:
         signature = tuple((t.name, len(t.partitions), t.uid) for t in response.topics)
         if signature != self.version:
             self.version = signature
-        self.topics = {
-            t.name: TopicSpec(
-                t.name,
-                len(t.partitions),
-                t.replication_factor,
-                t.retention_bytes,
-                t.retention_ms,
-                tuple(tuple(p.replicas) for p in t.partitions),
-                t.uid,
-                t.max_delay_ms or DEFAULT_MAX_DELAY_MS,
-            )
-            for t in response.topics
-        }
+        self.topics = {t.name: spec_of(t) for t in response.topics}
         self.loaded = True
 
     async def _ask_controllers(self, known: int) -> pb.MetadataResponse | None:
@@ -435,6 +423,21 @@ class TopicAdmin:
             ids.remove(self._answered_by)
             ids.insert(0, self._answered_by)
         return ids
+
+
+def spec_of(topic: pb.TopicInfo) -> TopicSpec:
+    """A topic as a controller's `topics_only` answer gives it (each partition's assigned
+    replicas)."""
+    return TopicSpec(
+        topic.name,
+        len(topic.partitions),
+        topic.replication_factor,
+        topic.retention_bytes,
+        topic.retention_ms,
+        tuple(tuple(p.replicas) for p in topic.partitions),
+        topic.uid,
+        topic.max_delay_ms or DEFAULT_MAX_DELAY_MS,
+    )
 
 
 def check_not_internal(name: str, verb: str) -> None:

@@ -174,8 +174,10 @@ def test_a_rebased_copy_has_one_producer_id_per_job_whoever_sends_it() -> None:
 
 
 class ControlPlane:
-    """The controllers' topic table (`table`) and one node's copy of it (`view`), which catches
-    up only when the node refreshes it; the copies the sink sends, with the incarnation named."""
+    """The controllers' topic table (`table`) and one node's copy of it (`view`); the node's
+    first refresh reaches a controller that has not applied the latest change yet (the view
+    stays as it was), later ones catch up; `latest` asks them all and gets the table. The
+    copies the sink sends, with the incarnation named."""
 
     def __init__(self, view: dict[str, TopicSpec], table: dict[str, TopicSpec]) -> None:
         self.view, self.table = dict(view), dict(table)
@@ -191,7 +193,11 @@ class ControlPlane:
 
     async def refresh(self) -> None:
         self.refreshes += 1
-        self.view = dict(self.table)
+        if self.refreshes > 1:  # the first one reached a controller trailing the others
+            self.view = dict(self.table)
+
+    async def latest(self, name: str) -> TopicSpec | None:
+        return self.table.get(name)
 
     async def copy(
         self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
@@ -215,15 +221,19 @@ def test_a_dead_letter_topic_deleted_behind_a_stale_table_gets_the_copy_in_its_n
     None
 ):
     """The node's table may still hold a dead-letter topic the controllers deleted (it polls
-    them every second, later under load), and a node that has not seen the delete still leads
-    the old partition and takes a copy there: gone with the deleted topic, yet confirmed. A copy
-    counts only once the control plane, asked after it landed, still has that incarnation."""
+    them every second, later under load; a controller's own table may trail the control plane's
+    leader by a moment), and a node that has not seen the delete still leads the old partition
+    and takes a copy there: gone with the deleted topic, yet confirmed. A copy counts only once
+    the control plane, asked after it landed (every controller: `latest`), still has that
+    incarnation. (A check against the node's table after a refresh missed it: the CI failure
+    of `test_dead_letters_go_on_when_the_dead_letter_partition_forgot_their_producer`.)"""
     source = TopicSpec("jobs", 2, 3, uid="u" * 32)
     old = TopicSpec("jobs.g.dlq", 2, 3, uid="old" * 8)
     plane = ControlPlane(view={"jobs": source, old.name: old}, table={"jobs": source})
     sink = DeadLetterSink(
         topics=lambda: plane.view, create_topic=plane.create_topic,
-        refresh_topics=plane.refresh, source=plane, stub=lambda _: None, copies=plane,
+        refresh_topics=plane.refresh, latest_topic=plane.latest, source=plane,
+        stub=lambda _: None, copies=plane,
     )  # fmt: skip
     confirmed = asyncio.run(run_copier(sink, [job(1, 0)], NodeFaults()))
     assert confirmed == [[(1, 0)]]
