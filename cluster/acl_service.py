@@ -109,6 +109,13 @@ class SecurityCalls:
                     if not decision.allowed:
                         raise PermissionDenied(decision.reason)
         except ClusterError as error:
+            outcome = (
+                "denied" if isinstance(error, PermissionDenied)
+                else "unauthenticated" if isinstance(error, Unauthenticated)
+                else ""
+            )  # fmt: skip
+            if outcome and authorizer.refused is not None:
+                authorizer.refused(operation.value if operation else "any", outcome)
             await refuse(context, error)
         return who
 

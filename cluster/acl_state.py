@@ -125,6 +125,8 @@ class Authorizer:
         self.certificate: Callable[[Any], CallerCertificate | None] | None = None
         # counts and logs a refused peer proof (`PeerAuth.reject(kind, source, reason)`)
         self.peer_rejected: Callable[[str, str, str], None] | None = None
+        # a client's call refused: (operation or "any", "unauthenticated" or "denied")
+        self.refused: Callable[[str, str], None] | None = None
         self.table = AclTable((), config.superusers)
         self.tokens: dict[str, TokenEntry] = {}  # the control plane's
         self._bootstrap: dict[str, TokenEntry] = {}

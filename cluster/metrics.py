@@ -29,6 +29,10 @@ accepted and not yet due), served only by the leader of each partition's timer l
 
 Peer authentication (`cluster.peer_auth`): `flotilla_peer_auth_rejected_total{kind}` counts Raft
 streams, SWIM packets and other calls refused for a missing or wrong proof of membership.
+Authorization (`cluster.acl_service`): `flotilla_authz_refused_total{operation,outcome}` counts
+clients' calls refused on this node: `unauthenticated` (no or an unknown credential) or `denied`
+(no ACL allows the operation: produce, consume, admin; `any` for a call that needs only an
+authenticated caller).
 
 Per-partition gauges are per replica on this node: sum `flotilla_under_replicated_partitions`
 over nodes (only a partition's leader counts it), take the max of
@@ -63,6 +67,10 @@ __all__ = ["GroupGauges", "Metrics"]
 _LATENCY_BUCKETS = (
     0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 )  # fmt: skip
+
+
+# the operations `flotilla_authz_refused_total` names (`cluster.authz.Operation`, and `any`)
+AUTHZ_OPERATIONS = ("produce", "consume", "admin", "any")
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +337,18 @@ class Metrics:
             kind: self.peer_auth_rejections.labels(node_id, kind)
             for kind in ("raft", "swim", "call")
         }
+        # clients' calls refused by authorization; every series served from the start (at 0)
+        self.authz_refusals = Counter(
+            "flotilla_authz_refused",
+            "client calls refused by authorization on this node (outcome: unauthenticated, "
+            "no or an unknown credential; denied, no ACL allows the operation)",
+            ["node", "operation", "outcome"], registry=registry,
+        )  # fmt: skip
+        self._authz_refused = {
+            (operation, outcome): self.authz_refusals.labels(node_id, operation, outcome)
+            for operation in AUTHZ_OPERATIONS
+            for outcome in ("unauthenticated", "denied")
+        }
         registry.register(
             _NodeCollector(
                 node_id,
@@ -394,6 +414,16 @@ class Metrics:
 
     def replica_retired(self) -> None:
         self.replicas_retired.labels(self.node_id).inc()
+
+    def authz_refused(self, operation: str, outcome: str) -> None:
+        """A client's call refused by authorization (`AUTHZ_OPERATIONS` x unauthenticated,
+        denied)."""
+        counter = self._authz_refused.get((operation, outcome))
+        if counter is None:
+            counter = self._authz_refused[(operation, outcome)] = self.authz_refusals.labels(
+                self.node_id, operation, outcome
+            )
+        counter.inc()
 
     def peer_auth_rejected(self, kind: str) -> None:
         """A peer message of `kind` ("raft", "swim", "call") refused by `cluster.peer_auth`."""

@@ -221,6 +221,7 @@ class Node:
         # a call carrying a node's proof is that node's (`cluster.identity`)
         self.authorizer.peer_check = self.peer_auth.verify_call
         self.authorizer.peer_rejected = self.peer_auth.reject
+        self.authorizer.refused = self.metrics.authz_refused
         self.authorizer.certificate = caller_certificate
         self.topic_admin = TopicAdmin(
             config,

@@ -9,6 +9,7 @@ too. Raw gRPC stubs with the `authorization: Bearer` metadata, as any client wou
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from typing import Any
 import grpc
 import pytest
 from harness import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from queue_calls import Member, Router, take
 
 from cluster.acl_state import TOKEN_HASHES_KEY
 from cluster.certs import CertPaths, issue_client
 from cluster.delayed import TIMER_FORWARD_KEY
-from cluster.local import LocalCluster
+from cluster.local import LocalCluster, free_port
 from cluster.peer_auth import PEER_KEY, PeerAuth
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
@@ -71,8 +73,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root: Path = tmp_path_factory.mktemp("acls")
     env = {"FLOTILLA_AUTHORIZATION": "on", "FLOTILLA_BOOTSTRAP_TOKEN": BOOTSTRAP}
     with LocalCluster(root, nodes=3, controllers=1, env=env) as local:
+        spec = local.nodes["n2"]  # n2 serves metrics: the refusals it counts
+        spec.extra_args = ["--metrics", f"{spec.host}:{free_port(spec.host)}"]
         local.start()
         yield local
+
+
+def _refusals(cluster: LocalCluster) -> dict[tuple[str, str], float]:
+    """n2's `flotilla_authz_refused_total` by (operation, outcome)."""
+    address = cluster.nodes["n2"].extra_args[1]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.labels["operation"], sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "flotilla_authz_refused_total"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +179,8 @@ def test_a_call_without_credentials_or_with_an_unknown_token_is_unauthenticated(
     assert (who.authenticated, who.principal, who.authorization) == (False, "", True)
     assert anonymous("n3", "Health", pb.HealthRequest()).serving  # probes need no credentials
 
+    counted = _refusals(cluster)
+    assert counted[("any", "unauthenticated")] == 0, counted  # every series from the start
     stranger = Calls(cluster, "flt_" + "x" * 43)
     error = stranger.refused("n2", "Metadata", pb.MetadataRequest())
     assert error.code() is UNAUTHENTICATED
@@ -169,6 +188,11 @@ def test_a_call_without_credentials_or_with_an_unknown_token_is_unauthenticated(
     assert "x" * 10 not in str(error.details())  # the token is never echoed
     error = Calls(cluster, "").refused("n2", "Metadata", pb.MetadataRequest())
     assert error.code() is UNAUTHENTICATED
+    error = anonymous.refused("n2", "Produce", pb.ProduceRequest(topic="payments"))
+    assert error.code() is UNAUTHENTICATED
+    now = _refusals(cluster)
+    assert now[("any", "unauthenticated")] - counted[("any", "unauthenticated")] == 2, now
+    assert now[("produce", "unauthenticated")] - counted[("produce", "unauthenticated")] == 1
 
     who = admin("n2", "WhoAmI", pb.WhoAmIRequest())
     assert (who.principal, who.via, who.superuser) == ("admin", "token", True)
@@ -202,6 +226,7 @@ def test_a_principal_allowed_only_to_produce_on_a_prefix_can_do_nothing_else(
         "principal 'bob' may not produce to topic 'payments': no ACL allows it"
     )
     consume = "principal 'bob' may not consume from topic 'orders.eu': no ACL allows it"
+    counted = _refusals(cluster)
     for node_id in ("n1", "n2", "n3"):
         for method, request in (
             ("Fetch", pb.FetchRequest(topic="orders.eu", partition=0)),
@@ -224,6 +249,9 @@ def test_a_principal_allowed_only_to_produce_on_a_prefix_can_do_nothing_else(
     ):
         error = bob.refused("n2", method, request)
         assert (error.code(), error.details()) == (DENIED, administer), method
+    now = _refusals(cluster)  # n2 counted the five refused reads and four changes it refused
+    assert now[("consume", "denied")] - counted[("consume", "denied")] == 5, now
+    assert now[("admin", "denied")] - counted[("admin", "denied")] == 4, now
     # nothing changed: the topic is there as it was, and nothing was written
     info = admin("n1", "DescribeTopic", pb.DescribeTopicRequest(name="orders.eu"))
     assert info.retention_ms == 0 and len(info.partitions) == 1
