@@ -21,9 +21,9 @@ Memory is bounded: records waiting to be sent take at most `buffer_bytes`; `send
 the buffer is full, and raises `Timeout` after the client's `timeout_s`.
 
 Cost: `send` is the only per-record Python work on the caller's thread, and the futures of one
-batch share one lock (`RecordFuture`), so a hundred thousand outstanding futures cost little
-memory and little garbage-collector time. Encoding, the gRPC call and settling run on the
-producer's own threads.
+batch share one lock and one outcome (`BatchOutcome`), so a hundred thousand outstanding futures
+cost little memory and little garbage-collector time, and settling a batch costs the same for one
+record or a thousand. Encoding, the gRPC call and settling run on the producer's own threads.
 
 Why one module of about 540 lines: `send`, the dispatcher thread and the sender threads share
 one lock, one condition and the per-partition states (`_Partition`), and the rules between them
