@@ -157,20 +157,11 @@ class RaftLink:
         return self.writer.is_closing() or self.reader.at_eof()
 
     async def write(self, frame: bytes) -> None:
-        self.send(frame)
-        if not self.idle():
-            await self.writer.drain()
-
-    def send(self, frame: bytes) -> None:
-        """Writes the frame now, without waiting for the peer to take it (see `idle`)."""
         if self.done():
             raise ConnectionResetError("the raft link was closed by the peer")
         self.writer.writelines((_LENGTH.pack(len(frame)), frame))
-
-    def idle(self) -> bool:
-        """Its unsent bytes are within `HIGH_WATER_BYTES`: another frame may go without a
-        wait for the drain."""
-        return self.writer.transport.get_write_buffer_size() <= HIGH_WATER_BYTES
+        if self.writer.transport.get_write_buffer_size() > HIGH_WATER_BYTES:
+            await self.writer.drain()
 
     def cancel(self) -> None:
         self.writer.close()

@@ -5,10 +5,7 @@ SWIM packets as unary gRPC calls.
 Raft: `send_raft(to, group, parts)` queues an encoded message (its pieces: an AppendRequest's
 entry data are pieces of their own); one sender task per destination drains its queue into one
 frame (cluster/frames.py: messages of many groups, up to `max_batch_bytes`, joined with the one
-copy of their bytes) and writes it, already serialized, to a long-lived connection. While that
-task waits idle on a raw link, a round's messages skip it: one loop callback scheduled by the
-round's first message (`_flush`) writes them as one frame straight onto the link (no task
-wake-up per frame); the task takes over whenever the link is backed up, ends or is re-routed. A broken
+copy of their bytes) and writes it, already serialized, to a long-lived connection. A broken
 connection is re-dialled with backoff, cut short by `heard_from` (the peer has just reached us:
 a restarted peer hears from its leader at once, not a backoff later); messages queued meanwhile
 are dropped once the queue passes its bound — Raft retries by itself, so loss is safe and
@@ -53,7 +50,7 @@ from cluster.dialmap import DialMap
 from cluster.frames import encode_frame
 from cluster.peer_channel import dial
 from cluster.raft_inbox import InboxBudget, RaftHandler, serve_raft_stream
-from cluster.raft_link import RaftLink, TlsContexts, open_link
+from cluster.raft_link import TlsContexts, open_link
 from cluster.tls import TlsReloader
 from proto import peer_pb2, peer_pb2_grpc
 
@@ -154,12 +151,6 @@ class _Outbox:
         self.dropped = 0
         self.failures = 0  # consecutive failed streams (logged once per outage)
         self.redial = asyncio.Event()  # `heard_from` while the sender waits out a backoff
-        # the raw link the sender task waits idle on (none while it dials, writes or drains):
-        # while set, the round's messages go out from one loop callback (`_flush`), written
-        # at once, with no wake-up of the task
-        self.link: RaftLink | None = None
-        self.link_route: RaftRoute | None = None
-        self.flush_due = False  # a `_flush` is scheduled
 
 
 class PeerTransport:
@@ -245,32 +236,7 @@ class PeerTransport:
             return
         outbox.queue.append((group.encode(), parts, size))
         outbox.bytes += size
-        if outbox.link is None:
-            outbox.ready.set()
-        elif not outbox.flush_due:  # once per round: its messages then go out in one frame
-            outbox.flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush, to, outbox)
-
-    def _flush(self, to: str, outbox: _Outbox) -> None:
-        """The queued messages, as one frame, straight onto the idle raw link the sender task
-        waits on; anything else (the link ended or is backed up, the route changed) is left to
-        the task, woken. One writer at a time still: the task waits while this runs."""
-        outbox.flush_due = False
-        link = outbox.link
-        if not outbox.queue or self._closed:
-            return
-        if link is None or link.done() or self.raft_route(to) != outbox.link_route:
-            outbox.link = None
-            outbox.ready.set()
-            return
-        try:
-            link.send(self._take_frame(to, outbox))
-        except Exception:  # the task finds the link broken, and re-dials
-            outbox.link = None
-            outbox.ready.set()
-            return
-        if not link.idle():  # backed up: the task writes the next frames, awaiting the drain
-            outbox.link = None
+        outbox.ready.set()
 
     def _take_frame(self, to: str, outbox: _Outbox) -> bytes:
         """The next frame for `to`: queued messages up to `max_batch_bytes`, or one message if
@@ -304,13 +270,7 @@ class PeerTransport:
             connection: _Connection | None = None
             try:
                 while not self._closed:
-                    if not outbox.ready.is_set():
-                        if isinstance(connection, RaftLink) and connection.idle():
-                            outbox.link, outbox.link_route = connection, route
-                        try:
-                            await outbox.ready.wait()
-                        finally:
-                            outbox.link = None
+                    await outbox.ready.wait()
                     if self.raft_route(to) != route:
                         break  # the dial map or the advertised address changed: re-dial
                     # none yet, or it ended while idle (the peer restarted, or is down): a new

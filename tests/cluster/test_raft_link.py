@@ -143,35 +143,6 @@ async def test_transport_sends_over_the_raw_link_when_the_peer_advertises_one(
         await transport.close()
 
 
-@run
-async def test_later_rounds_go_straight_onto_the_idle_link_in_order(receiver: Receiver) -> None:
-    """Once the sender task waits idle on its raw link, a round's messages go out as one frame
-    from one loop callback (`PeerTransport._flush`), without waking the task; order holds."""
-    auth = PeerAuth("a", SECRET)
-    transport = PeerTransport(
-        "a", DialMap(), {"b": "127.0.0.1:1"}.get, sign=auth.sign_call,
-        advertised_raft={"b": receiver.address}.get,
-    )  # fmt: skip
-    try:
-        transport.send_raft("b", "t/0", [b"first"])
-        await _until(lambda: len(receiver.received) == 1, "the first frame (the task dials)")
-        outbox = transport._outboxes["b"]
-        await _until(lambda: outbox.link is not None, "the sender task idle on its link")
-        woken: list[int] = []
-        wake = outbox.ready.set
-        outbox.ready.set = lambda: (woken.append(1), wake())[1]  # type: ignore[method-assign]
-        for round_number in range(20):
-            transport.send_raft("b", "t/0", [b"a%d" % round_number])
-            transport.send_raft("b", "t/0", [b"b%d" % round_number])
-            await asyncio.sleep(0)  # the round ends: its frame goes
-        await _until(lambda: len(receiver.received) == 41, "every round's messages")
-        expected = [b"first"] + [m % n for n in range(20) for m in (b"a%d", b"b%d")]
-        assert receiver.received == [("a", m) for m in expected]
-        assert woken == [] and outbox.link is not None
-    finally:
-        await transport.close()
-
-
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_frames_split_or_joined_anyhow_arrive_whole_and_in_order(chunk: int, loop: str) -> None:
