@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 from cluster.frames import FrameError, parse_frame
 
-__all__ = ["FrameSink", "InboxBudget", "RaftHandler", "serve_raft_stream"]
+__all__ = ["InboxBudget", "RaftHandler", "serve_raft_stream"]
 
 log = logging.getLogger("flotilla.transport")
 
@@ -48,70 +48,6 @@ class InboxBudget:
         self.bytes = 0
 
 
-class FrameSink:
-    """The checks of one stream's or connection's received frames, one frame at a time
-    (`take`), for a caller that reads them its own way: `serve_raft_stream` (an async
-    iterator, the gRPC stream) or the raw link's protocol (`cluster.raft_link`), which takes
-    each frame in the loop's read callback, with no task switch per frame."""
-
-    __slots__ = ("handler", "inbox", "opened", "opened_once", "over_budget", "proven", "self_id")
-
-    def __init__(
-        self,
-        self_id: str,
-        handler: RaftHandler,
-        opened: Callable[[str], None] = lambda sender: None,
-        inbox: InboxBudget | None = None,
-        sender: str | None = None,
-    ) -> None:
-        self.self_id = self_id
-        self.handler = handler
-        self.opened = opened
-        self.inbox = inbox
-        self.proven = sender
-        self.opened_once = False  # `opened` called
-        self.over_budget = 0
-
-    def take(self, data: bytes) -> str | None:
-        """Hands the frame's messages to the handler, or drops it (logged): past the inbox
-        budget, malformed, or for another node. Returns the claimed sender of a frame from
-        anyone but the proven sender (nothing of it delivered: the caller ends the stream)."""
-        inbox = self.inbox
-        if inbox is not None and not inbox.admit(len(data)):
-            self.over_budget += 1
-            level = logging.WARNING if self.over_budget == 1 else logging.DEBUG
-            log.log(
-                level,
-                "dropped a raft frame of %d bytes: %d bytes received wait for the driver, "
-                "max_inbox_bytes=%d (%d dropped on this stream)",
-                len(data),
-                inbox.bytes,
-                inbox.max_bytes,
-                self.over_budget,
-            )
-            return None
-        try:
-            frame = parse_frame(data)
-        except FrameError as error:
-            log.warning("dropped a malformed raft frame (%d bytes): %s", len(data), error)
-            return None
-        if frame.to_node != self.self_id:
-            log.warning(
-                "dropped a raft frame for %r from %r (this is %r)",
-                frame.to_node,
-                frame.from_node,
-                self.self_id,
-            )
-            return None
-        if self.proven is not None and frame.from_node != self.proven:
-            return frame.from_node
-        if not self.opened_once:
-            self.opened(frame.from_node)
-            self.opened_once = True
-        self.handler(frame.from_node, frame.messages)
-        return None
-
-
 async def serve_raft_stream(
     requests: AsyncIterator[bytes],
     self_id: str,
@@ -128,9 +64,40 @@ async def serve_raft_stream(
     `sender`: the node the stream's caller proved to be (`cluster.peer_auth`). A frame from
     anyone else ends the stream, delivering nothing of it: the return value is that frame's
     claimed sender (None: the stream ended normally)."""
-    sink = FrameSink(self_id, handler, opened, inbox, sender)
+    proven = sender
+    opened_once = False  # `opened` called
+    over_budget = 0
     async for data in requests:
-        forged = sink.take(data)
-        if forged is not None:
-            return forged
+        if inbox is not None and not inbox.admit(len(data)):
+            over_budget += 1
+            level = logging.WARNING if over_budget == 1 else logging.DEBUG
+            log.log(
+                level,
+                "dropped a raft frame of %d bytes: %d bytes received wait for the driver, "
+                "max_inbox_bytes=%d (%d dropped on this stream)",
+                len(data),
+                inbox.bytes,
+                inbox.max_bytes,
+                over_budget,
+            )
+            continue
+        try:
+            frame = parse_frame(data)
+        except FrameError as error:
+            log.warning("dropped a malformed raft frame (%d bytes): %s", len(data), error)
+            continue
+        if frame.to_node != self_id:
+            log.warning(
+                "dropped a raft frame for %r from %r (this is %r)",
+                frame.to_node,
+                frame.from_node,
+                self_id,
+            )
+            continue
+        if proven is not None and frame.from_node != proven:
+            return frame.from_node
+        if not opened_once:
+            opened(frame.from_node)
+            opened_once = True
+        handler(frame.from_node, frame.messages)
     return None

@@ -22,11 +22,9 @@ with mutual TLS the certificate must be the node certificate of that id). A conn
 it is closed, counted in `flotilla_peer_auth_rejected_total{kind="raft"}` and logged once per
 source; so is a connection whose frame claims another sender (nothing of that frame is
 delivered). A frame longer than `max_message_bytes` closes the connection (logged). Frames then
-go through `cluster.raft_inbox.FrameSink`, as the gRPC stream's do: the same `InboxBudget`, the
-same drop of a frame past it, the same `heard_from` at a new connection's first frame. The
-connection is an `asyncio.Protocol` (`_Receiver`): each frame is taken in the loop's read
-callback as its last byte arrives, with no stream reader, task or await per frame (a third of
-a follower's Python time per frame went to those); it holds at most one partial frame. A connection that fails the TLS handshake is closed by asyncio before any of this
+go through `cluster.raft_inbox.serve_raft_stream`, as the gRPC stream's do: the same
+`InboxBudget`, the same drop of a frame past it, the same `heard_from` at a new connection's
+first frame. A connection that fails the TLS handshake is closed by asyncio before any of this
 (not counted: gRPC does not count its failed handshakes either).
 
 Sending (`open_link`, driven by `PeerTransport`'s sender task): frames are written with
@@ -46,15 +44,14 @@ import contextlib
 import logging
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import cast
 
 from cluster.certs import NODE_SERVER_NAME
 from cluster.config import parse_address
 from cluster.errors import ClusterError
 from cluster.peer_auth import PeerAuth, PeerAuthError
-from cluster.raft_inbox import FrameSink, InboxBudget, RaftHandler
+from cluster.raft_inbox import InboxBudget, RaftHandler, serve_raft_stream
 from cluster.tls import TlsReloader, identity_of
 
 __all__ = [
@@ -100,6 +97,24 @@ def encode_hello(from_node: str, to_node: str, proof: str) -> bytes:
         )
     head = _HELLO_HEAD.pack(MAGIC, len(sender), len(target), len(signed))
     return b"".join((head, sender, target, signed))
+
+
+async def read_hello(reader: asyncio.StreamReader) -> Hello:
+    head = await reader.readexactly(_HELLO_HEAD.size)
+    magic, sender_length, target_length, proof_length = _HELLO_HEAD.unpack(head)
+    if magic != MAGIC:
+        raise RaftLinkError(f"hello magic {magic!r}: expected {MAGIC!r} (not a raft link peer)")
+    if proof_length > MAX_PROOF_BYTES:
+        raise RaftLinkError(f"hello proof of {proof_length} bytes: at most {MAX_PROOF_BYTES}")
+    body = await reader.readexactly(sender_length + target_length + proof_length)
+    split = sender_length + target_length
+    try:
+        sender = body[:sender_length].decode()
+        target = body[sender_length:split].decode()
+        proof = body[split:].decode()
+    except UnicodeDecodeError:
+        raise RaftLinkError("hello names are not UTF-8") from None
+    return Hello(sender, target, proof)
 
 
 class TlsContexts:
@@ -213,32 +228,80 @@ class RaftLinkServer:
         self.max_message_bytes = max_message_bytes
         self.tls = tls
         self.server: asyncio.AbstractServer | None = None
-        self._receivers: set[_Receiver] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def start(self, listen: str) -> None:
         host, port = parse_address(listen, "raft_listen")
         context = None if self.tls is None else self.tls.listener_context()
-        self.server = await asyncio.get_running_loop().create_server(
-            lambda: _Receiver(self), host, port, reuse_address=True,
+        self.server = await asyncio.start_server(
+            self._accepted, host, port, limit=READ_LIMIT_BYTES, reuse_address=True,
             ssl=context, ssl_handshake_timeout=HELLO_TIMEOUT_S if context else None,
         )  # fmt: skip
 
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-        for receiver in list(self._receivers):
-            receiver.close()
+        for task in list(self._handlers):
+            task.cancel()
+        for task in list(self._handlers):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
 
-    def proven(self, hello: Hello, ssl_object: ssl.SSLObject | None) -> str:
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        peer = writer.get_extra_info("peername")
+        source = str(peer[0]) if peer else "unknown"
+        try:
+            await self._serve(reader, writer, source)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the peer went away: it re-dials
+        except asyncio.CancelledError:
+            pass  # `close`: ends quietly (asyncio's stream callback would log it as an error)
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str
+    ) -> None:
+        try:
+            proven = await asyncio.wait_for(self._handshake(reader, writer), HELLO_TIMEOUT_S)
+        except (
+            PeerAuthError, RaftLinkError, TimeoutError, ssl.SSLError,
+            asyncio.IncompleteReadError, ConnectionError,
+        ) as error:  # fmt: skip
+            self.peer_auth.reject("raft", source, f"raft link hello refused: {_brief(error)}")
+            return
+        try:
+            forged = await serve_raft_stream(
+                self._frames(reader, proven),
+                self.node_id,
+                self.deliver,
+                self.heard_from,
+                self.inbox,
+                sender=proven,
+            )
+        except RaftLinkError as error:
+            log.warning("closed the raft link from %s (%s): %s", proven, source, error)
+            return
+        if forged is not None:
+            reason = f"a raft frame claiming sender {forged!r} on node {proven!r}'s link"
+            self.peer_auth.reject("raft", source, reason)
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
         """The node the dialler proves to be: its hello, and with mutual TLS its certificate
         (a connection that fails the TLS handshake never gets here: asyncio closes it)."""
         identity = None
+        ssl_object = writer.get_extra_info("ssl_object")  # the handshake is done (start_server)
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if der:
             identity = identity_of(ssl.DER_cert_to_PEM_cert(der).encode())
+        hello = await read_hello(reader)
         node_id = self.peer_auth.verify_call(hello.proof)
         if node_id != hello.from_node:
             raise PeerAuthError(
@@ -251,152 +314,21 @@ class RaftLinkServer:
         self.peer_auth.check_identity(identity, node_id)
         return node_id
 
-
-class _Receiver(asyncio.Protocol):
-    """One accepted connection: its hello, then its frames, each taken in the loop's read
-    callback as it completes (`FrameSink.take`): no task, no await per frame. Holds at most
-    one partial frame (<= max_message_bytes) besides what the sink delivered."""
-
-    def __init__(self, server: RaftLinkServer) -> None:
-        self.server = server
-        self.buffer = bytearray()
-        self.sink: FrameSink | None = None  # set once the hello is proven
-        self.proven = ""
-        self.source = "unknown"
-        self.transport: asyncio.Transport | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.finished = False  # refused, closed, or ended: nothing more is taken
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
-        peer = transport.get_extra_info("peername")
-        self.source = str(peer[0]) if peer else "unknown"
-        self.server._receivers.add(self)
-        loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(HELLO_TIMEOUT_S, self._refuse, TimeoutError())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.server._receivers.discard(self)
-        if self.sink is None and not self.finished:
-            self._refuse(asyncio.IncompleteReadError(bytes(self.buffer), None))
-        self._finish()
-
-    def close(self) -> None:
-        self._finish()
-
-    def data_received(self, data: bytes) -> None:
-        if self.finished:
-            return
-        buffer = self.buffer
-        if self.sink is None:
-            buffer += data
-            if not self._hello():
-                return
-        elif buffer:
-            buffer += data
-        else:  # whole frames in `data` are sliced from it, the rest kept
-            self._frames(data)
-            return
-        self._frames(buffer)
-
-    def _frames(self, data: bytes | bytearray) -> None:
-        """Takes every whole frame in `data` (the buffer, or a read when the buffer is
-        empty); what is left of a partial frame stays in the buffer."""
-        sink = self.sink
-        assert sink is not None
-        limit = self.server.max_message_bytes
-        end = len(data)
-        position = 0
-        with memoryview(data) as view:
-            while end - position >= _LENGTH.size:
-                (size,) = _LENGTH.unpack_from(view, position)
-                if size > limit:
-                    log.warning(
-                        "closed the raft link from %s (%s): a frame of %d bytes, "
-                        "max_message_bytes=%d", self.proven, self.source, size, limit,
-                    )  # fmt: skip
-                    self._finish()
-                    return
-                start = position + _LENGTH.size
-                if end - start < size:
-                    break
-                position = start + size
-                forged = sink.take(view[start:position].tobytes())
-                if forged is not None:
-                    reason = (
-                        f"a raft frame claiming sender {forged!r} on node {self.proven!r}'s link"
-                    )
-                    self.server.peer_auth.reject("raft", self.source, reason)
-                    self._finish()
-                    return
-            if data is not self.buffer and position < end:
-                self.buffer += view[position:]
-        if data is self.buffer:
-            del self.buffer[:position]
-
-    def _hello(self) -> bool:
-        """Reads and proves the hello once it has arrived; False while it has not (or was
-        refused: the connection is closed)."""
-        buffer = self.buffer
-        if len(buffer) < _HELLO_HEAD.size:
-            return False
-        magic, sender_length, target_length, proof_length = _HELLO_HEAD.unpack_from(buffer)
-        try:
-            if magic != MAGIC:
+    async def _frames(self, reader: asyncio.StreamReader, sender: str) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                head = await reader.readexactly(_LENGTH.size)
+            except asyncio.IncompleteReadError as error:
+                if error.partial:
+                    raise
+                return  # closed between frames
+            (size,) = _LENGTH.unpack(head)
+            if size > self.max_message_bytes:
                 raise RaftLinkError(
-                    f"hello magic {bytes(magic)!r}: expected {MAGIC!r} (not a raft link peer)"
+                    f"a frame of {size} bytes from {sender!r}: max_message_bytes="
+                    f"{self.max_message_bytes}"
                 )
-            if proof_length > MAX_PROOF_BYTES:
-                raise RaftLinkError(
-                    f"hello proof of {proof_length} bytes: at most {MAX_PROOF_BYTES}"
-                )
-            end = _HELLO_HEAD.size + sender_length + target_length + proof_length
-            if len(buffer) < end:
-                return False
-            hello = _parse_hello(
-                bytes(buffer[_HELLO_HEAD.size : end]), sender_length, target_length
-            )
-            assert self.transport is not None
-            self.proven = self.server.proven(hello, self.transport.get_extra_info("ssl_object"))
-        except (PeerAuthError, RaftLinkError) as error:
-            self._refuse(error)
-            return False
-        del buffer[:end]
-        if self.timer is not None:
-            self.timer.cancel()
-        server = self.server
-        self.sink = FrameSink(
-            server.node_id, server.deliver, server.heard_from, server.inbox, sender=self.proven
-        )
-        return True
-
-    def _refuse(self, error: BaseException) -> None:
-        if self.finished:
-            return
-        self.server.peer_auth.reject(
-            "raft", self.source, f"raft link hello refused: {_brief(error)}"
-        )
-        self._finish()
-
-    def _finish(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        if not self.finished:
-            self.finished = True
-            self.buffer = bytearray()
-            if self.transport is not None:
-                self.transport.close()
-
-
-def _parse_hello(body: bytes, sender_length: int, target_length: int) -> Hello:
-    split = sender_length + target_length
-    try:
-        sender = body[:sender_length].decode()
-        target = body[sender_length:split].decode()
-        proof = body[split:].decode()
-    except UnicodeDecodeError:
-        raise RaftLinkError("hello names are not UTF-8") from None
-    return Hello(sender, target, proof)
+            yield await reader.readexactly(size)
 
 
 def _brief(error: BaseException) -> str:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvloop
 from cryptography import x509
 
 from cluster.certs import init_ca, issue_client, issue_node
@@ -141,46 +140,6 @@ async def test_transport_sends_over_the_raw_link_when_the_peer_advertises_one(
         assert receiver.rejected == 0
     finally:
         await transport.close()
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-@pytest.mark.parametrize("chunk", [1, 7, 4096])
-def test_frames_split_or_joined_anyhow_arrive_whole_and_in_order(chunk: int, loop: str) -> None:
-    """The receiver takes frames as reads complete (`_Receiver`, no stream reader): the hello
-    and frames cut at any byte, several in one read, and one frame larger than a read, each
-    arrive once, whole, in order; on either event loop (nodes run uvloop)."""
-
-    async def body() -> None:
-        peer = Receiver()
-        await peer.server.start(peer.address)
-        try:
-            await _split_frames(peer, chunk)
-        finally:
-            await peer.server.close()
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop == "uvloop" else None) as runner:
-        runner.run(body())
-
-
-async def _split_frames(receiver: Receiver, chunk: int) -> None:
-    payloads = [b"m0", b"x" * 70_000, b"m2", b"", b"m4"]
-    blob = encode_hello("a", "b", _sender("a")) + b"".join(
-        struct.pack("<I", len(frame)) + frame for frame in (_frame("a", p) for p in payloads)
-    )
-    host, _, port = receiver.address.rpartition(":")
-    _, writer = await asyncio.open_connection(host, int(port))
-    try:
-        for start in range(0, len(blob), chunk):
-            writer.write(blob[start : start + chunk])
-            if chunk < 4096 and start < 400:  # the hello and first frames a few bytes a read
-                await writer.drain()
-                await asyncio.sleep(0.001)
-        await writer.drain()
-        await _until(lambda: len(receiver.received) == len(payloads), "every frame")
-        assert receiver.received == [("a", p) for p in payloads]
-        assert receiver.heard == ["a"] and receiver.rejected == 0
-    finally:
-        writer.close()
 
 
 # each hello is made when its test runs (a proof carries its time: one made at collection may
