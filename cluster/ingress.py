@@ -78,7 +78,7 @@ class ProduceGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         def sized(data: bytes) -> tuple[Any, int]:
             # the request's size is its bytes on the wire: asking the parsed message
-            # (`ByteSize`) re-encodes it, ~1.5 ms for a 1 MiB batch on the event loop
+            # (`ByteSize`) re-encodes it, ~0.1 ms for a 1 MiB batch on the event loop
             return (parse(data) if parse is not None else data), len(data)
 
         async def admitted(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:

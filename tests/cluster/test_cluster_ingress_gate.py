@@ -157,7 +157,7 @@ class _NoReencode:
 
 def test_the_gate_counts_a_request_at_its_size_on_the_wire_without_re_encoding_it() -> None:
     """An admitted call counts as its bytes on the wire, taken as they arrive: asking the
-    parsed message (`ByteSize`) re-encodes it (~1.5 ms for a 1 MiB batch, on the loop)."""
+    parsed message (`ByteSize`) re-encodes it (~0.1 ms for a 1 MiB batch, on the loop)."""
 
     async def scenario() -> tuple[list[int], int, ProduceGate]:
         gate = ProduceGate("n1", ProduceLimits(10, 1 << 30, 1 << 20))
@@ -167,7 +167,8 @@ def test_the_gate_counts_a_request_at_its_size_on_the_wire_without_re_encoding_i
         async def produce(request: _NoReencode, context: grpc.aio.ServicerContext) -> bytes:
             held.append(gate.bytes)
             await release.wait()
-            return pb.ProduceResponse(record_count=len(request.request.batch)).SerializeToString()
+            answer = pb.ProduceResponse(record_count=len(request.request.batch))
+            return answer.SerializeToString()
 
         handler = grpc.method_handlers_generic_handler(
             "flotilla.v1.Flotilla",
