@@ -168,7 +168,8 @@ def test_the_gate_counts_a_request_at_its_size_on_the_wire_without_re_encoding_i
             held.append(gate.bytes)
             await release.wait()
             answer = pb.ProduceResponse(record_count=len(request.request.batch))
-            return answer.SerializeToString()
+            serialized: bytes = answer.SerializeToString()
+            return serialized
 
         handler = grpc.method_handlers_generic_handler(
             "flotilla.v1.Flotilla",
