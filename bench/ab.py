@@ -3,6 +3,7 @@ of a git revision (A) and this work tree's (B) or another revision's (`--head`),
 machine's other load weighs on both alike.
 
     python -m bench.ab --base main [--head REV] [--records 60000] [--rounds 4] [--batch-kib 1024]
+                       [--sync 500]
 
 Two 3-node clusters side by side (bench.produce's: RF 3, acks=all, fsync always, 1 KiB
 records), A's nodes run from `git archive <base>` unpacked in a scratch directory (PYTHONPATH),
@@ -10,7 +11,9 @@ B's from this tree (or `--head`'s); the client is this tree's for both. Each rou
 (`linger_ms=5`, `max_in_flight=16`) on A then B, or B then A in alternate rounds. Printed per
 side: records/s and MB/s (medians), their ratio to the disk's ceiling at the same batch size
 (three writers fsyncing every batch, measured between the rounds), and the nodes' CPU (user +
-system, all three nodes) per MiB produced. Last, one JSON line.
+system, all three nodes) per MiB produced. With `--sync N`, each round first runs N sync
+produces (one in flight) on each side: their p50 and the CPU per produce of the client, the
+leader of partition 0 and each follower (medians over the rounds). Last, one JSON line.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.idle import cpu_seconds
-from bench.produce import CONFIG, RECORD, batching_produce, disk_ceiling
+from bench.produce import (
+    CONFIG,
+    RECORD,
+    batching_produce,
+    disk_ceiling,
+    sync_cpu_per_produce,
+    sync_latencies,
+)
 from cluster.local import LocalCluster
 from flotilla import Client
 
@@ -43,6 +53,13 @@ def export(revision: str, into: Path) -> str:
     return commit
 
 
+def side_env(tree: Path) -> dict[str, str]:
+    """The environment that makes a node (`python -m flotilla`, started in this tree's
+    directory) run the code of `tree`: PYTHONPATH alone does not, since `-m` puts the working
+    directory first on sys.path, ahead of PYTHONPATH (PYTHONSAFEPATH leaves it out)."""
+    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+
+
 def nodes_cpu_s(cluster: LocalCluster) -> float:
     return sum(
         cpu_seconds(spec.process.pid) for spec in cluster.nodes.values() if spec.process is not None
@@ -56,7 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=60_000, help="per round and side")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batch-kib", type=int, default=1024)
+    parser.add_argument(
+        "--sync",
+        type=int,
+        default=0,
+        help="also this many sync produces per round and side (one in flight): their p50 and "
+        "the CPU each process spends per produce (0: none)",
+    )
     args = parser.parse_args(argv)
+    sync_cpu: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    sync_p50: dict[str, list[float]] = {side: [] for side in SIDES}
     batch_bytes = args.batch_kib * 1024
     rates: dict[str, list[float]] = {side: [] for side in SIDES}
     cpu_per_mib: dict[str, list[float]] = {side: [] for side in SIDES}
@@ -70,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         sides: dict[str, tuple[LocalCluster, Client]] = {}
         for side in SIDES:
             exported = side == "A" or bool(args.head)
-            env = {"PYTHONPATH": str(trees[side])} if exported else {}
+            env = side_env(trees[side]) if exported else {}
             cluster = stack.enter_context(
                 LocalCluster(scratch / side, 3, config_text=CONFIG, env=env)
             )
@@ -82,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(args.rounds):
             for side in SIDES if number % 2 == 0 else SIDES[::-1]:
                 cluster, client = sides[side]
+                if args.sync:
+                    latencies, _ = sync_latencies(client, args.sync)
+                    sync_p50[side].append(statistics.median(latencies) * 1000)
+                    by_role, _ = sync_cpu_per_produce(client, cluster, args.sync)
+                    # followers by role, not by id (which node leads may differ per side)
+                    followers = sorted(ms for role, ms in by_role.items() if role.startswith("f"))
+                    roles = {"client": by_role["client"], "leader": by_role["leader"]}
+                    roles.update({f"follower {n + 1}": ms for n, ms in enumerate(followers)})
+                    sync_cpu[side].append(roles)
                 cpu_before = nodes_cpu_s(cluster)
                 rate = batching_produce(client, args.records, 5, batch_bytes)
                 mib = args.records * len(RECORD) / (1 << 20)
@@ -105,6 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"disk ceiling, 3 x {args.batch_kib} KiB + fsync: {disk:.1f} MB/s (median of {len(disks)})"
     )
+    for side in SIDES if args.sync else ():
+        roles = {
+            role: statistics.median(r[role] for r in sync_cpu[side]) for role in sync_cpu[side][0]
+        }
+        total = sum(roles.values())
+        figures[side]["sync_p50_ms"] = round(statistics.median(sync_p50[side]), 2)
+        figures[side]["sync_cpu_ms_per_produce"] = {r: round(ms, 3) for r, ms in roles.items()}
+        figures[side]["sync_cpu_ms_total"] = round(total, 3)
+        figures[side]["rounds_sync_cpu_ms_total"] = [
+            round(sum(r.values()), 3) for r in sync_cpu[side]
+        ]
+        print(
+            f"{side}: sync p50 {figures[side]['sync_p50_ms']:.2f} ms; CPU per sync produce "
+            + ", ".join(f"{role} {ms:.2f}" for role, ms in roles.items())
+            + f"; total {total:.2f} ms (medians of {len(sync_cpu[side])} rounds)"
+        )
     print(json.dumps({"revisions": names, "batch_bytes": batch_bytes, "disk_ceiling_mb_per_s": round(disk, 1),
                       "B_over_A": round(medians["B"] / medians["A"], 3),
                       **figures}))  # fmt: skip

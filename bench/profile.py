@@ -45,9 +45,11 @@ STAGES = [
                                  "cluster/node.py", "cluster/acl_")),
     ("4 raft + multiraft", ("cluster/multiraft.py", "raft/core", "raft/log", "raft/progress",
                             "raft/quorum", "raft/ready", "raft/types", "raft/")),
-    ("5 disk: persist, log, segment", ("cluster/persist.py", "raft/storage_log.py", "storage/")),
+    ("5 disk: persist, log, segment", ("cluster/persist.py", "cluster/storage_thread.py",
+                                       "raft/storage_log.py", "storage/")),
     ("6 peers: transport, frames", ("cluster/transport.py", "cluster/frames.py",
-                                    "cluster/peer_service.py")),
+                                    "cluster/peer_service.py", "cluster/raft_link.py",
+                                    "cluster/raft_inbox.py")),
     ("other cluster/", ("cluster/",)),
     ("bench driver", ("bench/",)),
 ]  # fmt: skip

@@ -74,6 +74,12 @@ class ProduceGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler_call_details.method != PRODUCE_METHOD or handler is None:
             return handler
         inner = handler.unary_unary
+        parse = handler.request_deserializer
+
+        def sized(data: bytes) -> tuple[Any, int]:
+            # the request's size is its bytes on the wire: asking the parsed message
+            # (`ByteSize`) re-encodes it, ~0.1 ms for a 1 MiB batch on the event loop
+            return (parse(data) if parse is not None else data), len(data)
 
         async def admitted(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             refusal = self._refusal()
@@ -85,13 +91,14 @@ class ProduceGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             self.calls += 1
             self.bytes += reserved
             try:
-                request: Any = None
+                arrived: tuple[Any, int] | None = None
                 async for message in requests:
-                    request = message
+                    arrived = message
                     break
-                if request is None:
+                if arrived is None:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no produce request")
-                size = int(request.ByteSize())
+                    raise AssertionError("unreachable: abort raises")
+                request, size = arrived
                 self.bytes -= reserved - size
                 reserved = size
                 return await inner(request, context)
@@ -101,7 +108,7 @@ class ProduceGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return grpc.stream_unary_rpc_method_handler(
             admitted,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=sized,
             response_serializer=handler.response_serializer,
         )
 

@@ -57,6 +57,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cluster.histogram import OneWriterHistogram
 from raft.types import Role
 
 if TYPE_CHECKING:
@@ -284,9 +285,11 @@ class Metrics:
             "flotilla_produce_bytes", "bytes of the record batches acknowledged",
             node, registry=registry,
         )  # fmt: skip
-        self.produce_duration = Histogram(
+        # observed per request or per round by one thread: lock-free (`cluster.histogram`)
+        series = {"node": node_id}
+        self.produce_duration = OneWriterHistogram(
             "flotilla_produce_request_duration_seconds", "produce request arrival to answer",
-            node, buckets=_LATENCY_BUCKETS, registry=registry,
+            series, _LATENCY_BUCKETS,
         )  # fmt: skip
         self.fetch_requests = Counter(
             "flotilla_fetch_requests",
@@ -302,16 +305,18 @@ class Metrics:
             "fetch request arrival to answer (long polls included)",
             node, buckets=_LATENCY_BUCKETS, registry=registry,
         )  # fmt: skip
-        self.storage_round = Histogram(
+        self.storage_round = OneWriterHistogram(
             "flotilla_storage_round_duration_seconds",
             "one storage round: the writes of all groups and their group commit",
-            node, buckets=_LATENCY_BUCKETS, registry=registry,
+            series, _LATENCY_BUCKETS,
         )  # fmt: skip
-        self.fsync_duration = Histogram(
+        self.fsync_duration = OneWriterHistogram(
             "flotilla_fsync_duration_seconds",
             "one group commit: the fsyncs of every log a round wrote (in parallel)",
-            node, buckets=_LATENCY_BUCKETS, registry=registry,
+            series, _LATENCY_BUCKETS,
         )  # fmt: skip
+        for histogram in (self.produce_duration, self.storage_round, self.fsync_duration):
+            registry.register(histogram)
         self.leader_changes = Counter(
             "flotilla_leader_changes", "leadership gained or lost by local replicas", node,
             registry=registry,
@@ -362,12 +367,12 @@ class Metrics:
             )
         )
         # the labelled children, looked up once (every request and disk round observes one)
-        self._produce_duration = self.produce_duration.labels(node_id)
+        self._produce_duration = self.produce_duration
         self._produce_bytes = self.produce_bytes.labels(node_id)
         self._fetch_duration = self.fetch_duration.labels(node_id)
         self._fetch_bytes = self.fetch_bytes.labels(node_id)
-        self._storage_round = self.storage_round.labels(node_id)
-        self._fsync_duration = self.fsync_duration.labels(node_id)
+        self._storage_round = self.storage_round
+        self._fsync_duration = self.fsync_duration  # written by the storage thread alone
         self._produced: dict[str, Counter] = {}
         self._fetched: dict[tuple[str, str], Counter] = {}
         self._server: object | None = None
@@ -403,7 +408,7 @@ class Metrics:
         self._storage_round.observe(seconds)
 
     def observe_fsync(self, seconds: float) -> None:
-        """Thread-safe: the storage thread calls it after each group commit."""
+        """The storage thread calls it after each group commit (its one writer)."""
         self._fsync_duration.observe(seconds)
 
     def leader_changed(self) -> None:

@@ -21,9 +21,9 @@ Memory is bounded: records waiting to be sent take at most `buffer_bytes`; `send
 the buffer is full, and raises `Timeout` after the client's `timeout_s`.
 
 Cost: `send` is the only per-record Python work on the caller's thread, and the futures of one
-batch share one lock (`RecordFuture`), so a hundred thousand outstanding futures cost little
-memory and little garbage-collector time. Encoding, the gRPC call and settling run on the
-producer's own threads.
+batch share one lock and one outcome (`BatchOutcome`), so a hundred thousand outstanding futures
+cost little memory and little garbage-collector time, and settling a batch costs the same for one
+record or a thousand. Encoding, the gRPC call and settling run on the producer's own threads.
 
 Why one module of about 540 lines: `send`, the dispatcher thread and the sender threads share
 one lock, one condition and the per-partition states (`_Partition`), and the rules between them
@@ -100,46 +100,119 @@ _NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures' state names
 
 
+class BatchOutcome:
+    """What the futures of one batch share: one condition, and the batch's outcome, set once
+    for all of them (`settle_batch`, `fail_batch`), so settling costs the same for one record or a
+    thousand. A record's metadata is made when it is asked for, from the batch's base offset
+    and the record's position in it."""
+
+    __slots__ = ("base", "condition", "deliver_at_ms", "exception", "partition", "state",
+                 "topic", "watched")  # fmt: skip
+
+    def __init__(self, topic: str = "", partition: int = 0) -> None:
+        self.condition = threading.Condition()
+        self.topic = topic
+        self.partition = partition
+        self.deliver_at_ms = 0  # 0: ordinary; else every record's due time (offset None)
+        self.state = _PENDING
+        self.base = 0
+        self.exception: BaseException | None = None
+        self.watched: list[RecordFuture] = []  # futures with waiters or callbacks
+
+
 class RecordFuture(concurrent.futures.Future[RecordMetadata[Any]]):
     """The Future of one sent record. It behaves as a `concurrent.futures.Future` (`result`,
     `exception`, `add_done_callback`, `concurrent.futures.wait`, `as_completed`), except that it
     cannot be cancelled: the record may already be on its way. All futures of one batch share
-    one condition and are settled together, under it, so no waiter sees half a batch."""
+    one `BatchOutcome`: its condition, and its outcome, set once under it for the whole batch,
+    so no waiter sees half a batch and settling does no work per record. (A future's own
+    `set_result` / `set_exception` still work, for that future alone.)"""
 
-    # what Future.__init__ sets: the immutable ones as class defaults (an instance attribute
-    # replaces them when set), the rest per record, with a shared condition instead of one
-    # Condition (and its lock and deque) per record
-    # The waiter and callback lists too: made on first use, as most records never have either
-    # (two lists fewer per record for the garbage collector to follow while it is buffered).
-    _state = _PENDING
-    _result: RecordMetadata[Any] | None = None
-    _exception: BaseException | None = None
+    # what Future.__init__ sets: none per record but the shared outcome and the position, with
+    # a shared condition instead of one Condition (and its lock and deque) per record. The
+    # waiter and callback lists are made on first use, as most records never have either (and
+    # such a future is noted in `BatchOutcome.watched`, the only ones settling visits).
+    _own_state: str | None = None
+    _own_result: RecordMetadata[Any] | None = None
+    _own_exception: BaseException | None = None
+    _watched = False
     _waiter_list: list[Any] | None = None
     _callback_list: (
         list[Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]] | None
     ) = None
 
-    def __init__(self, condition: threading.Condition) -> None:
-        self._condition = condition
+    def __init__(self, outcome: BatchOutcome, position: int = 0) -> None:
+        self._outcome = outcome
+        self._position = position
 
-    if TYPE_CHECKING:  # to the type checker, the attribute concurrent.futures declares
+    if TYPE_CHECKING:  # to the type checker, the attributes concurrent.futures declares
+        _condition: threading.Condition
+        _state: str
+        _result: RecordMetadata[Any] | None
+        _exception: BaseException | None
         _waiters: list[Any]
     else:
+
+        @property
+        def _condition(self) -> threading.Condition:
+            return self._outcome.condition
+
+        @property
+        def _state(self) -> str:
+            own = self._own_state
+            return self._outcome.state if own is None else own
+
+        @_state.setter
+        def _state(self, value: str) -> None:
+            self._own_state = value
+
+        @property
+        def _result(self) -> RecordMetadata[Any] | None:
+            if self._own_state is not None:
+                return self._own_result
+            return self._metadata() if self._outcome.state == _FINISHED else None
+
+        @_result.setter
+        def _result(self, value: RecordMetadata[Any] | None) -> None:
+            self._own_result = value
+
+        @property
+        def _exception(self) -> BaseException | None:
+            if self._own_state is not None:
+                return self._own_exception
+            return self._outcome.exception
+
+        @_exception.setter
+        def _exception(self, value: BaseException | None) -> None:
+            self._own_exception = value
 
         @property
         def _waiters(self) -> list[Any]:
             """concurrent.futures' waiters (`wait`, `as_completed`), under `_condition`."""
             if self._waiter_list is None:
                 self._waiter_list = []
+                self._watch()
             return self._waiter_list
+
+    def _watch(self) -> None:
+        if not self._watched:
+            self._watched = True
+            self._outcome.watched.append(self)
 
     @property
     def _done_callbacks(
         self,
     ) -> list[Callable[[concurrent.futures.Future[RecordMetadata[Any]]], object]]:
         if self._callback_list is None:
+            self._watch()
             self._callback_list = []
         return self._callback_list
+
+    def _metadata(self) -> RecordMetadata[Any]:
+        outcome = self._outcome
+        if outcome.deliver_at_ms:
+            return RecordMetadata(outcome.topic, outcome.partition, None, outcome.deliver_at_ms)
+        return RecordMetadata(outcome.topic, outcome.partition, outcome.base + self._position)
 
     def cancel(self) -> bool:
         """Always False: the record may already be on its way."""
@@ -148,52 +221,53 @@ class RecordFuture(concurrent.futures.Future[RecordMetadata[Any]]):
     def result(self, timeout: float | None = None) -> RecordMetadata[Any]:
         """Where the record was written, once it is; raises what failed it, or TimeoutError
         (concurrent.futures') after `timeout` seconds."""
-        # settled futures answer without taking the shared lock: `_settle` stores the result
-        # before the state, so a FINISHED state always comes with its result
-        if self._state == _FINISHED and self._exception is None:
-            return self._result  # type: ignore[return-value]
+        # settled batches answer without taking the shared lock: `settle_batch` stores the base
+        # before the state, so a FINISHED state always comes with its base
+        outcome = self._outcome
+        if self._own_state is None and outcome.state == _FINISHED and outcome.exception is None:
+            return self._metadata()
         return super().result(timeout)
 
 
-def _settle(
-    condition: threading.Condition,
-    futures: list[RecordFuture],
-    topic: str,
-    partition: int,
-    base: int,
-    deliver_at_ms: int = 0,
-) -> None:
-    """Settles a batch's futures with their metadata in one pass under their shared lock (what
-    `set_result` does per future, without taking the lock and notifying once per record). A
-    delayed batch's records (`deliver_at_ms` not 0) have no offset yet: None, and their due
-    time."""
-    new = tuple.__new__  # RecordMetadata(...) without the named tuple's own __new__ call
-    with condition:
-        for position, future in enumerate(futures):
-            future._result = new(
-                RecordMetadata,
-                (topic, partition, None, deliver_at_ms)
-                if deliver_at_ms
-                else (topic, partition, base + position, None),
-            )
-            future._state = _FINISHED
-            if future._waiter_list:  # concurrent.futures.wait / as_completed
+def settle_batch(outcome: BatchOutcome, base: int) -> None:
+    """Settles every future of a batch at once, under their shared lock: the base offset and
+    the state are set on the outcome, and only the futures something waits on are visited."""
+    _finish(outcome, base, None)
+
+
+def fail_batch(outcome: BatchOutcome, failure: BaseException) -> None:
+    """Fails every future of a batch at once (as `settle_batch`)."""
+    _finish(outcome, 0, failure)
+
+
+def _finish(outcome: BatchOutcome, base: int, failure: BaseException | None) -> None:
+    with outcome.condition:
+        if outcome.state == _FINISHED:
+            return
+        outcome.base = base
+        outcome.exception = failure
+        outcome.state = _FINISHED
+        watched = list(outcome.watched)
+        for future in watched:
+            if future._own_state is None and future._waiter_list:  # wait / as_completed
                 for waiter in future._waiter_list:
-                    waiter.add_result(future)
-        condition.notify_all()
-    for future in futures:
-        if future._callback_list:
+                    if failure is None:
+                        waiter.add_result(future)
+                    else:
+                        waiter.add_exception(future)
+        outcome.condition.notify_all()
+    for future in watched:
+        if future._own_state is None and future._callback_list:
             future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 class _Batch:
     __slots__ = (
         "bytes",
-        "condition",
         "deliver_at_ms",
         "first_timestamp",
-        "futures",
         "opened_at",
+        "outcome",
         "partition",
         "producer_id",
         "records",
@@ -209,10 +283,9 @@ class _Batch:
         # (key, value, ((name, data), ...), timestamp_ms - first_timestamp): the stored shape
         self.records: list[tuple[Any, ...]] = []
         self.first_timestamp = 0
-        self.futures: list[RecordFuture] = []
         self.bytes = 0
         self.opened_at = time.monotonic()
-        self.condition = threading.Condition()
+        self.outcome = BatchOutcome(topic, partition)  # its futures'
         self.producer_id = self.sequence = self.ticket = 0  # set when dispatched
 
 
@@ -367,13 +440,12 @@ class Producer:
             if batch is None:
                 batch = state.open = _Batch(topic, chosen)
                 self._condition.notify_all()  # the sender times this batch's linger from now
-            future = RecordFuture(batch.condition)
+            future = RecordFuture(batch.outcome, len(batch.records))
             if not batch.records:
                 batch.first_timestamp = timestamp
-                batch.deliver_at_ms = due
+                batch.deliver_at_ms = batch.outcome.deliver_at_ms = due
             rows = tuple(map(tuple, headers)) if headers else _NO_HEADERS
             batch.records.append((key, value, rows, timestamp - batch.first_timestamp))
-            batch.futures.append(future)
             batch.bytes += size
             self._buffered += size
             if batch.bytes >= cap:
@@ -505,17 +577,14 @@ class Producer:
             )
             acknowledged = True
             # every future of the batch settles before a waiter wakes
-            _settle(batch.condition, batch.futures, topic, partition, base, batch.deliver_at_ms)
+            settle_batch(batch.outcome, base)
         except Exception as error:  # never leave a future unsettled
             failure = (
                 error
                 if isinstance(error, FlotillaError)
                 else FlotillaError(f"send failed: {error!r}")
             )
-            with batch.condition:
-                for future in batch.futures:
-                    if not future.done():
-                        future.set_exception(failure)
+            fail_batch(batch.outcome, failure)
             if not written_nowhere(failure):  # refused: the batches behind it go on
                 with self._condition:
                     if len(state.failed_producers) >= 64:

@@ -17,6 +17,11 @@ def test_samples_count_for_the_innermost_frame_of_ours() -> None:
         f"{ENTRY};PeerTransport._sender (cluster/transport.py:257);_write (grpc/aio/_call.py:500)"
     )
     assert stage_of(sender.split(";")) == "6 peers: transport, frames"
+    # the raw link's receiver and the storage thread's hand-off count for their stages too
+    link = f"{ENTRY};_Receiver.data_received (cluster/raft_link.py:300)"
+    assert stage_of(link.split(";")) == "6 peers: transport, frames"
+    handoff = f"{ENTRY};StorageThread.run (cluster/storage_thread.py:45)"
+    assert stage_of(handoff.split(";")) == "5 disk: persist, log, segment"
     check = (
         f"{ENTRY};ClientService._produce (cluster/service.py:239);check_body (proto/records.py:193)"
     )

@@ -16,6 +16,7 @@ from proto.records import (
     check_body,
     decode_batch,
     encode_batch,
+    encode_rows,
     read_header,
 )
 
@@ -184,3 +185,26 @@ def test_whatever_the_body_check_accepts_a_consumer_can_decode(rows) -> None:  #
     assert verdicts[0] == verdicts[1], f"one pass {verdicts[0]}, chunked {verdicts[1]}"
     if verdicts[0] == "accepted":
         assert len(decode_batch(batch, 0)) == len(rows)
+
+
+stored_rows = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=300),
+        st.binary(max_size=70_000) | st.binary(max_size=40),
+        st.lists(st.tuples(st.text(max_size=300), st.binary(max_size=300)), max_size=3).map(
+            lambda headers: tuple(map(tuple, headers))
+        ),
+        st.integers(-(2**63), 2**63 - 1),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(stored_rows)
+def test_a_batch_body_is_the_bytes_msgpack_packb_makes(rows) -> None:  # type: ignore[no-untyped-def]
+    """The body is encoded by msgspec (a tenth of packb's time for 1 MiB), byte for byte what
+    `msgpack.packb(rows, use_bin_type=True)` makes: every int in its smallest form, bytes as
+    bin, str as str, tuples as arrays (a batch is the same whichever encoder a client has)."""
+    batch = encode_rows(rows, 0)
+    assert batch[BATCH_HEADER_SIZE:] == msgpack.packb(rows, use_bin_type=True)

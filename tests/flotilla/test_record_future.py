@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from flotilla.producer import RecordFuture
+from flotilla.producer import BatchOutcome, RecordFuture, fail_batch, settle_batch
 from flotilla.types import RecordMetadata
 
 
 def _batch(n: int) -> tuple[threading.Condition, list[RecordFuture]]:
-    condition = threading.Condition()
-    return condition, [RecordFuture(condition) for _ in range(n)]
+    outcome = BatchOutcome("t", 0)
+    return outcome.condition, [RecordFuture(outcome, position) for position in range(n)]
 
 
 def _settle(condition: threading.Condition, futures: list[RecordFuture]) -> None:
@@ -102,3 +102,58 @@ def test_settling_outside_the_shared_lock_is_caught() -> None:
         if hits:
             break
     assert hits, "settling outside the lock should let a waiter wake early"
+
+
+def test_a_batch_settles_at_once_and_each_record_reads_its_own_offset() -> None:
+    """`_settle` sets the batch's base once, under the shared lock: every future reads
+    base + its position, waiters and callbacks wake, and only the futures something waits on
+    are visited (a batch of a thousand unwatched records costs the same as one)."""
+    outcome = BatchOutcome("t", 3)
+    futures = [RecordFuture(outcome, position) for position in range(1000)]
+    seen: list[int] = []
+    futures[10].add_done_callback(lambda f: seen.append(f.result().offset))
+    waited: list[set[concurrent.futures.Future[RecordMetadata[int]]]] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(concurrent.futures.wait(futures[-3:], timeout=10).done)
+    )
+    waiter.start()
+    while len(outcome.watched) < 4:  # the callback's future and the three waited on
+        time.sleep(0.001)
+    assert not any(f.done() for f in futures)
+    settle_batch(outcome, 500)
+    waiter.join(timeout=10)
+    assert [f.result() for f in futures[:2]] == [
+        RecordMetadata("t", 3, 500),
+        RecordMetadata("t", 3, 501),
+    ]
+    assert [f.result().offset for f in futures] == list(range(500, 1500))
+    assert seen == [510] and waited and len(waited[0]) == 3
+    assert len(outcome.watched) == 4
+    futures[0].add_done_callback(lambda f: seen.append(f.result().offset))  # runs at once
+    assert seen == [510, 500]
+    fail_batch(outcome, RuntimeError("late"))  # a batch settles once
+    assert futures[5].exception() is None and futures[5].result().offset == 505
+
+
+def test_a_failed_batch_fails_every_record_and_a_delayed_one_has_no_offset() -> None:
+    outcome = BatchOutcome("t", 0)
+    futures = [RecordFuture(outcome, position) for position in range(50)]
+    completed: list[BaseException | None] = []
+    waiter = threading.Thread(
+        target=lambda: completed.extend(
+            f.exception() for f in concurrent.futures.as_completed(futures, timeout=10)
+        )
+    )
+    waiter.start()
+    while len(outcome.watched) < 50:
+        time.sleep(0.001)
+    fail_batch(outcome, RuntimeError("boom"))
+    waiter.join(timeout=10)
+    assert len(completed) == 50 and all(isinstance(e, RuntimeError) for e in completed)
+    with pytest.raises(RuntimeError, match="boom"):
+        futures[49].result(timeout=1)
+    delayed = BatchOutcome("t", 1)
+    delayed.deliver_at_ms = 1_700_000_000_000
+    records = [RecordFuture(delayed, position) for position in range(2)]
+    settle_batch(delayed, 7)  # a delayed batch's base is its place in the timer log, not an offset
+    assert [r.result() for r in records] == [RecordMetadata("t", 1, None, 1_700_000_000_000)] * 2
