@@ -404,7 +404,9 @@ class Replica:
                         data=bytes(entry.data),
                     )
                 )
-                records += entry.record_count
+                # only the records from `offset` on count toward max_records: a read that
+                # starts in the middle of a batch still gets the batches after it that it asked for
+                records += entry.base_offset + entry.record_count - max(offset, entry.base_offset)
         if on_bytes is not None and size:
             on_bytes(size)
         return batches

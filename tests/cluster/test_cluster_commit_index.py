@@ -74,6 +74,10 @@ def test_the_commit_index_is_saved_lazily_and_restores_the_high_watermark(tmp_pa
         try:
             assert reopened.high_watermark == 5 and reopened.node.leader_id is None
             assert [b.record_count for b in reopened.read_committed(0, 100, 1 << 20)] == [3, 2]
+            # a read from the middle of a batch counts only the records it asked for: offsets
+            # 2 and 3 span both batches (the first's earlier records do not fill max_records)
+            assert [b.record_count for b in reopened.read_committed(2, 2, 1 << 20)] == [3, 2]
+            assert [b.record_count for b in reopened.read_committed(2, 1, 1 << 20)] == [3]
         finally:
             reopened.close()
             reopened_journal.close()
