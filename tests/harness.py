@@ -11,10 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import xxhash
 
 from cluster.replica import Replica
 from flotilla._core import Plan, Rpc, Sleep
+from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
 from raft.types import Configuration
 from storage import FileHandles, HardState, LogConfig
@@ -109,3 +111,21 @@ def drive(plan: Plan[Any], answer: Callable[[Rpc], object]) -> tuple[Any, list[R
             step = plan.send(answer(step) if isinstance(step, Rpc) else None)
     except StopIteration as done:
         return done.value, steps
+
+
+async def serve_flotilla(
+    servicers: dict[str, Any],
+) -> tuple[list[Any], dict[str, str]]:
+    """Starts one in-process gRPC server on loopback per servicer (a stand-in for a node's
+    `flotilla.v1.Flotilla` service): the servers (stop each with `await server.stop(None)`) and
+    each id's address."""
+    servers, addresses = [], {}
+    for node_id, servicer in servicers.items():
+        server = grpc.aio.server()
+        flotilla_pb2_grpc.add_FlotillaServicer_to_server(servicer, server)
+        address = f"127.0.0.1:{free_port('127.0.0.1')}"
+        server.add_insecure_port(address)
+        await server.start()
+        servers.append(server)
+        addresses[node_id] = address
+    return servers, addresses

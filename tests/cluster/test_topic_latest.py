@@ -12,11 +12,11 @@ import time
 
 import grpc
 import pytest
+from harness import serve_flotilla
 
 from cluster.config import NodeConfig
 from cluster.dialmap import DialMap
 from cluster.errors import ControlPlaneUnavailable
-from cluster.local import free_port
 from cluster.topic_latest import LATEST_TIMEOUT_S, latest_spec
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport
@@ -48,16 +48,8 @@ class _Controller(flotilla_pb2_grpc.FlotillaServicer):
 
 
 async def _latest(tables: dict[str, Table | None]) -> tuple[str | None, float, list[str]]:
-    servers, controllers, addresses = [], {}, {}
-    for node_id, table in tables.items():
-        server = grpc.aio.server()
-        controllers[node_id] = controller = _Controller(table)
-        flotilla_pb2_grpc.add_FlotillaServicer_to_server(controller, server)
-        address = f"127.0.0.1:{free_port('127.0.0.1')}"
-        server.add_insecure_port(address)
-        await server.start()
-        servers.append(server)
-        addresses[node_id] = address
+    controllers = {node_id: _Controller(table) for node_id, table in tables.items()}
+    servers, addresses = await serve_flotilla(dict(controllers))
     transport = PeerTransport("n9", DialMap(), addresses.get)
     config = NodeConfig(node_id="n9", controllers={c: "127.0.0.1:1" for c in tables})
     admin = TopicAdmin(config, transport, list, lambda: None, None)  # type: ignore[arg-type]

@@ -15,10 +15,10 @@ import asyncio
 import time
 
 import grpc
+from harness import serve_flotilla
 
 from cluster.config import NodeConfig
 from cluster.dialmap import DialMap
-from cluster.local import free_port
 from cluster.topics import TOPICS_HEDGE_S, TopicAdmin
 from cluster.transport import PeerTransport
 from proto import flotilla_pb2 as pb
@@ -42,17 +42,8 @@ class _Controller(flotilla_pb2_grpc.FlotillaServicer):
 
 
 async def _poll_with_c1_paused() -> tuple[float, float, dict[str, int]]:
-    servers, controllers, addresses = [], {}, {}
-    for node_id, paused in (("c1", True), ("c2", False)):
-        server = grpc.aio.server()
-        controller = _Controller(paused)
-        flotilla_pb2_grpc.add_FlotillaServicer_to_server(controller, server)
-        address = f"127.0.0.1:{free_port('127.0.0.1')}"
-        server.add_insecure_port(address)
-        await server.start()
-        servers.append(server)
-        controllers[node_id] = controller
-        addresses[node_id] = address
+    controllers = {"c1": _Controller(paused=True), "c2": _Controller(paused=False)}
+    servers, addresses = await serve_flotilla(dict(controllers))
     transport = PeerTransport("n9", DialMap(), addresses.get)
     config = NodeConfig(node_id="n9", controllers={"c1": "127.0.0.1:1", "c2": "127.0.0.1:2"})
     admin = TopicAdmin(config, transport, list, lambda: None, None)  # type: ignore[arg-type]
