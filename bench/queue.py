@@ -8,7 +8,8 @@ Cluster: three local nodes, replication factor 3, acks=all, 1 KiB records.
 - one queue receiver (`Client.queue`) receiving `--batch` records at a time and acking each
   batch, until every record is acked: records/s, and the ratio to the baseline (goal >= 0.5);
   then `--receivers` receivers (threads) of another group doing the same (their calls share
-  the coordinator's rounds);
+  the coordinator's rounds); then one receiver again, each batch's acks carried on the next
+  receive (`receive(ack=...)`: one call and one coordinator write for both);
 - Raft entries per acked record: the entries the `__groups` partitions committed during a
   queue phase (the growth of their commit index, from the nodes' /metrics) over the records
   acked (goal <= 0.05: leases and acks are batched, one entry per call, not per record);
@@ -29,6 +30,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -63,8 +65,9 @@ def read_all(client: Client, records: int, partitions: int, batch: int) -> float
 
 
 def receive_all(
-    addresses: list[str], group: str, records: int, batch: int, receivers: int
-) -> tuple[float, int]:
+    addresses: list[str], group: str, records: int, batch: int, receivers: int,
+    carry: bool = False,
+) -> tuple[float, int]:  # fmt: skip
     """Seconds for `receivers` receivers (threads, a client each) of a new queue group to
     receive and ack every record, batch by batch, from the first delivery on (the joins are
     not the figure), and how many records that covered."""
@@ -78,13 +81,22 @@ def receive_all(
             Client(addresses, timeout_s=30) as client,
             client.queue(group, TOPIC, invisible_ms=60_000) as queue,
         ):
+            carried: list[Any] = []
             while not done.is_set() and time.monotonic() < deadline:
-                deliveries = queue.receive(max_records=batch, timeout_s=0.5)
+                deliveries = queue.receive(max_records=batch, timeout_s=0.5, ack=carried or None)
+                with lock:
+                    state["acked"] += len(carried)
+                carried = []
                 if not deliveries:
+                    if state["acked"] >= records:
+                        break
                     continue
                 with lock:
                     if not state["start"]:
                         state["start"], state["first"] = time.perf_counter(), len(deliveries)
+                if carry and state["acked"] + len(deliveries) < records:
+                    carried = deliveries  # acked by the next receive
+                    continue
                 queue.ack(deliveries)
                 with lock:
                     state["acked"] += len(deliveries)
@@ -145,15 +157,16 @@ class Phase:
     entries_per_record: float
     served: dict[str, float]  # node -> record bytes it served during the phase
     follower_share: float | None
+    carry: bool = False  # each batch's acks carried on the next receive
 
 
 def measure(
     addresses: list[str], metrics: Mapping[str, str], leaders: set[str], args: argparse.Namespace,
-    receivers: int,
+    receivers: int, carry: bool = False,
 ) -> Phase:  # fmt: skip
     before = {node: scrape(address) for node, address in metrics.items()}
-    seconds, counted = receive_all(addresses, f"{GROUP}-{receivers}", args.records, args.batch,
-                                   receivers)  # fmt: skip
+    group = f"{GROUP}-{receivers}{'-carry' if carry else ''}"
+    seconds, counted = receive_all(addresses, group, args.records, args.batch, receivers, carry)
     after = {node: scrape(address) for node, address in metrics.items()}
     entries = groups_commit_index(after) - groups_commit_index(before)
     start_bytes, end_bytes = fetch_bytes(before), fetch_bytes(after)
@@ -162,7 +175,8 @@ def measure(
     share = None
     if len(leaders) == 1 and total:  # exact only when one node leads every partition
         share = sum(b for node, b in served.items() if node not in leaders) / total
-    return Phase(receivers, counted / seconds, entries, entries / args.records, served, share)
+    return Phase(receivers, counted / seconds, entries, entries / args.records, served, share,
+                 carry)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             read_bytes = sum(fetch_bytes(after).values()) - sum(fetch_bytes(before).values())
             leaders = {p.leader for p in client.describe_topic(TOPIC).partitions}
         phases = [measure(addresses, metrics, leaders, args, n) for n in (1, args.receivers)]
+        phases.append(measure(addresses, metrics, leaders, args, 1, carry=True))
     read_rate = args.records / read_s
     record_bytes = args.records * len(RECORD)
     rows = [
@@ -199,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for phase in phases:
         name = f"{phase.receivers} receiver{'s' if phase.receivers > 1 else ''}"
+        name += ", acks carried" if phase.carry else ""
         share = "n/a" if phase.follower_share is None else f"{phase.follower_share:.0%}"
         rows += [
-            (f"{name}: receive {args.batch} + ack (records/s)", f"{phase.records_per_s:,.0f}"),
+            (f"{name}: receive {args.batch} + ack (rec/s)", f"{phase.records_per_s:,.0f}"),
             (f"{name}: vs plain read", f"{phase.records_per_s / read_rate:.2f}x"),
             (f"{name}: Raft entries per acked record", f"{phase.entries_per_record:.4f}"),
             (f"{name}: record bytes served by followers", share),
@@ -211,12 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
     for name, value in rows:
-        print(f"{name:<52}{value:>12}")
+        print(f"{name:<60}{value:>12}")
     for phase in phases:
         print(f"{phase.receivers} receiver(s), bytes served per node (MB): " + ", ".join(
             f"{node}{' (leader)' if node in leaders else ''} {b / 1e6:.1f}"
             for node, b in sorted(phase.served.items())))  # fmt: skip
-    one, many = phases
+    one, many, carried = phases
     print(json.dumps({
         "read_records_per_s": round(read_rate),
         "queue_records_per_s": round(one.records_per_s),
@@ -227,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         "receivers_records_per_s": round(many.records_per_s),
         "receivers_vs_read": round(many.records_per_s / read_rate, 2),
         "receivers_raft_entries_per_acked_record": round(many.entries_per_record, 4),
+        "carried_records_per_s": round(carried.records_per_s),
+        "carried_vs_read": round(carried.records_per_s / read_rate, 2),
+        "carried_raft_entries_per_acked_record": round(carried.entries_per_record, 4),
         "read_bytes_per_record_byte": round(read_bytes / record_bytes, 2),
         "queue_bytes_per_record_byte": round(sum(one.served.values()) / record_bytes, 2),
         "records": args.records, "partitions": args.partitions, "batch": args.batch,

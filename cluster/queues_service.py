@@ -11,7 +11,11 @@ A receive gives the core each partition's extent (`cluster.queue_source`: a loca
 start and committed high watermark, else the metadata view's) and, for a key-ordered group, the
 keys of the window of fresh offsets it will look at (`Coordinator.queue_key_window`, read before
 the call). A receive that hands out nothing asks again on each coordinator tick until `wait_ms`
-passed: an empty receive writes nothing to Raft.
+passed: an empty receive writes nothing to Raft. A receive may carry settlements of earlier
+leases (`QueueReceiveRequest.settlements`, checked as QueueSettle's): they are applied first, in
+the same round, so the acks and the new leases are one write; when any is lost nothing is
+leased; and such a receive is answered after that one round (`settled`, with what was applied
+and lost), the client asking again, without them, to wait for more.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from cluster.groups_service import GroupCalls, _group_name
 from cluster.queue_checks import check_receive, check_settle
 from cluster.queue_source import SourceUnavailable
 from cluster.statuses import abort
-from consumers import Coordinator, GroupError, TopicMeta
+from consumers import Coordinator, GroupError, Outcome, TopicMeta
 from consumers.queue_types import Extent, Lease, ReceiveRequest, SettleReply, SettleRequest
 from proto import flotilla_pb2 as pb
 from proto.groups import group_partition
@@ -60,9 +64,17 @@ class QueueCalls(GroupCalls):
     async def QueueReceive(
         self, request: pb.QueueReceiveRequest, context: grpc.aio.ServicerContext
     ) -> pb.QueueReceiveResponse:
-        await self._allow(context, Operation.CONSUME, request.topic)
+        settling = sorted({s.topic for s in request.settlements} - {request.topic})
+        await self._allow(context, Operation.CONSUME, request.topic, *settling)
         group = await _group_name(request.group, context)
         await _checked(context, check_receive, request)
+        settle: SettleRequest | None = None
+        if request.settlements:  # acks of earlier leases, first, in the same round
+            carried = pb.QueueSettleRequest(settlements=request.settlements)
+            settle = SettleRequest(
+                group, request.member_id, request.member_epoch,
+                await _checked(context, check_settle, carried),
+            )  # fmt: skip
         receive = ReceiveRequest(
             group,
             request.member_id,
@@ -87,14 +99,35 @@ class QueueCalls(GroupCalls):
                 topics: Mapping[str, TopicMeta],
                 extents: Mapping[tuple[str, int], Extent] = extents,
                 keys: dict[tuple[str, int], dict[int, bytes | None]] | None = keys,
+                settle: SettleRequest | None = settle,
             ) -> Any:
                 now_ms = int(time.time() * 1000)
-                return coordinator.queue_receive(receive, topics, extents, now_ms, keys)
+                if settle is None:
+                    received = coordinator.queue_receive(receive, topics, extents, now_ms, keys)
+                    return Outcome((received.reply, None), received.entries)
+                # the settlements first (they raise, changing nothing, for a fenced member);
+                # their entries are written whatever the receive then decides
+                outcome = coordinator.queue_settle(settle, topics, now_ms)
+                settled, entries = outcome.reply, list(outcome.entries)
+                if settled.lost:  # the caller learns which first; nothing is leased
+                    return Outcome(([], settled), entries)
+                try:
+                    received = coordinator.queue_receive(receive, topics, extents, now_ms, keys)
+                except GroupError:  # answered by the caller's next receive, which asks alone
+                    return Outcome(([], settled), entries)
+                return Outcome((received.reply, settled), [*entries, *received.entries])
 
-            leases: list[Lease] = await self._on_coordinator(
+            leases: list[Lease]
+            settled: SettleReply | None
+            leases, settled = await self._on_coordinator(
                 context, group, run, partition, named=named, queue=True
             )
             remaining = deadline - loop.time()
+            if settled is not None:  # one round only: the acks are answered at once
+                response = pb.QueueReceiveResponse(leases=_leases(leases), settled=True)
+                response.applied.extend(_leases(settled.applied))
+                response.lost.extend(_leases(settled.lost))
+                return response
             if leases or remaining <= 0:
                 return pb.QueueReceiveResponse(leases=_leases(leases))
             await self.node.groups.next_tick(remaining)

@@ -27,6 +27,7 @@ from flotilla._core import ClientCore, Plan, Rpc, Sleep
 from flotilla._group_plans import GroupCalls
 from flotilla._plans import ATTEMPT_S
 from flotilla._queue import (
+    MAX_SETTLEMENTS,
     LeaseKey,
     QueueState,
     check_deliveries,
@@ -145,17 +146,28 @@ class QueueCore:
         check_max_records(max_records)
         return check_poll_timeout(timeout_s)
 
-    def receive(self, max_records: int, timeout_s: float) -> QueuePlan[list[Delivery]]:
+    def receive(
+        self, max_records: int, timeout_s: float, ack: object = None
+    ) -> QueuePlan[list[Delivery]]:
+        """`ack`: deliveries acked first, carried on the receive (one call and one coordinator
+        write for both); LeaseLost, leasing nothing, when any of them was lost."""
         self.check_open()
         deadline = time.monotonic() + self.check_receive(max_records, timeout_s)
+        carried = yield from self._carried_acks(ack)
         while True:
             if self.state.needs_join() or self.state.check_session(time.monotonic()):
                 yield Join()
             if self.error is not None:
                 error, self.error = self.error, None
+                if carried:  # acked as `ack` would, before the error is told
+                    acked, carried = carried, []
+                    yield from self.settle(acked, "ack")
                 raise error
             member_id, epoch = self.state.identity()
             remaining = deadline - time.monotonic()
+            if carried and (not member_id or self.state.member.lost):
+                acked, carried = carried, []
+                yield from self.settle(acked, "ack")  # LeaseLost: the session ended
             if not member_id or self.state.member.lost:
                 if remaining <= 0:
                     return []
@@ -163,6 +175,8 @@ class QueueCore:
                 continue
             wait_ms = int(min(MAX_WAIT_MS, max(0.0, remaining) * 1000))
             request = self.state.receive_request(member_id, epoch, max_records, wait_ms)
+            if carried:
+                request.settlements.extend(self._ack_settlements(carried))
             try:
                 response = yield from self.groups.call(
                     self.group,
@@ -174,9 +188,26 @@ class QueueCore:
             except FencedMember:
                 self.state.lose()
                 self.wake()
+                if carried:  # the session ended: nothing was applied
+                    self._raise_lost(carried, [], carried)
                 if time.monotonic() >= deadline:
                     return []
                 continue
+            if carried:
+                acked, carried = carried, []
+                if not response.settled:  # a node of an earlier release ignored them
+                    yield from self.settle(acked, "ack")
+                else:
+                    wanted = {(key_of(d), d.delivery_count): d for d in acked}
+                    applied = self._applied(response, wanted, "ack")
+                    lost = [
+                        d
+                        for lease in response.lost
+                        if (d := wanted.get(((lease.topic, lease.partition, lease.offset),
+                                             lease.delivery_count))) is not None
+                    ]  # fmt: skip
+                    if lost:
+                        self._raise_lost(lost, applied, acked)
             if response.leases:
                 self.state.book.add(response.leases)
                 deliveries = yield from self.read(list(response.leases))
@@ -287,9 +318,36 @@ class QueueCore:
             raise LeaseLost(_lost_text(self.group, action, lost, len(applied)), lost)
         return applied
 
+    def _carried_acks(self, ack: object) -> Plan[list[Delivery]]:
+        """The held deliveries of `ack` to carry on a receive. Those this receiver knows lost
+        already (or more than one settle call's worth) are acked with QueueSettle first, as
+        `ack` would: LeaseLost names the lost ones."""
+        if ack is None:
+            return []
+        chosen = check_deliveries(ack)
+        if not chosen:
+            return []
+        self.state.check_session(time.monotonic())
+        held, lost = self.state.book.split(chosen)
+        if lost or len(held) > MAX_SETTLEMENTS or not self.state.identity()[0]:
+            yield from self.settle(chosen, "ack")
+            return []
+        return held
+
+    def _ack_settlements(self, deliveries: Sequence[Delivery]) -> list[pb.QueueSettlement]:
+        (request,) = self.state.settle_requests(deliveries, ACTIONS["ack"])
+        return list(request.settlements)
+
+    def _raise_lost(
+        self, lost: list[Delivery], applied: Sequence[Delivery], asked: Sequence[Delivery]
+    ) -> None:
+        lost.sort(key=lambda d: (d.topic, d.partition, d.offset))
+        self.state.book.forget((key_of(d), d.delivery_count) for d in lost)
+        raise LeaseLost(_lost_text(self.group, "ack", lost, len(applied)), lost)
+
     def _applied(
         self,
-        response: pb.QueueSettleResponse,
+        response: pb.QueueSettleResponse | pb.QueueReceiveResponse,
         wanted: dict[tuple[LeaseKey, int], Delivery],
         action: str,
     ) -> list[Delivery]:

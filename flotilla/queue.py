@@ -117,12 +117,17 @@ class Queue:
             self._wake.clear()
 
     # -- the calls ---------------------------------------------------------------------------------
-    def receive(self, max_records: int = 100, timeout_s: float = 1.0) -> list[Delivery]:
+    def receive(
+        self, max_records: int = 100, timeout_s: float = 1.0, ack: Deliveries | None = None
+    ) -> list[Delivery]:
         """Up to `max_records` records leased to this receiver, waiting up to about
         `timeout_s` for some ([] when none came), in (partition, offset) order. Each is this
-        receiver's until its `deadline_ms`: settle it before then."""
+        receiver's until its `deadline_ms`: settle it before then. `ack`: deliveries to ack
+        first, in the same call (one round trip and one coordinator write for both, as
+        `ack(...)` then `receive(...)`); LeaseLost, leasing nothing, names those whose lease
+        was lost (the others were acked)."""
         self._core.check_receive(max_records, timeout_s)
-        return self._run(self._core.receive(max_records, timeout_s))
+        return self._run(self._core.receive(max_records, timeout_s, ack))
 
     def ack(self, deliveries: Deliveries) -> None:
         """Done with them: they are never handed out again. LeaseLost names those whose lease
@@ -236,10 +241,13 @@ class AsyncQueue:
             self._wake.clear()
 
     # -- the calls ---------------------------------------------------------------------------------
-    async def receive(self, max_records: int = 100, timeout_s: float = 1.0) -> list[Delivery]:
-        """Records leased to this receiver, as `Queue.receive`."""
+    async def receive(
+        self, max_records: int = 100, timeout_s: float = 1.0, ack: Deliveries | None = None
+    ) -> list[Delivery]:
+        """Records leased to this receiver (`ack`: acked first, in the same call), as
+        `Queue.receive`."""
         self._core.check_receive(max_records, timeout_s)
-        return await self._run(self._core.receive(max_records, timeout_s))
+        return await self._run(self._core.receive(max_records, timeout_s, ack))
 
     async def ack(self, deliveries: Deliveries) -> None:
         """Done with them, as `Queue.ack`."""

@@ -543,7 +543,7 @@ class QueueOptions(_message.Message):
     def __init__(self, max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., ordering: _Optional[str] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
 
 class QueueReceiveRequest(_message.Message):
-    __slots__ = ("group", "member_id", "member_epoch", "topic", "max_records", "invisible_ms", "wait_ms")
+    __slots__ = ("group", "member_id", "member_epoch", "topic", "max_records", "invisible_ms", "wait_ms", "settlements")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -551,6 +551,7 @@ class QueueReceiveRequest(_message.Message):
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENTS_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     member_epoch: int
@@ -558,7 +559,8 @@ class QueueReceiveRequest(_message.Message):
     max_records: int
     invisible_ms: int
     wait_ms: int
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., max_records: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    settlements: _containers.RepeatedCompositeFieldContainer[QueueSettlement]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., max_records: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., settlements: _Optional[_Iterable[_Union[QueueSettlement, _Mapping]]] = ...) -> None: ...
 
 class QueueLease(_message.Message):
     __slots__ = ("topic", "partition", "offset", "delivery_count", "deadline_ms")
@@ -575,10 +577,16 @@ class QueueLease(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
 class QueueReceiveResponse(_message.Message):
-    __slots__ = ("leases",)
+    __slots__ = ("leases", "settled", "applied", "lost")
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
     leases: _containers.RepeatedCompositeFieldContainer[QueueLease]
-    def __init__(self, leases: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
+    settled: bool
+    applied: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    lost: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ..., settled: _Optional[bool] = ..., applied: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ..., lost: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
 
 class QueueSettlement(_message.Message):
     __slots__ = ("topic", "partition", "offset", "delivery_count", "action", "delay_ms", "invisible_ms")

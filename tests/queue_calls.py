@@ -117,15 +117,28 @@ class Member:
     def settle(self, leases: list[Any], action: Any, **fields: int) -> Any:
         request = pb.QueueSettleRequest(
             group=self.group, member_id=self.member_id, member_epoch=self.epoch,
-            settlements=[
-                pb.QueueSettlement(
-                    topic=lease.topic, partition=lease.partition, offset=lease.offset,
-                    delivery_count=lease.delivery_count, action=action, **fields,
-                )
-                for lease in leases
-            ],
+            settlements=settlements(leases, action, **fields),
         )  # fmt: skip
         return self.router.call("QueueSettle", request)
+
+    def ack_and_receive(self, acked: list[Any], n: int = 100, wait_ms: int = 0) -> Any:
+        """One QueueReceive carrying the acks of `acked`: the whole response."""
+        request = pb.QueueReceiveRequest(
+            group=self.group, member_id=self.member_id, member_epoch=self.epoch,
+            topic=self.topic, max_records=n, invisible_ms=30_000, wait_ms=wait_ms,
+            settlements=settlements(acked, pb.SETTLE_ACK),
+        )  # fmt: skip
+        return self.router.call("QueueReceive", request)
+
+
+def settlements(leases: list[Any], action: Any, **fields: int) -> list[pb.QueueSettlement]:
+    return [
+        pb.QueueSettlement(
+            topic=lease.topic, partition=lease.partition, offset=lease.offset,
+            delivery_count=lease.delivery_count, action=action, **fields,
+        )
+        for lease in leases
+    ]  # fmt: skip
 
 
 def take(member: Member, count: int, invisible_ms: int = 30_000) -> list[Any]:

@@ -134,14 +134,16 @@ def dead_letters(setup: Setup, topic: str, partition: int) -> list[Record]:
     return setup.client.read(topic, partition, 0, max_records=100)
 
 
-def scrape(setup: Setup, node_id: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(
+    setup: Setup, node_id: str, prefix: str = "flotilla_queue_"
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://{setup.metrics[node_id]}/metrics") as answer:
         text = answer.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name.startswith("flotilla_queue_")
+        if s.name.startswith(prefix)
     }
 
 
@@ -181,6 +183,59 @@ def test_two_members_never_hold_one_record_and_an_ack_counts_once(setup: Setup) 
         if name == "flotilla_queue_in_flight" and dict(labels)["group"] == "workers"
     }
     assert sum(in_flight.values()) == 12 and set(in_flight) == {"0", "1"}, samples
+
+
+def test_a_receive_carries_the_acks_of_the_last_one_in_one_write(setup: Setup) -> None:
+    """Acks carried on the next QueueReceive (Kafka's ShareFetch piggybacks acknowledgements):
+    applied first, in the same coordinator round, as one Raft write with the new leases; a
+    lost one is named and nothing is leased, so no lease is stranded."""
+    setup.client.create_topic("carry", partitions=1, replication_factor=3)
+    setup.client.produce_batch("carry", [b"c%d" % n for n in range(9)], partition=0)
+    a = Member(setup.router, "carriers", "carry").join()
+    first = take(a, 3)
+    partition = group_partition("carriers", GROUP_PARTITIONS)
+
+    def commit_index() -> int:  # Raft entries of the group's __groups partition
+        return max(
+            int(value)
+            for node_id in setup.metrics
+            for (name, labels), value in scrape(setup, node_id, "flotilla_partition").items()
+            if name == "flotilla_partition_commit_index"
+            and dict(labels)
+            == {"node": node_id, "topic": GROUPS_TOPIC, "partition": str(partition)}
+        )
+
+    written = commit_index()
+    answer = a.ack_and_receive(first, 3)
+    assert answer.settled and held(list(answer.applied)) == held(first) and not answer.lost
+    assert held(list(answer.leases)) == {(0, 3), (0, 4), (0, 5)}, answer
+    wait_until(lambda: commit_index() > written, 10, "the round's write")
+    assert commit_index() == written + 1  # the acks and the leases: one batch, one entry
+    assert queue_totals(setup, "carriers")["acked"] == 3
+    # one of the acks is not this member's to give (a delivery count it never had): named lost,
+    # nothing leased, nothing changed for the other
+    stale = [replace_count(lease, 7) for lease in answer.leases[:1]]
+    refused = a.ack_and_receive(stale + list(answer.leases[1:]), 3)
+    assert refused.settled and held(list(refused.lost)) == {(0, 3)} and not refused.leases
+    assert held(list(refused.applied)) == {(0, 4), (0, 5)}
+    assert queue_totals(setup, "carriers")["acked"] == 5
+    # a bad settlement is refused whole, naming it, and changes nothing
+    bad = pb.QueueReceiveRequest(
+        group="carriers", member_id=a.member_id, member_epoch=a.epoch, topic="carry",
+        max_records=3, settlements=[pb.QueueSettlement(topic="carry", delivery_count=0)],
+    )  # fmt: skip
+    with pytest.raises(grpc.RpcError) as caught:
+        setup.router.call("QueueReceive", bad)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "settlements[0].delivery_count=0 is invalid" in str(caught.value.details())
+    assert queue_totals(setup, "carriers")["acked"] == 5
+
+
+def replace_count(lease: Any, count: int) -> pb.QueueLease:
+    copy = pb.QueueLease()
+    copy.CopyFrom(lease)
+    copy.delivery_count = count
+    return copy
 
 
 def test_an_expired_lease_comes_back_with_count_2_after_its_backoff_not_before(

@@ -147,6 +147,30 @@ def test_an_ack_after_the_deadline_is_lease_lost_and_the_record_comes_back(
         q.ack(again)
 
 
+def test_a_receive_acks_the_last_deliveries_in_the_same_call(client: Client) -> None:
+    """`receive(ack=...)`: the acks ride on the receive (one call, one coordinator write); a
+    lost one raises LeaseLost as `ack` would, and nothing new is leased meanwhile."""
+    topic = "carried"
+    topic_with(client, topic, 1, 6)
+    with client.queue("carriers", topic, invisible_ms=2_000, backoff_ms=[0]) as q:
+        first = receive_until(q, 2, max_records=2)
+        second = q.receive(max_records=2, timeout_s=5, ack=first)
+        assert [d.record.value for d in second] == [b"2", b"3"]
+        info = client.describe_group("carriers")
+        assert sum(p.queue.acked for p in info.partitions if p.queue) == 2
+        wait_until(lambda: time.time() * 1000 > second[0].deadline_ms + 200, 5, "the deadline")
+        with pytest.raises(LeaseLost) as lost:
+            q.receive(max_records=2, timeout_s=5, ack=second)
+        assert {d.offset for d in lost.value.deliveries} == {2, 3}
+        # both come back (nothing was leased by the refused call: none stranded), then 4, 5
+        again = receive_until(q, 4, max_records=4)
+        assert sorted((d.offset, d.delivery_count) for d in again) == [(2, 2), (3, 2), (4, 1),
+                                                                       (5, 1)]  # fmt: skip
+        assert q.receive(max_records=2, timeout_s=0.5, ack=again) == []  # acked; none left
+    info = client.describe_group("carriers")
+    assert sum(p.queue.acked for p in info.partitions if p.queue) == 6
+
+
 def test_a_release_with_delay_is_not_seen_before_the_delay(client: Client) -> None:
     topic = "later"
     topic_with(client, topic, 1, 1)
