@@ -58,6 +58,7 @@ class Coordinator:
         self.held: dict[tuple[int, int], tuple[str, int]] = {}  # -> (member, count)
         self.refuse: set[tuple[int, int]] = set()
         self.fenced = False
+        self.carries = False  # takes settlements carried on a receive (else: an older node)
         self.joins = 0
         self.log_start = 0
         self.answers: dict[str, Callable[[Any], Any]] = {
@@ -87,6 +88,15 @@ class Coordinator:
     def receive(self, request: pb.QueueReceiveRequest) -> Any:
         if self.fenced:
             return FencedMember("fenced")
+        settled = None
+        if self.carries and request.settlements:
+            carried = pb.QueueSettleRequest(
+                member_id=request.member_id, settlements=request.settlements
+            )
+            settled = self.settle(carried)
+            if settled.lost:
+                return pb.QueueReceiveResponse(settled=True, applied=settled.applied,
+                                               lost=settled.lost)  # fmt: skip
         leases: list[pb.QueueLease] = []
         for partition, offset in self.to_hand_out[: request.max_records]:
             count = self.held.get((partition, offset), ("", 0))[1] + 1
@@ -95,6 +105,8 @@ class Coordinator:
                                         delivery_count=count, deadline_ms=1_000 + offset))  # fmt: skip
         self.to_hand_out = self.to_hand_out[request.max_records :]
         leases.sort(key=lambda lease: (lease.partition, lease.offset))
+        if settled is not None:
+            return pb.QueueReceiveResponse(leases=leases, settled=True, applied=settled.applied)
         return pb.QueueReceiveResponse(leases=leases)
 
     def settle(self, request: pb.QueueSettleRequest) -> Any:
@@ -223,6 +235,31 @@ def test_settlements_apply_each_on_its_own_and_lease_lost_names_the_refused() ->
     with pytest.raises(LeaseLost) as again:  # settled already: refused here, nothing sent
         run(q, c, q.settle(ds[0], "release"))
     assert again.value.deliveries == [ds[0]] and len(c.calls) == sent_before
+
+
+@pytest.mark.parametrize("carries", [True, False], ids=["carried", "older-node"])
+def test_acks_carried_on_a_receive_apply_once_and_an_older_node_gets_them_by_settle(
+    carries: bool,
+) -> None:
+    c = Coordinator()
+    c.carries = carries
+    q = queue(c)
+    c.to_hand_out = [(0, 1), (0, 2)]
+    first = run(q, c, q.receive(10, 1.0))
+    c.to_hand_out = [(0, 3)]
+    second = run(q, c, q.receive(10, 1.0, first))
+    assert [d.offset for d in second] == [3]
+    assert (0, 1) not in c.held and (0, 2) not in c.held  # acked, either way
+    (carrying,) = [r for r in c.sent("QueueReceive") if r.settlements]
+    assert [(s.offset, s.action) for s in carrying.settlements] == [(1, 0), (2, 0)]
+    # an older node ignored them: the same acks follow as QueueSettle
+    assert [len(r.settlements) for r in c.sent("QueueSettle")] == ([] if carries else [2])
+    if carries:  # a lost one: LeaseLost names it, nothing leased
+        c.refuse, c.to_hand_out = {(0, 3)}, [(0, 4)]
+        with pytest.raises(LeaseLost) as lost:
+            run(q, c, q.receive(10, 1.0, second))
+        assert [d.offset for d in lost.value.deliveries] == [3]
+        assert c.to_hand_out == [(0, 4)]
 
 
 def test_release_and_reject_carry_their_action_and_delay() -> None:
