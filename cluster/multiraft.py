@@ -440,8 +440,11 @@ class MultiRaft:
         """Puts `replica` (active, given all its ticks, or just touched) in the timer wheel at
         the tick its timer is due, unless an earlier entry of it is there already (that one,
         when due, looks again)."""
-        # (never in the past: a lagging replica is owed no more than its quiet ticks)
-        due = max(replica.ticks_given + replica.node.quiet_ticks(), self._tick_count) + 1
+        node = replica.node
+        if node.role is Role.LEADER:  # (its ticks are never quiet)
+            due = self._tick_count + 1
+        else:  # (never in the past: a lagging replica is owed no more than its quiet ticks)
+            due = max(replica.ticks_given + node.quiet_ticks(), self._tick_count) + 1
         if replica.tick_due <= self._tick_count or due < replica.tick_due:
             replica.tick_due = due
             slot = self._due.get(due)
@@ -506,7 +509,7 @@ class MultiRaft:
                 )
                 continue
             try:
-                if replica in active:
+                if replica.ticks_given != self._tick_count and replica in active:
                     self._catch_up(replica)
                 replica.node.step(message)
             except Exception as error:
@@ -673,7 +676,7 @@ class MultiRaft:
             self._dirty.add(replica)
         if replica.node.quiesced:
             self._active.discard(replica)
-        else:
+        elif replica not in self._active:  # (its timers did not move: `advance` moves none)
             self._activate(replica)
 
     def _isolate(self, replica: Replica, doing: str, error: Exception) -> None:
