@@ -410,3 +410,46 @@ def test_a_message_after_quiet_ticks_comes_after_them(tmp_path: Path) -> None:
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_leader_that_took_no_proposal_quiesces_sooner(tmp_path: Path) -> None:
+    """Issue 28: thousands of groups elected at once (a new topic, a restart, a failover) each
+    heartbeat every member until they quiesce. A leader that has taken no proposal in its term
+    quiesces after `quiesce_unused_after_ticks` idle ticks; after a proposal, the usual
+    `quiesce_after_ticks`."""
+
+    async def scenario() -> None:
+        journal = StateJournal(tmp_path / "journal")
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, journal)
+        assert (multiraft.quiesce_after_ticks, multiraft.quiesce_unused_after_ticks) == (20, 5)
+        replica = Replica.open(
+            node_id="b", topic="t", partition=0, directory=str(tmp_path / "t" / "0"),
+            bootstrap=Configuration(voters=frozenset({"b"})), hard_state=HardState(),
+            raft_config=RaftConfig(), log_config=LogConfig(), handles=FileHandles(16),
+            rng=random.Random(1),
+        )  # fmt: skip
+        replica.node.hasten_campaign()
+        multiraft.add(replica)
+        tick = 0
+
+        async def ticks_until_quiesced() -> int:
+            nonlocal tick
+            started = tick
+            while not replica.node.quiesced:
+                assert tick < started + 100, "never quiesced"
+                tick += 1
+                multiraft.tick(tick * 0.05)
+                await multiraft.run_round()
+            return tick - started
+
+        assert await ticks_until_quiesced() == 5  # elected at the first, idle since
+        assert replica.node.role is Role.LEADER
+        waiter = Waiter(asyncio.get_running_loop().create_future())
+        multiraft.propose(Proposal(replica, encode_batch([(None, b"x", None, 0)]), 1, 0, waiter))
+        for _ in range(10):  # rounds, no tick: appended, durable, committed
+            await multiraft.run_round()
+        assert waiter.future.done() and replica.node.quiesced is False
+        assert await ticks_until_quiesced() == 20
+        await multiraft.stop()
+
+    asyncio.run(scenario())
