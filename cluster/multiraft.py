@@ -36,10 +36,7 @@ no private state touched.
 
 Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.quiesced`), so
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
-SWIM event about its leader) puts it back on the tick list. Idle: `quiesce_after_ticks` without
-a proposal — or, for a leader that has taken no proposal in its term (just elected: a new topic,
-a restart, a failover of thousands of idle groups at once), `quiesce_unused_after_ticks` (a
-quarter of it): each tick it stays awake costs heartbeats to and answers from every member.
+SWIM event about its leader) puts it back on the tick list.
 
 Ticking costs what the due timers need, not what the active groups are (issue 28): a follower
 or candidate whose next ticks only count (`RaftNode.quiet_ticks`) is not touched by them. The
@@ -127,22 +124,15 @@ class MultiRaft:
         quiesce_after_ticks: int = 20,
         fail_stop: FailStop | None = None,
         ticker: Ticker | None = None,
-        quiesce_unused_after_ticks: int | None = None,
     ) -> None:
         """`ticker` paces the ticks (default: a `LoopTicker` of `tick_s`; a test passes a
-        `FakeTicker`); its interval must be `tick_s`. `quiesce_unused_after_ticks`: default a
-        quarter of `quiesce_after_ticks` (module docstring, Quiescence)."""
+        `FakeTicker`); its interval must be `tick_s`."""
         self.ticker = ticker_or_loop(ticker, tick_s)
         self.node_id = node_id
         self.fail_stop = fail_stop or FailStop()
         self.quarantine = Quarantine()
         self.journal = journal
         self.quiesce_after_ticks = quiesce_after_ticks
-        self.quiesce_unused_after_ticks = (
-            max(1, quiesce_after_ticks // 4)
-            if quiesce_unused_after_ticks is None
-            else quiesce_unused_after_ticks
-        )
         self.send = send
         self.tick_s = tick_s
         self.replicas: dict[str, Replica] = {}
@@ -429,11 +419,7 @@ class MultiRaft:
             return  # quiesced
         node = replica.node
         replica.idle_ticks += max(ticks, owed)
-        if node.role is Role.LEADER and replica.idle_ticks >= (
-            self.quiesce_after_ticks
-            if replica.proposed_term == node.term
-            else self.quiesce_unused_after_ticks
-        ):
+        if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
             node.quiesce()  # refused unless every member holds the whole, committed log
         if node.quiesced:
             self._active.discard(replica)
@@ -581,7 +567,6 @@ class MultiRaft:
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
         replica.idle_ticks = 0
-        replica.proposed_term = replica.node.term
         self._activate(replica)
         self._dirty.add(replica)
 

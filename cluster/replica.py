@@ -134,7 +134,6 @@ class Replica:
     # and the count at which its timer is next due (its own ticks are passed in between)
     ticks_given: int = 0
     tick_due: int = 0
-    proposed_term: int = 0  # the last term in which this replica, leading, took a proposal
     topic_uid: str = ""  # the incarnation of the topic this replica belongs to (TopicSpec.uid)
     entries_since_snapshot: int = 0  # written since the producer table was last saved
     # the group as its Raft messages name it on the wire: `group@tag`, the tag a prefix of the
