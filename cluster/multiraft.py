@@ -479,15 +479,16 @@ class MultiRaft:
         return True
 
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
-        active = self._active
+        active, replicas, dirty = self._active, self.replicas, self._dirty
         for wire_group, payload in messages:
             group, _, tag = wire_group.partition("@")
-            replica = self.replicas.get(group)
+            replica = replicas.get(group)
             if replica is None:
                 if group not in self.quarantine:  # a quarantined replica hears nothing
                     self.unknown_group(group, tag, sender, payload)
                 continue
-            if not same_incarnation(tag, replica.topic_uid):
+            # (named exactly as this replica names itself: the same incarnation, or both untagged)
+            if wire_group != replica.wire_group and not same_incarnation(tag, replica.topic_uid):
                 # another incarnation of the topic (deleted and created again) on one side,
                 # not yet seen by the other: its log must not mix with this one's
                 self.foreign_messages += 1
@@ -519,7 +520,7 @@ class MultiRaft:
                 active.discard(replica)
             else:
                 self._activate(replica)
-            self._dirty.add(replica)
+            dirty.add(replica)
 
     def _make_proposal(self, proposal: Proposal) -> None:
         replica, waiter = proposal.replica, proposal.waiter
@@ -722,8 +723,9 @@ class MultiRaft:
             self.on_round(touched)
 
     def _send(self, group: str, messages: tuple[Message, ...]) -> None:
+        send = self.send
         for message in messages:
-            self.send(message.recipient, group, encode_message_parts(message))
+            send(message.recipient, group, encode_message_parts(message))
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException) -> None:
