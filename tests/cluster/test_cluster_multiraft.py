@@ -410,3 +410,27 @@ def test_a_message_after_quiet_ticks_comes_after_them(tmp_path: Path) -> None:
         await multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_call_sees_its_group_given_every_tick_it_is_owed(tmp_path: Path) -> None:
+    """A driver call (a transfer, a probe: one group, or any group) runs on nodes that have
+    been given every tick so far, as when each was ticked every round."""
+
+    async def scenario() -> None:
+        multiraft = MultiRaft(
+            "b", lambda to, group, parts: None, 0.05, StateJournal(tmp_path / "j")
+        )
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        seen: list[int] = []
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
+        for tick in range(1, 7):  # the heartbeat in the first round, then quiet ticks only
+            multiraft.tick(tick * 0.05)
+            await multiraft.run_round()
+        for replica_named in (replica, None):
+            multiraft.call(lambda: seen.append(replica.node.ticks_without_leader), replica_named)
+            await multiraft.run_round()
+        assert seen == [6, 6]  # the heartbeat's round's tick and five more
+        await multiraft.stop()
+
+    asyncio.run(scenario())
