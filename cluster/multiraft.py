@@ -38,6 +38,16 @@ Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.qui
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
 
+Ticking costs what the due timers need, not what the active groups are (issue 28): a follower
+or candidate whose next ticks only count (`RaftNode.quiet_ticks`) is not touched by them. The
+host counts the ticks it gives (`_tick_count`, at most 3 a round, as ever); each active replica
+remembers how many it has been given (`Replica.ticks_given`) and when its timer is next due
+(`Replica.tick_due`, an entry in `_due`, the timer wheel). A tick round takes only the groups
+due; any other input to a group (a message, a call, a proposal) first gives it the ticks it is
+owed (`_catch_up`: `pass_ticks` for the quiet ones, `tick()` for the rest, exactly the ticks the
+old every-group loop gave), so the core sees the same inputs in the same order. A leader's
+ticks are never quiet (heartbeats): leaders are due at every tick, until they quiesce.
+
 Outgoing messages are encoded once, as pieces (an AppendRequest's entry data are pieces of
 their own), and queued per destination node by the transport, which joins the messages of many
 groups into one frame (heartbeats of many groups to one node thus travel together).
@@ -157,6 +167,8 @@ class MultiRaft:
         self._last_tick_at = 0.0  # on the ticker's clock
         self.leases_voided = 0  # times a pause voided every leader's lease
         self._active: set[Replica] = set()
+        self._tick_count = 0  # ticks given to the active groups so far (module docstring)
+        self._due: dict[int, list[Replica]] = {}  # tick count -> groups due then (or stale)
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
         # replicas whose applied index may have passed the commit index the journal holds (a
@@ -177,7 +189,7 @@ class MultiRaft:
         if replica.topic.startswith(TIMER_TOPIC_PREFIX):
             self.timer_groups_version += 1
         self._commit_moved.add(replica)
-        self._active.add(replica)
+        self._activate(replica)
         self._dirty.add(replica)
         self._wake.set()
 
@@ -197,7 +209,7 @@ class MultiRaft:
         replica = self.replicas.get(group)
         if replica is not None:
             replica.node.wake()
-            self._active.add(replica)
+            self._activate(replica)
             self._wake.set()
 
     @property
@@ -363,55 +375,120 @@ class MultiRaft:
             hosted = item.replica is None or self.replicas.get(item.replica.group) is item.replica
             if not hosted:
                 return  # removed since the call was queued (retired, topic deleted)
+            touched = list(self._active) if item.replica is None else [item.replica]
+            for replica in touched:
+                self._catch_up(replica)
             try:
                 item.action()
             except Exception:
                 log.exception("a driver call failed")
             if item.replica is None:
                 self._dirty.update(self.replicas.values())
+                for replica in touched:
+                    if replica in self._active:
+                        self._schedule(replica)
             else:
                 self._dirty.add(item.replica)
                 if not item.replica.node.quiesced:
-                    self._active.add(item.replica)
+                    self._activate(item.replica)
         else:
             self._step_all(*item)
 
     def _tick_all(self) -> None:
+        """This round's ticks (at most 3, as ever) to the groups whose timer is due in them;
+        the others are given theirs when next touched (`_catch_up`)."""
         ticks, self._ticks_due = self._ticks_due, 0
-        if ticks:
-            self._touched.update(self._active)
-            for replica in list(self._active):
+        if not ticks:
+            return
+        first = self._tick_count + 1
+        self._tick_count += min(ticks, 3)
+        active, touched = self._active, self._touched
+        for count in range(first, self._tick_count + 1):
+            for replica in self._due.pop(count, ()):
+                if replica.tick_due != count or replica not in active:
+                    continue  # rescheduled since, or no longer ticked
+                touched.add(replica)
                 try:
                     self._tick(replica, ticks)
                 except Exception as error:
                     self._isolate(replica, "ticking", error)
 
     def _tick(self, replica: Replica, ticks: int) -> None:
+        owed = self._tick_count - replica.ticks_given
+        if not self._catch_up(replica):
+            return  # quiesced
         node = replica.node
-        if node.quiesced:
-            # quiesced by a message this round: a tick would wake it again, and a
-            # woken follower whose leader sleeps ends up campaigning
-            self._active.discard(replica)
-            return
-        for _ in range(min(ticks, 3)):
-            node.tick()
-        replica.idle_ticks += ticks
+        replica.idle_ticks += max(ticks, owed)
         if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
             node.quiesce()  # refused unless every member holds the whole, committed log
         if node.quiesced:
             self._active.discard(replica)
+        else:
+            self._schedule(replica)
         if node.has_ready():
             self._dirty.add(replica)
 
+    def _activate(self, replica: Replica) -> None:
+        """`replica` is ticked from now on (a quiesced node's clock stood still meanwhile)."""
+        if replica not in self._active:
+            self._active.add(replica)
+            replica.ticks_given = self._tick_count
+            replica.tick_due = 0
+        self._schedule(replica)
+
+    def _schedule(self, replica: Replica) -> None:
+        """Puts `replica` (active, given all its ticks, or just touched) in the timer wheel at
+        the tick its timer is due, unless an earlier entry of it is there already (that one,
+        when due, looks again)."""
+        node = replica.node
+        if node.role is Role.LEADER:  # (its ticks are never quiet)
+            due = self._tick_count + 1
+        else:  # (never in the past: a lagging replica is owed no more than its quiet ticks)
+            due = max(replica.ticks_given + node.quiet_ticks(), self._tick_count) + 1
+        if replica.tick_due <= self._tick_count or due < replica.tick_due:
+            replica.tick_due = due
+            slot = self._due.get(due)
+            if slot is None:
+                self._due[due] = [replica]
+            else:
+                slot.append(replica)
+
+    def _catch_up(self, replica: Replica) -> bool:
+        """Gives an active replica the ticks it is owed before anything else touches its node:
+        the quiet ones at once, the others one by one, exactly as if each had been given at its
+        round. False (and no tick): quiesced meanwhile (by a message or a call), so no longer
+        ticked — a tick would wake it again, and a woken follower whose leader sleeps ends up
+        campaigning."""
+        node = replica.node
+        if node.quiesced:
+            self._active.discard(replica)
+            return False
+        owed = self._tick_count - replica.ticks_given
+        if owed <= 0 or replica not in self._active:
+            return True
+        replica.ticks_given = self._tick_count
+        while owed:
+            quiet = node.quiet_ticks()
+            if quiet:
+                quiet = min(quiet, owed)
+                node.pass_ticks(quiet)
+                owed -= quiet
+            else:
+                node.tick()
+                owed -= 1
+        return True
+
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
+        active, replicas, dirty = self._active, self.replicas, self._dirty
         for wire_group, payload in messages:
             group, _, tag = wire_group.partition("@")
-            replica = self.replicas.get(group)
+            replica = replicas.get(group)
             if replica is None:
                 if group not in self.quarantine:  # a quarantined replica hears nothing
                     self.unknown_group(group, tag, sender, payload)
                 continue
-            if not same_incarnation(tag, replica.topic_uid):
+            # (named exactly as this replica names itself: the same incarnation, or both untagged)
+            if wire_group != replica.wire_group and not same_incarnation(tag, replica.topic_uid):
                 # another incarnation of the topic (deleted and created again) on one side,
                 # not yet seen by the other: its log must not mix with this one's
                 self.foreign_messages += 1
@@ -433,15 +510,17 @@ class MultiRaft:
                 )
                 continue
             try:
+                if replica.ticks_given != self._tick_count and replica in active:
+                    self._catch_up(replica)
                 replica.node.step(message)
             except Exception as error:
                 self._isolate(replica, "stepping a message of", error)
                 continue
             if replica.node.quiesced:
-                self._active.discard(replica)
+                active.discard(replica)
             else:
-                self._active.add(replica)
-            self._dirty.add(replica)
+                self._activate(replica)
+            dirty.add(replica)
 
     def _make_proposal(self, proposal: Proposal) -> None:
         replica, waiter = proposal.replica, proposal.waiter
@@ -463,6 +542,7 @@ class MultiRaft:
             )
             return
         try:
+            self._catch_up(replica)
             if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
                 term, base_sequence = replica.node.term, proposal.base_sequence
                 verdict = idempotence.admit(producer_id, base_sequence, proposal.record_count, term)
@@ -488,7 +568,7 @@ class MultiRaft:
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
         replica.idle_ticks = 0
-        self._active.add(replica)
+        self._activate(replica)
         self._dirty.add(replica)
 
     async def run_round(self) -> None:
@@ -597,8 +677,8 @@ class MultiRaft:
             self._dirty.add(replica)
         if replica.node.quiesced:
             self._active.discard(replica)
-        else:
-            self._active.add(replica)
+        elif replica not in self._active:  # (its timers did not move: `advance` moves none)
+            self._activate(replica)
 
     def _isolate(self, replica: Replica, doing: str, error: Exception) -> None:
         """`replica` raised `error` while the driver was `doing` something to it: a disk
@@ -643,8 +723,9 @@ class MultiRaft:
             self.on_round(touched)
 
     def _send(self, group: str, messages: tuple[Message, ...]) -> None:
+        send = self.send
         for message in messages:
-            self.send(message.recipient, group, encode_message_parts(message))
+            send(message.recipient, group, encode_message_parts(message))
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException) -> None:

@@ -21,6 +21,7 @@ from the network never reach the core as a malformed message.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -171,54 +172,89 @@ def _decode_split(view: memoryview) -> AppendRequest:
 
 
 def _decode_body(code: object, term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
-    if code == _APPEND:
-        _arity(rest, 4, "AppendRequest")
-        prev_index, prev_term, commit = _int(rest[0]), _int(rest[1]), _int(rest[2])
-        if rest[3] != []:
-            raise CodecError("an AppendRequest with entries travels in the split format")
-        return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, ())
-    if code == _APPEND_RESP:
-        _arity(rest, 4, "AppendResponse")
-        index, reject, hint_index, hint_term = (
-            _int(rest[0]),
-            _bool(rest[1]),
-            _int(rest[2]),
-            _int(rest[3]),
-        )
-        return AppendResponse(term, sender, recipient, index, reject, hint_index, hint_term)
-    if code == _HEARTBEAT:
-        _arity(rest, 3, "Heartbeat")
-        return Heartbeat(term, sender, recipient, _int(rest[0]), _bool(rest[1]), _int(rest[2]))
-    if code == _HEARTBEAT_RESP:
-        _arity(rest, 1, "HeartbeatResponse")
-        return HeartbeatResponse(term, sender, recipient, _int(rest[0]))
-    if code == _VOTE:
-        _arity(rest, 3, "VoteRequest")
-        flags = _int(rest[2])
-        return VoteRequest(
-            term,
-            sender,
-            recipient,
-            _int(rest[0]),
-            _int(rest[1]),
-            pre_vote=bool(flags & _PRE_VOTE),
-            transfer=bool(flags & _TRANSFER),
-        )
-    if code == _VOTE_RESP:
-        _arity(rest, 2, "VoteResponse")
-        return VoteResponse(term, sender, recipient, _bool(rest[0]), _bool(rest[1]))
-    if code == _RESET:
-        _arity(rest, 4, "LogReset")
-        config = None if rest[3] is None else _unpack_configuration(rest[3])
-        boundary = LogBoundary(_int(rest[0]), _int(rest[1]), _int(rest[2]), config)
-        return LogReset(term, sender, recipient, boundary)
-    if code == _TIMEOUT:
-        _arity(rest, 0, "TimeoutNow")
-        return TimeoutNow(term, sender, recipient)
-    if code == _REMOVED:
-        _arity(rest, 1, "Removed")
-        return Removed(term, sender, recipient, _int(rest[0]))
-    raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..8")
+    decoder = _DECODERS.get(code) if type(code) is int else None
+    if decoder is None:
+        raise CodecError(f"unknown Raft message type code {code!r}; valid codes are 0..8")
+    return decoder(term, sender, recipient, rest)
+
+
+# one decoder per type code, looked up by code (the common ones are heartbeats and answers)
+def _decode_append(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 4, "AppendRequest")
+    prev_index, prev_term, commit = _int(rest[0]), _int(rest[1]), _int(rest[2])
+    if rest[3] != []:
+        raise CodecError("an AppendRequest with entries travels in the split format")
+    return AppendRequest(term, sender, recipient, prev_index, prev_term, commit, ())
+
+
+def _decode_append_response(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 4, "AppendResponse")
+    index, reject, hint_index, hint_term = (
+        _int(rest[0]),
+        _bool(rest[1]),
+        _int(rest[2]),
+        _int(rest[3]),
+    )
+    return AppendResponse(term, sender, recipient, index, reject, hint_index, hint_term)
+
+
+def _decode_heartbeat(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 3, "Heartbeat")
+    return Heartbeat(term, sender, recipient, _int(rest[0]), _bool(rest[1]), _int(rest[2]))
+
+
+def _decode_heartbeat_response(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 1, "HeartbeatResponse")
+    return HeartbeatResponse(term, sender, recipient, _int(rest[0]))
+
+
+def _decode_vote(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 3, "VoteRequest")
+    flags = _int(rest[2])
+    return VoteRequest(
+        term,
+        sender,
+        recipient,
+        _int(rest[0]),
+        _int(rest[1]),
+        pre_vote=bool(flags & _PRE_VOTE),
+        transfer=bool(flags & _TRANSFER),
+    )
+
+
+def _decode_vote_response(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 2, "VoteResponse")
+    return VoteResponse(term, sender, recipient, _bool(rest[0]), _bool(rest[1]))
+
+
+def _decode_reset(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 4, "LogReset")
+    config = None if rest[3] is None else _unpack_configuration(rest[3])
+    boundary = LogBoundary(_int(rest[0]), _int(rest[1]), _int(rest[2]), config)
+    return LogReset(term, sender, recipient, boundary)
+
+
+def _decode_timeout(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 0, "TimeoutNow")
+    return TimeoutNow(term, sender, recipient)
+
+
+def _decode_removed(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
+    _arity(rest, 1, "Removed")
+    return Removed(term, sender, recipient, _int(rest[0]))
+
+
+_DECODERS: dict[object, Callable[[int, str, str, list[Any]], Message]] = {
+    _VOTE: _decode_vote,
+    _VOTE_RESP: _decode_vote_response,
+    _APPEND: _decode_append,
+    _APPEND_RESP: _decode_append_response,
+    _HEARTBEAT: _decode_heartbeat,
+    _HEARTBEAT_RESP: _decode_heartbeat_response,
+    _RESET: _decode_reset,
+    _TIMEOUT: _decode_timeout,
+    _REMOVED: _decode_removed,
+}
 
 
 def _arity(rest: list[Any], count: int, name: str) -> None:

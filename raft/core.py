@@ -423,39 +423,42 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
     def has_ready(self) -> bool:
         """O(1): is there anything for `ready()` to return?"""
         persisted = self._persisted
+        log = self.log
         return bool(
             self._messages
-            or self.log.unstable
-            or self.log.pending_boundary is not None
+            or log.unstable
+            or log.pending_boundary is not None
             or self.term != persisted.term
             or self.vote != persisted.vote
             or self.commit != persisted.commit
-            or self._applied < min(self.commit, self.log.stable_last_index)
+            # applied < min(commit, stable_last_index), the log asked only when it matters
+            or (self._applied < self.commit and self._applied < log.stable_last_index)
         )
 
     def ready(self) -> Ready:
         """What the host must do now; call `advance(ready)` when done, before the next one."""
         log = self.log
-        hard_state = HardState(self.term, self.vote, self.commit)
         persisted = self._persisted
-        changed = hard_state != persisted
-        entries = tuple(log.unstable)
+        same_term_vote = self.term == persisted.term and self.vote == persisted.vote
+        hard_state = None
+        if not same_term_vote or self.commit != persisted.commit:
+            hard_state = HardState(self.term, self.vote, self.commit)
+        entries = tuple(log.unstable) if log.unstable else ()
         boundary = log.pending_boundary
         truncate_from = None
         if entries and boundary is None and log.offset <= log.storage.last_index:
             truncate_from = log.offset
-        high = min(self.commit, log.stable_last_index)
-        committed = (self._applied + 1, high) if high > self._applied else None
+        committed = None
+        if self.commit > self._applied:
+            high = min(self.commit, log.stable_last_index)
+            committed = (self._applied + 1, high) if high > self._applied else None
         messages = tuple(self._messages)
         self._messages = []
         send_early = (
-            self.role is Role.LEADER
-            and boundary is None
-            and hard_state.term == persisted.term
-            and hard_state.vote == persisted.vote
+            self.role is Role.LEADER and boundary is None and same_term_vote
         ) or self._faults.ack_before_persist
         return Ready(
-            hard_state=hard_state if changed else None,
+            hard_state=hard_state,
             boundary=boundary,
             truncate_from=truncate_from,
             entries=entries,

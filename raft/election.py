@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 
+from raft.errors import RaftConfigError
 from raft.node_state import NodeState
 from raft.quorum import VoteResult, vote_result
 from raft.types import (
@@ -52,6 +53,36 @@ class Campaign(enum.Enum):
 
 
 class ElectionMixin(NodeState):
+    # -- the election timer: which ticks only count ------------------------------------------
+    def quiet_ticks(self) -> int:
+        """How many of the next ticks only count: each would move the node's clocks and nothing
+        else (no message, no change of role, term or vote, nothing for a Ready, and
+        `ticks_without_leader` stays on the same side of an election timeout). The host may
+        pass them with one `pass_ticks(n)` instead of n `tick()`s (issue 28: a host of tens of
+        thousands of groups then touches only the groups whose timer is due). 0 for a leader
+        (its ticks send heartbeats and check its quorum) and for a quiesced node (a tick wakes
+        it). Changes only with the node's inputs (a step, a tick, a proposal, a call)."""
+        if self.role is Role.LEADER or self.quiesced:
+            return 0
+        # the tick that brings `_election_elapsed` to the timeout may campaign (`tick`)
+        quiet = self._randomized_timeout + self._deferred_ticks - self._election_elapsed - 1
+        silent = self._clock - self._leader_contact
+        election_ticks = self.config.election_ticks
+        if silent < election_ticks:
+            quiet = min(quiet, election_ticks - silent - 1)
+        return max(quiet, 0)
+
+    def pass_ticks(self, ticks: int) -> None:
+        """`ticks` ticks at once, at most `quiet_ticks()`: exactly what as many `tick()` calls
+        would do (they only count)."""
+        if not 0 <= ticks <= self.quiet_ticks():
+            raise RaftConfigError(
+                f"pass_ticks({ticks}): only 0..{self.quiet_ticks()} ticks are quiet now "
+                "(quiet_ticks); tick() the others"
+            )
+        self._clock += ticks
+        self._election_elapsed += ticks
+
     def _campaign(self, campaign: Campaign) -> None:
         if campaign is Campaign.PRE_VOTE:
             self._reset(self.term)

@@ -36,6 +36,7 @@ class NodeState:
     _uncommitted_bytes: int
     _election_elapsed: int
     _deferred_ticks: int
+    _randomized_timeout: int
     _clock: int  # ticks since this node object was created
     _leader_contact: int  # _clock when a leader was last heard from (or the node started)
     _lease_acks: dict[NodeId, int]  # leader: the latest echoed lease_tick of each member

@@ -532,7 +532,11 @@ class _Proposal:
 
 
 def _tick(node: RaftNode) -> None:
-    node.tick()
+    # as a MultiRaft host ticks: a quiet tick (it only counts) is passed, not ticked
+    if node.quiet_ticks():
+        node.pass_ticks(1)
+    else:
+        node.tick()
 
 
 def _quiesce(node: RaftNode) -> None:

@@ -16,7 +16,9 @@ from cluster.replica import Replica, Waiter
 from proto.records import encode_batch
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
+from raft.core import RaftNode
 from raft.errors import ProposalDropped
+from raft.log import MemoryLog
 from raft.types import (
     AppendRequest,
     Configuration,
@@ -313,5 +315,122 @@ def test_a_proposal_for_another_term_is_refused_and_appends_nothing(tmp_path: Pa
             assert replica.node.log.last_index == last + 1
         finally:
             await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_tick_touches_only_the_groups_whose_timer_is_due(tmp_path: Path) -> None:
+    """Issue 28: a tick costs what the due timers need, not what the active groups are. Each of
+    30 leaderless followers, each deferred a different number of ticks, campaigns at the very
+    tick it would if ticked one by one (the pure core's own count), and the ticks in between
+    touch none of them."""
+
+    async def scenario() -> None:
+        sent: list[tuple[str, str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, group, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+        )
+        touched_per_round: list[int] = []
+        multiraft.on_round = lambda touched: touched_per_round.append(len(touched))
+        expected: dict[str, int] = {}
+        for i in range(30):
+            replica = _open(tmp_path, f"t/{i}")
+            replica.node.defer_campaign(i)
+            # the reference: the same node, ticked one by one until it campaigns
+            reference = RaftNode(
+                "b", Configuration(voters=frozenset("abc")), MemoryLog(), HardState(),
+                RaftConfig(), random.Random(1),
+            )  # fmt: skip
+            reference.defer_campaign(i)
+            ticks = 0
+            while reference.role is Role.FOLLOWER:
+                reference.tick()
+                ticks += 1
+            expected[replica.wire_group] = ticks
+            multiraft.add(replica)
+        await multiraft.run_round()
+        touched_per_round.clear()
+        campaigned: dict[str, int] = {}
+        last = max(expected.values())
+        for tick in range(1, last + 1):
+            multiraft.tick(tick * 0.05)
+            await multiraft.run_round()
+            for _, group, message in sent:
+                if isinstance(message, VoteRequest):
+                    campaigned.setdefault(group, tick)
+        assert campaigned == expected
+        # a follower is touched when its timer is due (twice at most: an election timeout
+        # without a leader, then its campaign), not at each of the `last` ticks
+        assert sum(touched_per_round) <= 2 * len(expected), touched_per_round
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_message_after_quiet_ticks_comes_after_them(tmp_path: Path) -> None:
+    """A follower owed quiet ticks is given them before it steps a message: its leader's
+    heartbeat then restarts its election timer from that heartbeat's tick, as when it was
+    ticked every round (stepped first, the owed ticks would count against the new timer)."""
+
+    async def scenario() -> None:
+        sent: list[tuple[str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+        )
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        election_ticks = RaftConfig().election_ticks
+        tick = 0
+
+        async def tick_round(heartbeat: bool = False) -> None:
+            nonlocal tick
+            if heartbeat:
+                multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
+            tick += 1
+            multiraft.tick(tick * 0.05)
+            await multiraft.run_round()
+
+        await tick_round(heartbeat=True)
+        for _ in range(election_ticks - 2):  # quiet: owed, not given
+            await tick_round()
+        await tick_round(heartbeat=True)  # given the owed ticks first, then the heartbeat
+        heard_at = tick
+        timeout = replica.node._randomized_timeout
+        while not any(isinstance(m, VoteRequest) for _, m in sent):
+            assert tick < heard_at + 3 * election_ticks, "never campaigned"
+            await tick_round()
+        # the heartbeat is stepped before its round's tick: that tick is the timer's first
+        assert tick == heard_at - 1 + timeout
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_call_sees_its_group_given_every_tick_it_is_owed(tmp_path: Path) -> None:
+    """A driver call (a transfer, a probe: one group, or any group) runs on nodes that have
+    been given every tick so far, as when each was ticked every round."""
+
+    async def scenario() -> None:
+        multiraft = MultiRaft(
+            "b", lambda to, group, parts: None, 0.05, StateJournal(tmp_path / "j")
+        )
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        seen: list[int] = []
+        multiraft.deliver("a", [(GROUP, encode_message(Heartbeat(1, "a", "b", 0)))])
+        for tick in range(1, 7):  # the heartbeat in the first round, then quiet ticks only
+            multiraft.tick(tick * 0.05)
+            await multiraft.run_round()
+        for replica_named in (replica, None):
+            multiraft.call(lambda: seen.append(replica.node.ticks_without_leader), replica_named)
+            await multiraft.run_round()
+        assert seen == [6, 6]  # the heartbeat's round's tick and five more
+        await multiraft.stop()
 
     asyncio.run(scenario())
