@@ -7,20 +7,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.copy_produce import CopyProducer
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from cluster.timers import TimerHost
+from raft.types import Role
 from storage import StateJournal
 
 
-@dataclass(frozen=True, slots=True)
+class _Follower:
+    """A Raft node as the host's timer wheel asks it: a follower whose ticks all matter."""
+
+    role = Role.FOLLOWER
+    quiesced = False
+
+    def quiet_ticks(self) -> int:
+        return 0
+
+
+@dataclass(eq=False, slots=True)
 class _Hosted:
+    """A replica as `MultiRaft.add` / `remove` and the timer host see it."""
+
     topic: str
     group: str = ""
+    node: _Follower = field(default_factory=_Follower)
+    ticks_given: int = 0  # the host's timer-wheel bookkeeping (`Replica`)
+    tick_due: int = 0
 
 
 class _CountingReplicas(dict[str, Replica]):
