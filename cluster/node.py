@@ -79,7 +79,7 @@ from cluster.topic_latest import latest_spec
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
-from membership import EventKind, Member, MembershipEvent, SwimConfig
+from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
@@ -687,6 +687,9 @@ class Node:
 
     def leases_stalled(self) -> bool:
         return self.multiraft.ticks_stalled()
+
+    def member_in_doubt(self, member_id: str) -> bool:
+        return self.gossip.swim.member_state(member_id) is not MemberState.ALIVE
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(

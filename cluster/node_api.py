@@ -114,6 +114,11 @@ class NodeApi(Protocol):
         """Un-quiesces a group, so that its replica hears from a leader again."""
         ...
 
+    def member_in_doubt(self, member_id: str) -> bool:
+        """Does this node's membership doubt `member_id` (suspected, dead, left, or unknown)?
+        A quiesced follower's reads go by it (`cluster.reads.leaderless`)."""
+        ...
+
     def leases_stalled(self) -> bool:
         """Are this node's ticks overdue (it was just paused)? Its leaders' leases are not to be
         trusted until the next tick voids them and a quorum answers anew."""

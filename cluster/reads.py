@@ -12,7 +12,11 @@ its leader gone; `RaftNode.ticks_without_leader`) answers OFFSET_NOT_AVAILABLE a
 offset past its high watermark, and for one at it when the read would wait (a long poll, a
 subscription's) rather than wait for nothing or keep a subscription alive on keepalives while
 the others write on (`leaderless`): its subscribers move to another replica. Below its high
-watermark it still serves: those offsets are committed.
+watermark it still serves: those offsets are committed. A quiesced follower's clock stands
+still (an idle group's leader sends nothing, in touch or not): it is out of touch as soon as
+this node's membership doubts its leader (suspected, dead or gone), rather than seconds later
+when the membership declares the leader dead and the woken follower has counted an election
+timeout.
 
 A follower cannot know what the leader committed (its high watermark trails by up to a tick, and
 is the one it recovered after a restart until it hears a leader), and a leader without its lease
@@ -108,14 +112,31 @@ async def past_high_watermark(
     )
 
 
-def leaderless(replica: Replica, offset: int, node_id: str) -> Refusal | None:
+def leaderless(
+    replica: Replica,
+    offset: int,
+    node_id: str,
+    in_doubt: Callable[[str], bool] = lambda member_id: False,
+) -> Refusal | None:
     """OFFSET_NOT_AVAILABLE for `offset` (past the high watermark, or at it for a long poll) on a
-    replica that has heard from no leader for an election timeout of its ticks; None while it
-    is in touch."""
-    silent = replica.node.ticks_without_leader
-    election_ticks = replica.node.config.election_ticks
+    replica that has heard from no leader for an election timeout of its ticks, or that is
+    quiesced while this node's membership doubts its leader (`in_doubt(member_id)`); None while
+    it is in touch."""
+    node = replica.node
+    silent = node.ticks_without_leader
+    election_ticks = node.config.election_ticks
     if silent < election_ticks:
-        return None
+        leader = node.leader_id
+        if not (node.quiesced and leader is not None and in_doubt(leader)):
+            return None
+        return Refusal(
+            grpc.StatusCode.UNAVAILABLE,
+            f"offset {offset} of {replica.group} is not available on {node_id}: the group is "
+            f"quiesced and this node's membership doubts its leader {leader} (suspected, dead "
+            "or gone), so it cannot know what was committed past its high watermark "
+            f"{replica.high_watermark}; read another replica",
+            pb.ErrorReason.Name(pb.OFFSET_NOT_AVAILABLE),
+        )
     return Refusal(
         grpc.StatusCode.UNAVAILABLE,
         f"offset {offset} of {replica.group} is not available on {node_id}: it has heard from "

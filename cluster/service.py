@@ -488,9 +488,10 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
             if offset < replica.segmented.first_offset:
                 await refuse(context, offset_out_of_range(replica, offset))
             node_id = node.config.node_id
+            in_doubt = node.member_in_doubt
             # test-only (--unsafe-read-uncommitted): no upper bound, reads may pass the commit index
             if offset > replica.high_watermark and not node.unsafe_read_uncommitted:
-                await refuse_if_leaderless(context, replica, offset, node_id)
+                await refuse_if_leaderless(context, replica, offset, node_id, in_doubt)
                 await catch_up(replica, offset, wait_s)
                 if offset > replica.high_watermark:
                     tick_s = node.config.tick_ms / 1000
@@ -507,11 +508,11 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
                 # is what the chaos checker must see, also after a cut-off leader steps down)
                 unsafe = node.unsafe_read_uncommitted
                 if not unsafe:
-                    await refuse_if_leaderless(context, replica, offset, node_id)
+                    await refuse_if_leaderless(context, replica, offset, node_id, in_doubt)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replica.hw_changed.wait(), wait_s)
                 if offset == replica.high_watermark and not unsafe:  # fell out of touch?
-                    await refuse_if_leaderless(context, replica, offset, node_id)
+                    await refuse_if_leaderless(context, replica, offset, node_id, in_doubt)
             max_records = request.max_records or DEFAULT_MAX_RECORDS
             max_bytes = min(
                 request.max_bytes or DEFAULT_MAX_FETCH_BYTES, node.config.max_message_bytes - 65536

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -99,9 +99,13 @@ async def topic_change(context: grpc.aio.ServicerContext, change: Awaitable[T]) 
 
 
 async def refuse_if_leaderless(
-    context: grpc.aio.ServicerContext, replica: Replica, offset: int, node_id: str
+    context: grpc.aio.ServicerContext,
+    replica: Replica,
+    offset: int,
+    node_id: str,
+    in_doubt: Callable[[str], bool],
 ) -> None:
-    refusal = leaderless(replica, offset, node_id)
+    refusal = leaderless(replica, offset, node_id, in_doubt)
     if refusal is not None:
         await refuse(context, refusal)
 

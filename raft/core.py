@@ -246,8 +246,9 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         """Ticks of this node's clock since it last heard from a leader (0 while it leads). A
         follower past an election timeout of them (cut off, or its leader gone) cannot know
         what was committed since. A quiesced node's clock stands still: its host wakes it on
-        news that its leader failed."""
-        return 0 if self.role is Role.LEADER else self._clock - self._leader_contact
+        news that its leader failed. A member of a new group counts from its start (it may vote
+        at once, `_in_lease`, but it is not out of touch before an election timeout)."""
+        return 0 if self.role is Role.LEADER else self._clock - max(self._leader_contact, 0)
 
     @property
     def hard_state(self) -> HardState:

@@ -66,7 +66,7 @@ class ElectionMixin(NodeState):
             return 0
         # the tick that brings `_election_elapsed` to the timeout may campaign (`tick`)
         quiet = self._randomized_timeout + self._deferred_ticks - self._election_elapsed - 1
-        silent = self._clock - self._leader_contact
+        silent = self._clock - max(self._leader_contact, 0)  # `ticks_without_leader`
         election_ticks = self.config.election_ticks
         if silent < election_ticks:
             quiet = min(quiet, election_ticks - silent - 1)

@@ -1,5 +1,5 @@
 """Shared test helpers: free ports, waiting on conditions with deadlines (never fixed sleeps), a
-bare replica on disk, and raw record batches."""
+bare replica on disk, a MultiRaft host driven by hand, and raw record batches."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from typing import Any
 import grpc
 import xxhash
 
+from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from flotilla._core import Plan, Rpc, Sleep
 from proto import flotilla_pb2_grpc
+from raft.codec import decode_message
 from raft.config import RaftConfig
 from raft.types import Configuration
-from storage import FileHandles, HardState, LogConfig
+from storage import FileHandles, HardState, LogConfig, StateJournal
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -91,6 +93,24 @@ def open_replica(root: Path, group: str = "t/0", node_id: str = "b") -> Replica:
         handles=FileHandles(16),
         rng=random.Random(1),
     )
+
+
+def hand_driven_host(
+    root: Path, group: str = "t/0"
+) -> tuple[MultiRaft, Replica, list[tuple[str, object]]]:
+    """A MultiRaft host "b" (not started: driven with `run_round`, `tick`, `deliver`) holding
+    one replica of `group` (`open_replica`), and the messages it sends, decoded, as
+    (destination, message)."""
+    sent: list[tuple[str, object]] = []
+    multiraft = MultiRaft(
+        "b",
+        lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+        0.05,
+        StateJournal(root / "journal"),
+    )
+    replica = open_replica(root, group)
+    multiraft.add(replica)
+    return multiraft, replica, sent
 
 
 def batch_of_body(body: bytes, count: int) -> bytes:

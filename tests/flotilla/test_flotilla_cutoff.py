@@ -78,11 +78,33 @@ def _reason(error: grpc.RpcError) -> str:
     return next((str(v) for k, v in trailing or () if k == REASON_KEY), "")
 
 
-def test_subscribers_leave_a_cut_off_follower(cluster: tuple[LocalCluster, ChaosNetwork]) -> None:
+def _high_watermark(local: LocalCluster, node_id: str) -> int:
+    with grpc.insecure_channel(local.nodes[node_id].address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        answer = stub.Fetch(pb.FetchRequest(topic=TOPIC, partition=0, offset=0), timeout=5)
+    return int(answer.high_watermark)
+
+
+def _ticking_groups(local: LocalCluster, node_id: str) -> int:
+    with grpc.insecure_channel(local.nodes[node_id].address) as channel:
+        stub = flotilla_pb2_grpc.FlotillaStub(channel)
+        return int(stub.Health(pb.HealthRequest(), timeout=5).active_groups)
+
+
+@pytest.mark.parametrize("group_state", ["ticking", "quiesced"])
+def test_subscribers_leave_a_cut_off_follower(
+    cluster: tuple[LocalCluster, ChaosNetwork], group_state: str
+) -> None:
     """Twelve SDK subscribers (six sync, six asyncio) spread over the replicas, and one raw
     Subscribe stream on the follower about to be cut off. Once it is cut off, the raw stream
     ends with OFFSET_NOT_AVAILABLE, a read at its tail is answered so at once, and every
-    subscriber reaches the records written meanwhile, nothing lost or repeated."""
+    subscriber reaches the records written meanwhile, nothing lost or repeated.
+
+    `ticking`: the follower has just heard from its leader when it is cut off, and counts an
+    election timeout of ticks. `quiesced`: the group has gone idle (the leader sends nothing,
+    the follower's clock stands still) before the cut; the follower learns it is out of touch
+    from its membership's doubt about the leader (CI once saw this case: the stream then ended
+    only once the leader was declared dead)."""
     local, network = cluster
     total = 40
     with Client(local.addresses(), timeout_s=30) as client:
@@ -93,6 +115,9 @@ def test_subscribers_leave_a_cut_off_follower(cluster: tuple[LocalCluster, Chaos
         expected = [f"c{n}".encode() for n in range(total)]
         for value in expected[:5]:
             client.produce(TOPIC, value, partition=0)
+        # the follower holds the five (a new replica that has not yet heard its leader would
+        # end the raw stream at once, cut off or not)
+        wait_until(lambda: _high_watermark(local, follower) == 5, 30, f"{follower} to hold 5")
         seen: list[list[bytes]] = [[] for _ in range(12)]
         stop = threading.Event()
 
@@ -145,20 +170,34 @@ def test_subscribers_leave_a_cut_off_follower(cluster: tuple[LocalCluster, Chaos
             thread.start()
         try:
             wait_until(lambda: all(len(s) >= 5 for s in seen), 30, "every subscriber's start")
+            written = 5
+            if group_state == "quiesced":
+                wait_until(
+                    lambda: _ticking_groups(local, follower) == 0,
+                    30,
+                    f"{TOPIC}/0 to quiesce on {follower}",
+                )
+            else:  # a record just replicated: the follower has just heard its leader
+                client.produce(TOPIC, expected[written], partition=0)
+                written += 1
+                wait_until(lambda: _high_watermark(local, follower) == 6, 30, f"{follower} at 6")
             network.partition([[n for n in local.nodes if n != follower], [follower]])
             cut_at = time.monotonic()
-            for value in expected[5:]:
+            for value in expected[written:]:
                 client.produce(TOPIC, value, partition=0)
             wait_until(
                 lambda: bool(raw_end),
-                10,
+                20,
                 f"the Subscribe stream on the cut-off {follower} to end",
             )
             ended_s = time.monotonic() - cut_at
             assert raw_end[0].startswith(f"UNAVAILABLE {OFFSET_NOT_AVAILABLE} "), raw_end
+            # how it knew: its own ticks, or (its clock standing still) its membership
+            why = "doubts its leader" if group_state == "quiesced" else "heard from no leader"
+            assert why in raw_end[0], raw_end
             # reads at its tail and past it, which would wait up to 5 s, are answered at once
             answered_s, answers = 0.0, []
-            for offset in (5, 30):
+            for offset in (written, 30):  # its tail (its high watermark), and past it
                 asked = time.monotonic()
                 with pytest.raises(grpc.RpcError) as refused:
                     stub.Fetch(

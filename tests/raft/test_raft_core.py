@@ -114,6 +114,25 @@ def test_a_cut_off_follower_counts_the_ticks_since_it_heard_a_leader(group) -> N
     assert g.nodes["c"].ticks_without_leader < E
 
 
+def test_a_new_member_is_not_counted_out_of_touch_before_an_election_timeout(group) -> None:  # type: ignore[no-untyped-def]
+    """A member of a new group (durable term 0) may vote at once (`_in_lease` counts it as
+    never having heard a leader), but it is not yet out of touch: `ticks_without_leader`
+    counts its ticks from its start, so a read at its tail waits for the group's first leader
+    instead of being refused as if cut off (it was refused at its first tick)."""
+    g = group(ABC)
+    node = g.nodes["c"]
+    assert node.term == 0
+    assert node.ticks_without_leader == 0
+    g.tick(E - 1, only=["c"])
+    assert node.ticks_without_leader == E - 1
+    assert node.quiet_ticks() == 0 or node.ticks_without_leader + node.quiet_ticks() < E
+    g.tick(1, only=["c"])
+    assert node.ticks_without_leader == E  # out of touch from here on
+    # the vote stays as it was: a new member grants its vote at once
+    g.elect("a")
+    assert g.nodes["a"].role is Role.LEADER
+
+
 def test_lease_read_index_needs_quorum_acknowledged_heartbeats(group) -> None:  # type: ignore[no-untyped-def]
     g = group(ABC)
     leader = g.elect("a")
