@@ -19,6 +19,10 @@ a leader counting itself). Health is cheap to poll (a count over the node's repl
 polling does not slow the restart it measures.
 `restart_s` is counted from the start of the new process (the stop's own time is reported apart).
 
+`--keep DIR` runs the cluster in DIR and leaves it there (the nodes' logs, to read after a slow
+run); while it waits for every leader it reports, every 30 s, how many replicas are hosted and
+led and how many members each node counts alive.
+
 `--profile DIR` records py-spy (`--gil`: Python-level CPU; py-spy must be installed, see
 bench/profiles/README.md) on one node (`--profile-node`, default the first) from the creation
 request until every partition is led, and with `--restart` on the restarted node from its start
@@ -34,6 +38,7 @@ the 20,000 cap, a restart back to serving within 60 s) and each figure's ratio t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -43,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -59,6 +64,7 @@ __all__ = ["cpu_seconds", "main", "open_files", "rss_mb"]
 
 CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
 STABLE_S = 5.0  # leaders unchanged and every group quiesced this long before sampling
+PROGRESS_S = 30.0  # how often the wait for every leader reports how far it got
 SAMPLE_EVERY_S = 0.5  # the open-files and RSS sampler's period
 TOPIC = "idle"
 MAX_TOPIC_PARTITIONS = 10_000  # a topic's limit: more partitions are spread over several topics
@@ -130,6 +136,18 @@ class Sampler:
 def progress(text: str) -> None:
     """A line on stderr as each phase ends, so a run cut short still tells what it measured."""
     print(f"[bench.idle] {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _cluster_root(keep: str | None) -> Iterator[str]:
+    """`keep` (made, and left afterwards), else a temporary directory removed afterwards."""
+    if keep:
+        os.makedirs(keep)
+        progress(f"the cluster lives in {keep} (kept)")
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="flotilla-idle-", dir=os.getcwd()) as root:
+        yield root
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
@@ -223,11 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart", action="store_true", help="time a restart of the last node")
     parser.add_argument("--profile", help="a directory: py-spy records a node (module doc)")
     parser.add_argument("--profile-node", default="n1", help="the node --profile records")
+    parser.add_argument(
+        "--keep",
+        help="a directory (made, must not exist) for the cluster, kept afterwards: the nodes' "
+        "logs and data (default: a temporary directory, removed)",
+    )
     args = parser.parse_args(argv)
     if args.nodes < 3:
         parser.error(f"--nodes {args.nodes}: replication factor 3 needs at least 3 nodes")
+    if args.keep and os.path.exists(args.keep):
+        parser.error(f"--keep {args.keep}: exists already; name a new directory")
     with (
-        tempfile.TemporaryDirectory(prefix="flotilla-idle-", dir=os.getcwd()) as root,
+        _cluster_root(args.keep) as root,
         LocalCluster(root, args.nodes, config_text=CONFIG) as cluster,
         Sampler(cluster) as sampler,
     ):
@@ -247,12 +272,21 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"created in {create_s:.1f} s")
         replicas = args.partitions * 3
 
+        told = {"at": time.monotonic()}
+
         def all_led() -> bool:
             views = [health(cluster, n) for n in nodes]
+            hosted = sum(v.partitions for v in views if v is not None)
+            led = sum(v.leaders for v in views if v is not None)
+            if time.monotonic() - told["at"] >= PROGRESS_S:  # the curve, for a slow election
+                told["at"] = time.monotonic()
+                alive = [v.members_alive if v is not None else "-" for v in views]
+                progress(
+                    f"{time.monotonic() - created_at:.0f} s: {hosted}/{replicas} replicas "
+                    f"hosted, {led}/{args.partitions} led; members alive per node {alive}"
+                )
             return (
-                all(v is not None for v in views)
-                and sum(v.partitions for v in views if v is not None) >= replicas
-                and sum(v.leaders for v in views if v is not None) == args.partitions
+                all(v is not None for v in views) and hosted >= replicas and led == args.partitions
             )
 
         leaders: dict[str, int] = {}
