@@ -6,7 +6,9 @@ inbox, its dirty set and the ordering contract; split, each part would reach int
 The driver is the only caller of every `RaftNode`. Inputs (ticks, peer messages, proposals)
 queue in an inbox; each round the driver:
 
-1. steps the queued messages, makes the queued proposals, ticks the active groups;
+1. steps the queued messages (at most MAX_ROUND_MESSAGES of them: the rest wait for the next
+   round, and the loop serves its other callbacks between rounds), makes the queued
+   proposals, ticks the active groups;
 2. takes the Ready of every group that has one;
 3. finishes at once the Readies with no disk work (they speak for state already durable):
    applies their committed ranges (high watermarks, produce waiters) first, then sends their
@@ -89,6 +91,12 @@ from timers.types import TIMER_TOPIC_PREFIX
 __all__ = ["MultiRaft", "Proposal"]
 
 log = logging.getLogger("flotilla.multiraft")
+
+# Raft messages one round steps at most (~30 us each with their Ready and sends: a round of them
+# keeps the loop ~60 ms). A flood (thousands of groups electing at once, a backlog after a
+# pause) once made single rounds of tens of seconds: no tick, no SWIM answer, so the node was
+# declared dead by its peers and its replicas moved, which made more of the same.
+MAX_ROUND_MESSAGES = 2048
 
 Send = Callable[[str, str, list[bytes]], None]  # (to node, group, payload pieces)
 
@@ -179,6 +187,7 @@ class MultiRaft:
         self._maintenance: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
+        self.rounds_cut_short = 0  # rounds that left inputs for the next (MAX_ROUND_MESSAGES)
         self.malformed_messages = 0
         self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
 
@@ -352,18 +361,42 @@ class MultiRaft:
                 raise
             except Exception:
                 log.exception("multiraft round failed")
+            # the loop's other callbacks (the ticker, SWIM, clients, frames arriving) run
+            # between rounds: an event already set would not yield, and a flood of inputs
+            # would chain round after round with nothing else served
+            await asyncio.sleep(0)
 
     # -- one round ----------------------------------------------------------------------------
     def _take_inputs(self) -> None:
+        """Steps the inputs queued before the round, at most MAX_ROUND_MESSAGES Raft messages
+        of them (a proposal or a call counts one); the rest wait, first in line, for the next
+        round. The inbox's byte budget (`on_inputs_taken`) is handed back only once the inbox
+        is empty: frames beyond it meanwhile are dropped (Raft resends), not queued."""
         inbox, self._inbox = self._inbox, deque()
-        self.on_inputs_taken()
+        taken = 0
         try:
-            while inbox:
-                self._take(inbox.popleft())
-        except BaseException:  # a fail-stop: what was not taken stays for `_halt` to settle
-            inbox.extend(self._inbox)
-            self._inbox = inbox
-            raise
+            while inbox and taken < MAX_ROUND_MESSAGES:
+                item = inbox.popleft()
+                if isinstance(item, tuple):  # a frame's messages: a big one is split
+                    sender, messages = item
+                    room = MAX_ROUND_MESSAGES - taken
+                    if len(messages) > room:
+                        inbox.appendleft((sender, messages[room:]))
+                        messages = messages[:room]
+                    taken += len(messages)
+                    self._step_all(sender, messages)
+                else:
+                    taken += 1
+                    self._take(item)
+        finally:  # left over, or a fail-stop's: what was not taken stays (`_halt` settles it)
+            if inbox:
+                inbox.extend(self._inbox)
+                self._inbox = inbox
+        if inbox:
+            self.rounds_cut_short += 1
+            self._wake.set()
+        else:
+            self.on_inputs_taken()
         self._tick_all()
 
     def _take(

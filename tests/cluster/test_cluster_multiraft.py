@@ -11,7 +11,7 @@ from pathlib import Path
 from harness import hand_driven_host, open_replica
 
 from cluster.clock import MAX_BEHIND_TICKS, FakeTicker
-from cluster.multiraft import MultiRaft, Proposal
+from cluster.multiraft import MAX_ROUND_MESSAGES, MultiRaft, Proposal
 from cluster.replica import Replica, Waiter
 from proto.records import encode_batch
 from raft.codec import decode_message, encode_message
@@ -24,6 +24,7 @@ from raft.types import (
     Configuration,
     Heartbeat,
     HeartbeatResponse,
+    Message,
     Role,
     VoteRequest,
     VoteResponse,
@@ -233,6 +234,77 @@ def test_a_round_tells_the_transport_it_took_the_delivered_frames(tmp_path: Path
         return taken
 
     assert asyncio.run(scenario()) == [1]
+
+
+def _heartbeats(first: int, count: int) -> list[tuple[str, bytes | memoryview]]:
+    """`count` heartbeats from "a" for GROUP, told apart by their lease ticks (from `first`)."""
+    return [
+        (GROUP, encode_message(Heartbeat(1, "a", "b", 0, lease_tick=tick)))
+        for tick in range(first, first + count)
+    ]
+
+
+def test_a_round_steps_at_most_max_round_messages_and_leaves_the_rest_in_order(
+    tmp_path: Path,
+) -> None:
+    """A flood of messages (a frame of thousands, several frames) is stepped over several
+    rounds, MAX_ROUND_MESSAGES a round, in the order it came; the inbox's budget is handed
+    back once it is empty, not while frames still wait."""
+
+    async def scenario() -> None:
+        multiraft, replica, _ = _host(tmp_path)
+        taken_rounds: list[int] = []
+        multiraft.on_inputs_taken = lambda: taken_rounds.append(multiraft.rounds)
+        stepped: list[int] = []
+        step = replica.node.step
+
+        def stepping(message: Message) -> None:
+            assert isinstance(message, Heartbeat)
+            stepped.append(message.lease_tick)
+            step(message)
+
+        replica.node.step = stepping  # type: ignore[method-assign]
+        size = MAX_ROUND_MESSAGES
+        big = _heartbeats(1, size + size // 2)
+        multiraft.deliver("a", big)
+        rest = _heartbeats(size + size // 2 + 1, size + size // 2)
+        multiraft.deliver("a", rest[: size // 2])
+        multiraft.deliver("a", rest[size // 2 :])
+        per_round: list[int] = []
+        for _ in range(4):
+            before = len(stepped)
+            await multiraft.run_round()
+            per_round.append(len(stepped) - before)
+        assert per_round == [size, size, size, 0], per_round
+        assert stepped == list(range(1, 3 * size + 1))  # every one, in order
+        assert taken_rounds == [3, 4], taken_rounds  # the budget back once the inbox is empty
+        assert multiraft.rounds_cut_short == 2
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_driver_lets_the_loop_run_between_rounds(tmp_path: Path) -> None:
+    """Rounds that keep finding work (a flood) do not hold the event loop: a callback scheduled
+    meanwhile (a tick, a SWIM packet, a client's call) runs before the flood is through."""
+
+    async def scenario() -> None:
+        multiraft, _, _ = _host(tmp_path)
+        multiraft.deliver("a", _heartbeats(1, 4 * MAX_ROUND_MESSAGES))
+        loop = asyncio.get_running_loop()
+        ran_at_round: list[int] = []
+
+        def after_round(touched: object) -> None:
+            if multiraft.rounds == 1:  # scheduled from inside the driver's first round
+                loop.call_soon(lambda: ran_at_round.append(multiraft.rounds))
+
+        multiraft.on_round = after_round
+        multiraft.start()
+        await _until(lambda: multiraft.rounds >= 4 and bool(ran_at_round), "the flood's rounds")
+        assert ran_at_round == [1], ran_at_round  # right after that round, not after the flood
+        await multiraft.stop()
+
+    asyncio.run(scenario())
 
 
 def test_a_tick_after_a_pause_voids_every_lease_and_regular_ticks_do_not(tmp_path: Path) -> None:
