@@ -97,6 +97,8 @@ log = logging.getLogger("flotilla.multiraft")
 # pause) once made single rounds of tens of seconds: no tick, no SWIM answer, so the node was
 # declared dead by its peers and its replicas moved, which made more of the same.
 MAX_ROUND_MESSAGES = 2048
+# `behind()`: a round cut short within this many rounds.
+BEHIND_ROUNDS = 32
 
 Send = Callable[[str, str, list[bytes]], None]  # (to node, group, payload pieces)
 
@@ -188,6 +190,7 @@ class MultiRaft:
         self._tasks: list[asyncio.Task[None]] = []
         self.rounds = 0
         self.rounds_cut_short = 0  # rounds that left inputs for the next (MAX_ROUND_MESSAGES)
+        self._cut_short_round = -BEHIND_ROUNDS  # the last round that left inputs for the next
         self.malformed_messages = 0
         self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
 
@@ -346,9 +349,17 @@ class MultiRaft:
         log.warning("no tick for over %d intervals (was the process paused?): leader leases "
                     "voided until a quorum answers anew", MAX_BEHIND_TICKS)  # fmt: skip
 
+    def behind(self) -> bool:
+        """Has one of the last BEHIND_ROUNDS rounds left inputs for the next (more came than a
+        round steps)? Work that can wait (leader balancing) waits meanwhile."""
+        return self.rounds - self._cut_short_round < BEHIND_ROUNDS
+
     def ticks_stalled(self) -> bool:
         """Is the next tick overdue by more than MAX_BEHIND_TICKS intervals (the process was just
-        paused and the tick that voids the leases has not run yet)? Lease reads wait meanwhile."""
+        paused and the tick that voids the leases has not run yet), or are that many ticks held
+        back (the rounds are behind their inputs)? Lease reads wait meanwhile."""
+        if self._ticks_due > MAX_BEHIND_TICKS:
+            return True
         return self.ticker.now() - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s
 
     async def _driver(self) -> None:
@@ -392,11 +403,12 @@ class MultiRaft:
             if inbox:
                 inbox.extend(self._inbox)
                 self._inbox = inbox
-        if inbox:
+        if inbox:  # behind: the groups' clocks wait with their messages (`_tick_all`)
             self.rounds_cut_short += 1
+            self._cut_short_round = self.rounds
             self._wake.set()
-        else:
-            self.on_inputs_taken()
+            return
+        self.on_inputs_taken()
         self._tick_all()
 
     def _take(
@@ -429,10 +441,17 @@ class MultiRaft:
 
     def _tick_all(self) -> None:
         """This round's ticks (at most 3, as ever) to the groups whose timer is due in them;
-        the others are given theirs when next touched (`_catch_up`)."""
+        the others are given theirs when next touched (`_catch_up`). Only a round that took
+        every queued input ticks: while the host is behind its messages, its groups' clocks wait
+        for them (as when one long round held the loop), or elections would time out on votes
+        still queued here. Ticks held back past MAX_BEHIND_TICKS void every lease, as a pause
+        does, and lease reads wait meanwhile (`ticks_stalled`)."""
         ticks, self._ticks_due = self._ticks_due, 0
         if not ticks:
             return
+        if ticks > MAX_BEHIND_TICKS:
+            # held back that long (rounds behind their inputs): the followers' clocks ran on
+            self.void_leases()
         first = self._tick_count + 1
         self._tick_count += min(ticks, 3)
         active, touched = self._active, self._touched

@@ -17,7 +17,11 @@ leadership once that member has been alive `leader_balance_after_s`, is caught u
 this leader, and this node has led the group that long itself (so leadership a stopping node
 has just handed over is not handed straight back). At most `BALANCE_TRANSFERS_PER_PASS`
 transfers start per pass; one that did not happen is retried after `BALANCE_RETRY_ELECTIONS`
-election timeouts.
+election timeouts. No balancing transfer (nor a timer group's move to its source's leader)
+starts while the node's rounds are behind their inputs (`MultiRaft.behind`): each is an
+election's work, and a node whose messages wait may lose the very leaderships it hands over,
+to be balanced again (a 30,000-partition creation once moved leaderships some 30,000 times so,
+without end).
 
 Incremental: only groups in `unsettled` are looked at. A group enters it when this node becomes
 its leader (`note_roles`), and every led group does when the candidates or the topics change,
@@ -136,6 +140,7 @@ class GroupSteward:
     ) -> None:
         """Each unsettled led group takes one step toward its placement, then its balance."""
         transfers = 0
+        behind = self.multiraft.behind()  # balancing is work that can wait
         key = (tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)), topics_version)
         now = self.clock()
         if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
@@ -157,6 +162,8 @@ class GroupSteward:
             if step is not None:
                 apply = partial(_apply_step, replica, step.kind, step.node_id, self.change_log)
                 self.multiraft.call(apply, replica)
+            elif behind:
+                continue  # its leadership stays where it is for now (still unsettled)
             elif not config.learners and config.voters == frozenset(desired):
                 source = timer_source(replica.topic, topics)
                 preferred = (

@@ -19,7 +19,7 @@ from cluster.clean_shutdown import take_clean_shutdown
 from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
-from cluster.multiraft import MultiRaft
+from cluster.multiraft import BEHIND_ROUNDS, MAX_ROUND_MESSAGES, MultiRaft
 from cluster.node import Node
 from cluster.partitions import RECONCILE_ANYWAY_S, RECONCILE_EVERY_S, PartitionManager
 from cluster.placement import Candidate
@@ -305,6 +305,58 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
                 # at 1.0 s (tick 5) a and b have waited balance_after_s: not one tick before
                 assert handed == (["a"] if tick == 5 else []), (tick, sent)
                 ticker.advance(1)
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_leader_balancing_waits_while_the_nodes_rounds_are_behind(tmp_path: Path) -> None:
+    """A transfer that is due waits while the host's rounds are behind their inputs (a round
+    left messages for the next: `MultiRaft.behind`), and starts once BEHIND_ROUNDS rounds have
+    kept up."""
+
+    async def scenario() -> None:
+        ticker = FakeTicker(TICK_S)
+        ticker.start(lambda at: None)
+        sent: list[tuple[str, object]] = []
+        multiraft = MultiRaft(
+            "b",
+            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
+            0.05,
+            StateJournal(tmp_path / "journal"),
+        )
+        multiraft.add(open_replica(tmp_path, "t/0"))
+        steward = GroupSteward(
+            multiraft,
+            balance_after_s=1.0,
+            election_timeout_s=0.5,
+            is_live=lambda member: True,
+            alive_since={"a": 0.0, "b": 0.0, "c": 0.0}.get,
+            clock=ticker.now,
+        )
+        try:
+            replica = await _lead(multiraft, sent)
+            steward.note_roles({replica})
+            candidates = [Candidate(member) for member in ("a", "b", "c")]
+            topics = {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+            ticker.advance(int(2.0 / TICK_S))  # the transfer is due
+            # more messages (for a group not hosted here: dropped) than a round steps
+            noise = encode_message(VoteResponse(1, "a", "b", True, False))
+            multiraft.deliver("a", [("x/0", noise)] * (MAX_ROUND_MESSAGES + 1))
+            await multiraft.run_round()
+            assert multiraft.behind()
+            sent.clear()
+            rounds = 0
+            while multiraft.behind():
+                steward.reconcile(candidates, topics, 1)
+                await multiraft.run_round()
+                assert not [m for _, m in sent if isinstance(m, TimeoutNow)], rounds
+                rounds += 1
+            assert rounds == BEHIND_ROUNDS
+            steward.reconcile(candidates, topics, 1)
+            await multiraft.run_round()
+            assert [to for to, m in sent if isinstance(m, TimeoutNow)] == ["a"], sent
         finally:
             await multiraft.stop()
 
