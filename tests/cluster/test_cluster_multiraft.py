@@ -439,15 +439,7 @@ def test_a_message_after_quiet_ticks_comes_after_them(tmp_path: Path) -> None:
     ticked every round (stepped first, the owed ticks would count against the new timer)."""
 
     async def scenario() -> None:
-        sent: list[tuple[str, object]] = []
-        multiraft = MultiRaft(
-            "b",
-            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
-            0.05,
-            StateJournal(tmp_path / "journal"),
-        )
-        replica = _open(tmp_path, GROUP)
-        multiraft.add(replica)
+        multiraft, replica, sent = _host(tmp_path)
         election_ticks = RaftConfig().election_ticks
         tick = 0
 

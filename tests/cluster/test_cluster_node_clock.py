@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from harness import open_replica
+from harness import hand_driven_host
 
 from cluster import opener as opener_module
 from cluster import partitions as partitions_module
@@ -30,7 +30,7 @@ from membership.codec import encode
 from membership.messages import Gossip
 from membership.types import Alive, Dead, Leave
 from proto import peer_pb2
-from raft.codec import decode_message, encode_message
+from raft.codec import encode_message
 from raft.types import (
     AppendRequest,
     AppendResponse,
@@ -39,7 +39,6 @@ from raft.types import (
     VoteRequest,
     VoteResponse,
 )
-from storage import StateJournal
 
 TICK_S = PartitionManager.interval_s  # 0.2 s
 
@@ -268,30 +267,32 @@ async def _lead(multiraft: MultiRaft, sent: list[tuple[str, object]]) -> Replica
     return replica
 
 
+def _balancing_host(
+    tmp_path: Path,
+) -> tuple[FakeTicker, MultiRaft, GroupSteward, list[tuple[str, object]]]:
+    """A hand-driven host "b" of t/0 (voters a, b, c; preferred leader a) and its steward,
+    balancing after 1 s on a fake ticker's clock, every member alive since the clock's 0."""
+    ticker = FakeTicker(TICK_S)
+    ticker.start(lambda at: None)
+    multiraft, _, sent = hand_driven_host(tmp_path, "t/0")
+    steward = GroupSteward(
+        multiraft,
+        balance_after_s=1.0,
+        election_timeout_s=0.5,
+        is_live=lambda member: True,
+        alive_since={"a": 0.0, "b": 0.0, "c": 0.0}.get,
+        clock=ticker.now,
+    )
+    return ticker, multiraft, steward, sent
+
+
 def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: Path) -> None:
     """This node (b) leads t/0, whose preferred leader is a: it hands a the group once a has
     been alive, and b has led, `balance_after_s` on the steward's clock (a ticker's), and not
     before, however fast the test runs."""
 
     async def scenario() -> None:
-        ticker = FakeTicker(TICK_S)
-        ticker.start(lambda at: None)
-        sent: list[tuple[str, object]] = []
-        multiraft = MultiRaft(
-            "b",
-            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
-            0.05,
-            StateJournal(tmp_path / "journal"),
-        )
-        multiraft.add(open_replica(tmp_path, "t/0"))
-        steward = GroupSteward(
-            multiraft,
-            balance_after_s=1.0,
-            election_timeout_s=0.5,
-            is_live=lambda member: True,
-            alive_since={"a": 0.0, "b": 0.0, "c": 0.0}.get,  # all alive since the clock's 0
-            clock=ticker.now,
-        )
+        ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
             replica = await _lead(multiraft, sent)
             steward.note_roles({replica})  # b leads since 0.0
@@ -317,24 +318,7 @@ def test_leader_balancing_waits_while_the_nodes_rounds_are_behind(tmp_path: Path
     kept up."""
 
     async def scenario() -> None:
-        ticker = FakeTicker(TICK_S)
-        ticker.start(lambda at: None)
-        sent: list[tuple[str, object]] = []
-        multiraft = MultiRaft(
-            "b",
-            lambda to, group, parts: sent.append((to, decode_message(b"".join(parts)))),
-            0.05,
-            StateJournal(tmp_path / "journal"),
-        )
-        multiraft.add(open_replica(tmp_path, "t/0"))
-        steward = GroupSteward(
-            multiraft,
-            balance_after_s=1.0,
-            election_timeout_s=0.5,
-            is_live=lambda member: True,
-            alive_since={"a": 0.0, "b": 0.0, "c": 0.0}.get,
-            clock=ticker.now,
-        )
+        ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
             replica = await _lead(multiraft, sent)
             steward.note_roles({replica})
