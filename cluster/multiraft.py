@@ -1,7 +1,8 @@
 """The MultiRaft host: many Raft groups on one node, driven by one asyncio task.
 
-(One module of ~570 lines: the driver's round below is one sequence whose steps share its
-inbox, its dirty set and the ordering contract; split, each part would reach into the others.)
+(The driver's round below is one sequence whose steps share its inbox, its dirty set and the
+ordering contract, so it stays one module; the timer wheel's bookkeeping, which shares none of
+that, is `cluster.tick_wheel`.)
 
 The driver is the only caller of every `RaftNode`. Inputs (ticks, peer messages, proposals)
 queue in an inbox; each round the driver:
@@ -40,15 +41,11 @@ Quiescence: a group whose leader has gone idle stops being ticked (`RaftNode.qui
 thousands of idle partitions cost nothing per tick; a message, a proposal, or `wake(group)` (a
 SWIM event about its leader) puts it back on the tick list.
 
-Ticking costs what the due timers need, not what the active groups are (issue 28): a follower
-or candidate whose next ticks only count (`RaftNode.quiet_ticks`) is not touched by them. The
-host counts the ticks it gives (`_tick_count`, at most 3 a round, as ever); each active replica
-remembers how many it has been given (`Replica.ticks_given`) and when its timer is next due
-(`Replica.tick_due`, an entry in `_due`, the timer wheel). A tick round takes only the groups
-due; any other input to a group (a message, a call, a proposal) first gives it the ticks it is
-owed (`_catch_up`: `pass_ticks` for the quiet ones, `tick()` for the rest, exactly the ticks the
-old every-group loop gave), so the core sees the same inputs in the same order. A leader's
-ticks are never quiet (heartbeats): leaders are due at every tick, until they quiesce.
+Ticking costs what the due timers need, not what the active groups are (issue 28): the timer
+wheel (`cluster.tick_wheel.TickWheel`, `self.wheel`) holds the active groups and, for each, the
+tick its timer is next due; a tick round touches only the groups due, and any other input to a
+group (a message, a call, a proposal) first gives it the ticks it is owed (`wheel.catch_up`),
+so the core sees the same inputs in the same order as if every group were ticked every round.
 
 Outgoing messages are encoded once, as pieces (an AppendRequest's entry data are pieces of
 their own), and queued per destination node by the transport, which joins the messages of many
@@ -81,6 +78,7 @@ from cluster.replica import (
     save_commit_indexes,
 )
 from cluster.storage_thread import StorageThread
+from cluster.tick_wheel import TickWheel
 from raft.codec import decode_message, encode_message_parts
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
@@ -176,9 +174,7 @@ class MultiRaft:
         self._commits_saved_at = 0.0  # on the ticker's clock
         self._last_tick_at = 0.0  # on the ticker's clock
         self.leases_voided = 0  # times a pause voided every leader's lease
-        self._active: set[Replica] = set()
-        self._tick_count = 0  # ticks given to the active groups so far (module docstring)
-        self._due: dict[int, list[Replica]] = {}  # tick count -> groups due then (or stale)
+        self.wheel = TickWheel()  # the active groups, and which a tick must touch
         self._dirty: set[Replica] = set()
         self._touched: set[Replica] = set()  # ticked, stepped or called since `on_round`
         # replicas whose applied index may have passed the commit index the journal holds (a
@@ -201,7 +197,7 @@ class MultiRaft:
         if replica.topic.startswith(TIMER_TOPIC_PREFIX):
             self.timer_groups_version += 1
         self._commit_moved.add(replica)
-        self._activate(replica)
+        self.wheel.activate(replica)
         self._dirty.add(replica)
         self._wake.set()
 
@@ -212,7 +208,7 @@ class MultiRaft:
             if replica.topic.startswith(TIMER_TOPIC_PREFIX):
                 self.timer_groups_version += 1
             self._commit_moved.discard(replica)
-            self._active.discard(replica)
+            self.wheel.active.discard(replica)
             self._dirty.discard(replica)
             self._touched.discard(replica)
         return replica
@@ -221,12 +217,12 @@ class MultiRaft:
         replica = self.replicas.get(group)
         if replica is not None:
             replica.node.wake()
-            self._activate(replica)
+            self.wheel.activate(replica)
             self._wake.set()
 
     @property
     def active_count(self) -> int:
-        return len(self._active)
+        return len(self.wheel.active)
 
     # -- inputs (event loop) -----------------------------------------------------------------
     def deliver(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
@@ -333,21 +329,23 @@ class MultiRaft:
         if at - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s:
             self.void_leases()
         self._last_tick_at = at
-        if self._active:
+        if self.wheel.active:
             self._ticks_due += 1
             self._wake.set()
         if at - self._commits_saved_at >= COMMIT_SAVE_INTERVAL_S:
             self._commits_saved_at = at
             self.save_commits_soon()
 
-    def void_leases(self) -> None:
+    def void_leases(
+        self, why: str = "no tick for over %d intervals (was the process paused?)"
+    ) -> None:
         """Every replica's lease ends (a lone int each: safe from the loop between rounds' steps,
-        and it must not wait for a round: a read may be served before the next one)."""
+        and it must not wait for a round: a read may be served before the next one). `why`: for
+        the log line (`%d`: MAX_BEHIND_TICKS)."""
         for replica in self.replicas.values():
             replica.node.void_lease()
         self.leases_voided += 1
-        log.warning("no tick for over %d intervals (was the process paused?): leader leases "
-                    "voided until a quorum answers anew", MAX_BEHIND_TICKS)  # fmt: skip
+        log.warning(why + ": leader leases voided until a quorum answers anew", MAX_BEHIND_TICKS)
 
     def behind(self) -> bool:
         """Has one of the last BEHIND_ROUNDS rounds left inputs for the next (more came than a
@@ -420,9 +418,9 @@ class MultiRaft:
             hosted = item.replica is None or self.replicas.get(item.replica.group) is item.replica
             if not hosted:
                 return  # removed since the call was queued (retired, topic deleted)
-            touched = list(self._active) if item.replica is None else [item.replica]
+            touched = list(self.wheel.active) if item.replica is None else [item.replica]
             for replica in touched:
-                self._catch_up(replica)
+                self.wheel.catch_up(replica)
             try:
                 item.action()
             except Exception:
@@ -430,18 +428,18 @@ class MultiRaft:
             if item.replica is None:
                 self._dirty.update(self.replicas.values())
                 for replica in touched:
-                    if replica in self._active:
-                        self._schedule(replica)
+                    if replica in self.wheel.active:
+                        self.wheel.schedule(replica)
             else:
                 self._dirty.add(item.replica)
                 if not item.replica.node.quiesced:
-                    self._activate(item.replica)
+                    self.wheel.activate(item.replica)
         else:
             self._step_all(*item)
 
     def _tick_all(self) -> None:
         """This round's ticks (at most 3, as ever) to the groups whose timer is due in them;
-        the others are given theirs when next touched (`_catch_up`). Only a round that took
+        the others are given theirs when next touched (`wheel.catch_up`). Only a round that took
         every queued input ticks: while the host is behind its messages, its groups' clocks wait
         for them (as when one long round held the loop), or elections would time out on votes
         still queued here. Ticks held back past MAX_BEHIND_TICKS void every lease, as a pause
@@ -451,87 +449,33 @@ class MultiRaft:
             return
         if ticks > MAX_BEHIND_TICKS:
             # held back that long (rounds behind their inputs): the followers' clocks ran on
-            self.void_leases()
-        first = self._tick_count + 1
-        self._tick_count += min(ticks, 3)
-        active, touched = self._active, self._touched
-        for count in range(first, self._tick_count + 1):
-            for replica in self._due.pop(count, ()):
-                if replica.tick_due != count or replica not in active:
-                    continue  # rescheduled since, or no longer ticked
-                touched.add(replica)
-                try:
-                    self._tick(replica, ticks)
-                except Exception as error:
-                    self._isolate(replica, "ticking", error)
+            self.void_leases("over %d ticks held back while the rounds were behind their inputs")
+        touched = self._touched
+        for replica in self.wheel.advance(ticks):
+            touched.add(replica)
+            try:
+                self._tick(replica, ticks)
+            except Exception as error:
+                self._isolate(replica, "ticking", error)
 
     def _tick(self, replica: Replica, ticks: int) -> None:
-        owed = self._tick_count - replica.ticks_given
-        if not self._catch_up(replica):
+        owed = self.wheel.count - replica.ticks_given
+        if not self.wheel.catch_up(replica):
             return  # quiesced
         node = replica.node
         replica.idle_ticks += max(ticks, owed)
         if replica.idle_ticks >= self.quiesce_after_ticks and node.role is Role.LEADER:
             node.quiesce()  # refused unless every member holds the whole, committed log
         if node.quiesced:
-            self._active.discard(replica)
+            self.wheel.active.discard(replica)
         else:
-            self._schedule(replica)
+            self.wheel.schedule(replica)
         if node.has_ready():
             self._dirty.add(replica)
 
-    def _activate(self, replica: Replica) -> None:
-        """`replica` is ticked from now on (a quiesced node's clock stood still meanwhile)."""
-        if replica not in self._active:
-            self._active.add(replica)
-            replica.ticks_given = self._tick_count
-            replica.tick_due = 0
-        self._schedule(replica)
-
-    def _schedule(self, replica: Replica) -> None:
-        """Puts `replica` (active, given all its ticks, or just touched) in the timer wheel at
-        the tick its timer is due, unless an earlier entry of it is there already (that one,
-        when due, looks again)."""
-        node = replica.node
-        if node.role is Role.LEADER:  # (its ticks are never quiet)
-            due = self._tick_count + 1
-        else:  # (never in the past: a lagging replica is owed no more than its quiet ticks)
-            due = max(replica.ticks_given + node.quiet_ticks(), self._tick_count) + 1
-        if replica.tick_due <= self._tick_count or due < replica.tick_due:
-            replica.tick_due = due
-            slot = self._due.get(due)
-            if slot is None:
-                self._due[due] = [replica]
-            else:
-                slot.append(replica)
-
-    def _catch_up(self, replica: Replica) -> bool:
-        """Gives an active replica the ticks it is owed before anything else touches its node:
-        the quiet ones at once, the others one by one, exactly as if each had been given at its
-        round. False (and no tick): quiesced meanwhile (by a message or a call), so no longer
-        ticked — a tick would wake it again, and a woken follower whose leader sleeps ends up
-        campaigning."""
-        node = replica.node
-        if node.quiesced:
-            self._active.discard(replica)
-            return False
-        owed = self._tick_count - replica.ticks_given
-        if owed <= 0 or replica not in self._active:
-            return True
-        replica.ticks_given = self._tick_count
-        while owed:
-            quiet = node.quiet_ticks()
-            if quiet:
-                quiet = min(quiet, owed)
-                node.pass_ticks(quiet)
-                owed -= quiet
-            else:
-                node.tick()
-                owed -= 1
-        return True
-
     def _step_all(self, sender: str, messages: list[tuple[str, bytes | memoryview]]) -> None:
-        active, replicas, dirty = self._active, self.replicas, self._dirty
+        wheel, replicas, dirty = self.wheel, self.replicas, self._dirty
+        active = wheel.active
         for wire_group, payload in messages:
             group, _, tag = wire_group.partition("@")
             replica = replicas.get(group)
@@ -562,8 +506,8 @@ class MultiRaft:
                 )
                 continue
             try:
-                if replica.ticks_given != self._tick_count and replica in active:
-                    self._catch_up(replica)
+                if replica.ticks_given != wheel.count and replica in active:
+                    wheel.catch_up(replica)
                 replica.node.step(message)
             except Exception as error:
                 self._isolate(replica, "stepping a message of", error)
@@ -571,7 +515,7 @@ class MultiRaft:
             if replica.node.quiesced:
                 active.discard(replica)
             else:
-                self._activate(replica)
+                wheel.activate(replica)
             dirty.add(replica)
 
     def _make_proposal(self, proposal: Proposal) -> None:
@@ -594,7 +538,7 @@ class MultiRaft:
             )
             return
         try:
-            self._catch_up(replica)
+            self.wheel.catch_up(replica)
             if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
                 term, base_sequence = replica.node.term, proposal.base_sequence
                 verdict = idempotence.admit(producer_id, base_sequence, proposal.record_count, term)
@@ -620,7 +564,7 @@ class MultiRaft:
         waiter.index, waiter.term = index, replica.node.term
         replica.waiters[index] = waiter
         replica.idle_ticks = 0
-        self._activate(replica)
+        self.wheel.activate(replica)
         self._dirty.add(replica)
 
     async def run_round(self) -> None:
@@ -728,9 +672,9 @@ class MultiRaft:
         if replica.node.has_ready():
             self._dirty.add(replica)
         if replica.node.quiesced:
-            self._active.discard(replica)
-        elif replica not in self._active:  # (its timers did not move: `advance` moves none)
-            self._activate(replica)
+            self.wheel.active.discard(replica)
+        elif replica not in self.wheel.active:  # (its timers did not move: `advance` moves none)
+            self.wheel.activate(replica)
 
     def _isolate(self, replica: Replica, doing: str, error: Exception) -> None:
         """`replica` raised `error` while the driver was `doing` something to it: a disk

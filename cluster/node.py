@@ -58,6 +58,7 @@ from cluster.gossip import GossipHost
 from cluster.groups import GroupHost
 from cluster.ingress import ProduceGate, ProduceLimits, max_request_bytes
 from cluster.logs import EventBudget, event
+from cluster.member_view import MemberView
 from cluster.metadata_view import MetadataView
 from cluster.metrics import Metrics
 from cluster.multiraft import MultiRaft, Proposal
@@ -66,7 +67,6 @@ from cluster.ownership import AddressInUse, DataDirLock
 from cluster.partitions import PartitionManager
 from cluster.peer_auth import PeerAuth
 from cluster.peer_service import PeerService
-from cluster.placement import Candidate
 from cluster.raft_link import RaftLinkServer
 from cluster.replica import Replica
 from cluster.retention import apply_timer_retention
@@ -79,7 +79,7 @@ from cluster.topic_latest import latest_spec
 from cluster.topics import TopicAdmin
 from cluster.transport import PeerTransport, TransportLimits, peer_handler, server_options
 from cluster.versions import VERSION
-from membership import EventKind, Member, MembershipEvent, MemberState, SwimConfig
+from membership import Member, MembershipEvent, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
@@ -161,13 +161,14 @@ class Node:
         self.gossip = GossipHost(
             member, swim, self.transport, self._on_members, ticker=ticker, peer_auth=self.peer_auth
         )
+        self.members = MemberView(self.gossip.swim, config, self.ticker.now)
         self.metrics = Metrics(
             config.node_id,
             lambda: list(self.multiraft.replicas.values()),
             quarantined=lambda: len(self.multiraft.quarantine),
             replication_factor=self._replication_factor,
             controller_leader=self._controller_leader,
-            is_live=self._is_live,
+            is_live=self.members.is_live,
             groups=lambda: self.groups.gauges,
             pending_timers=lambda: self.timers.gauges(),  # noqa: PLW0108 (built later)
         )
@@ -191,15 +192,12 @@ class Node:
         )
         self.multiraft.unknown_group = self.opener.open_on_message
         self.opener.on_rebuilt = lambda group: self.metrics.replica_rebuilt()
-        self._gone_since: dict[str, float] = {}  # member id -> when SWIM said dead or left
-        self._left: set[str] = set()  # of those, the members that left gracefully (restarts)
-        self._alive_since: dict[str, float] = {}  # member id -> when it was last seen come alive
         self.steward = GroupSteward(
             self.multiraft,
             balance_after_s=config.leader_balance_after_s,
             election_timeout_s=config.election_timeout_ms / 1000,
-            is_live=self._is_live,
-            alive_since=self._alive_since.get,
+            is_live=self.members.is_live,
+            alive_since=self.members.alive_since,
             on_leader_changed=self._leader_changed,
             clock=self.ticker.now,
         )
@@ -226,7 +224,7 @@ class Node:
         self.topic_admin = TopicAdmin(
             config,
             self.transport,
-            self.live_candidates,
+            self.members.live_candidates,
             controller=lambda: self.controller,
             describe=self.metadata_view.metadata,
         )
@@ -236,7 +234,7 @@ class Node:
             self.opener,
             self.steward,
             lambda: self.topic_admin.topics,
-            self.placement_candidates,
+            self.members.placement_candidates,
             on_retired=self.metrics.replica_retired,
         )
         self.groups = GroupHost(
@@ -249,7 +247,7 @@ class Node:
             wake=self.wake,
             raft_tick_s=config.tick_ms / 1000,
             create_topic=partial(self.create_topic, internal=True),
-            live_members=lambda: len(self.live_candidates()),
+            live_members=lambda: len(self.members.live_candidates()),
             metadata=self.metadata_view.metadata,
             group_partitions=config.group_partitions,
             member_version=self._member_version,
@@ -300,7 +298,7 @@ class Node:
             self.elections,
             self.journal,
             self.partitions_dir,
-            self.placement_candidates,
+            self.members.placement_candidates,
             self.ticker,
         )
 
@@ -521,18 +519,7 @@ class Node:
         return self.gossip.address_of(member_id)
 
     def _on_members(self, events: list[MembershipEvent]) -> None:
-        now = self.ticker.now()
-        for change in events:
-            if change.kind in (EventKind.DEAD, EventKind.LEAVE):
-                self._gone_since.setdefault(change.member.id, now)
-                self._alive_since.pop(change.member.id, None)
-                if change.kind is EventKind.LEAVE:
-                    self._left.add(change.member.id)
-            else:
-                self._gone_since.pop(change.member.id, None)
-                self._left.discard(change.member.id)
-                self._alive_since.setdefault(change.member.id, now)
-        gone = {e.member.id for e in events if e.kind in (EventKind.DEAD, EventKind.LEAVE)}
+        gone = self.members.note(events)
         if not gone:
             return
         for replica in self.multiraft.replicas.values():
@@ -561,13 +548,6 @@ class Node:
         controller = self.controller
         return None if controller is None else controller.is_leader
 
-    def _is_live(self, member_id: str) -> bool:
-        state = self.gossip.swim.member_state(member_id)
-        return state is not None and state.is_live
-
-    def live_candidates(self) -> list[Candidate]:
-        return [Candidate(m.id, m.weight, m.rack) for m in self.gossip.swim.live_members()]
-
     def _client_stub(self, member_id: str) -> flotilla_pb2_grpc.FlotillaStub | None:
         """A client stub of a member (this node's own included): queues read source records
         from and append dead letters to partitions as a client would."""
@@ -593,28 +573,6 @@ class Node:
     def _member_version(self, member_id: str) -> str | None:
         member = self.gossip.swim.member(member_id)
         return member.version if member is not None else None
-
-    def placement_candidates(self) -> list[Candidate]:
-        """Live members, plus members dead for less than `replace_after_s` (so that a crash
-        and a quick restart move no data) and members that left gracefully less than
-        `replace_left_after_s` ago (a SIGTERM is a restart, as a Kafka or Redpanda broker's
-        controlled shutdown: a rolling restart moves nothing however long a node of many
-        replicas takes to stop and start again)."""
-        now = self.ticker.now()
-        candidates = self.live_candidates()
-        live = {c.node_id for c in candidates}
-        config = self.config
-        for record in self.gossip.swim.records():
-            member = record.member
-            if member.id in live:
-                continue
-            since = self._gone_since.get(member.id, now)
-            limit = (
-                config.replace_left_after_s if member.id in self._left else config.replace_after_s
-            )
-            if now - since < limit:
-                candidates.append(Candidate(member.id, member.weight, member.rack))
-        return candidates
 
     def _after_round(self, touched: set[Replica]) -> None:
         """`touched`: the groups whose role may have changed since the last round."""
@@ -689,7 +647,7 @@ class Node:
         return self.multiraft.ticks_stalled()
 
     def member_in_doubt(self, member_id: str) -> bool:
-        return self.gossip.swim.member_state(member_id) is not MemberState.ALIVE
+        return self.members.in_doubt(member_id)
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(

@@ -284,6 +284,34 @@ def test_a_round_steps_at_most_max_round_messages_and_leaves_the_rest_in_order(
     asyncio.run(scenario())
 
 
+def test_ticks_wait_while_the_rounds_are_behind_and_void_the_leases_past_max_behind(
+    tmp_path: Path,
+) -> None:
+    """A round that leaves inputs for the next gives no ticks (the groups' clocks wait with
+    their messages); once more than MAX_BEHIND_TICKS are held back, lease reads wait
+    (`ticks_stalled`) and the round that gives them again voids every lease first, as after a
+    pause, though the ticker itself never ran late."""
+
+    async def scenario() -> None:
+        multiraft, _, _ = _host(tmp_path)
+        await multiraft.run_round()
+        given = multiraft.wheel.count  # ticks the host has given its groups
+        multiraft.deliver("a", _heartbeats(1, (MAX_BEHIND_TICKS + 3) * MAX_ROUND_MESSAGES))
+        for tick in range(1, MAX_BEHIND_TICKS + 2):
+            multiraft.tick(tick * 0.05)  # on time: the ticker is not late
+            await multiraft.run_round()  # cut short: no tick given
+            assert multiraft.leases_voided == 0
+        assert multiraft.wheel.count == given
+        assert multiraft.ticks_stalled()  # (held back: the ticker's own clock is not read here)
+        while multiraft._inbox:
+            await multiraft.run_round()
+        assert multiraft.leases_voided == 1
+        assert multiraft.wheel.count == given + 3  # the held ticks: 3 a round at most, as ever
+        await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
 def test_the_driver_lets_the_loop_run_between_rounds(tmp_path: Path) -> None:
     """Rounds that keep finding work (a flood) do not hold the event loop: a callback scheduled
     meanwhile (a tick, a SWIM packet, a client's call) runs before the flood is through."""

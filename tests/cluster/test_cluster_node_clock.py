@@ -135,15 +135,15 @@ def test_a_dead_member_stays_a_placement_candidate_for_replace_after_on_the_node
         try:
             n2 = Member("n2", "127.0.0.1:1")
             node.gossip.receive(_gossip("n3", Alive(n2, 1)))
-            assert "n2" in {c.node_id for c in node.placement_candidates()}
+            assert "n2" in {c.node_id for c in node.members.placement_candidates()}
             ticker.advance(5)  # n2 dies at 1.0 s
             node.gossip.receive(_gossip("n3", Dead("n2", 1, "n3")))
             assert node.gossip.swim.member_state("n2") is not None
             assert "n2" not in {m.id for m in node.gossip.swim.live_members()}
             ticker.advance(14)  # 3.8 s: dead for 2.8 s, not yet replace_after
-            assert "n2" in {c.node_id for c in node.placement_candidates()}
+            assert "n2" in {c.node_id for c in node.members.placement_candidates()}
             ticker.advance(2)  # 4.2 s: dead for 3.2 s
-            assert "n2" not in {c.node_id for c in node.placement_candidates()}
+            assert "n2" not in {c.node_id for c in node.members.placement_candidates()}
         finally:
             await _close(node)
 
@@ -168,12 +168,12 @@ def test_a_member_that_left_gracefully_stays_a_candidate_for_replace_left_after(
             assert node.gossip.swim.member_state("n2") is not None
             assert "n2" not in {m.id for m in node.gossip.swim.live_members()}
             ticker.advance(16)  # 4.2 s: gone 3.2 s, past replace_after_s
-            candidates = {c.node_id for c in node.placement_candidates()}
+            candidates = {c.node_id for c in node.members.placement_candidates()}
             assert "n4" not in candidates and "n2" in candidates
             ticker.advance(44)  # 13.0 s: left 12 s ago
-            assert "n2" not in {c.node_id for c in node.placement_candidates()}
+            assert "n2" not in {c.node_id for c in node.members.placement_candidates()}
             node.gossip.receive(_gossip("n3", Alive(n2, 2)))  # back: a candidate again
-            assert "n2" in {c.node_id for c in node.placement_candidates()}
+            assert "n2" in {c.node_id for c in node.members.placement_candidates()}
         finally:
             await _close(node)
 
