@@ -6,7 +6,11 @@ leader (this node included), asking anew where the leader moved. Its (producer i
 are derived from what is copied, so whoever repeats the copy (a successor after a failover)
 sends the same and the partition answers the repeat as a duplicate: the copy lands once.
 
-A partition that refuses the copy's sequence (ABORTED: it forgot the producer after a day
+A partition that answers that the copy's first copy is proposed and not written yet (ABORTED,
+`SEQUENCE_IN_FLIGHT`: a retry that raced an earlier attempt still in the leader's hands) is sent
+the same copy again shortly, and answers it with the first copy's offsets (or writes it, if a
+new leader cut the first one): never rebased, which would write it twice. A partition that
+refuses the copy's sequence otherwise (ABORTED: it forgot the producer after a day
 without copies, the topic was recreated or grew partitions, or a sequence is missing) takes it
 again under `rebased_producer_id(producer id, sequence)` at sequence 0: derived from the pair
 alone, so a successor's repeat is a duplicate there too. A copy the partition would know under
@@ -26,7 +30,7 @@ import xxhash
 from cluster.errors import ClusterError
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from proto.reasons import REASON_KEY, SEQUENCE_BEHIND
+from proto.reasons import REASON_KEY, SEQUENCE_BEHIND, SEQUENCE_IN_FLIGHT
 from proto.records import peek_producer, with_producer
 
 __all__ = [
@@ -47,6 +51,9 @@ ATTEMPTS = 3  # the leader may have moved: ask again this many times
 # While an attempt waits, this node's own view of the leader is looked at this often: a new
 # leader elected meanwhile is sent the copy at once.
 LEADER_CHECK_S = 0.05
+# A copy answered in flight (its first attempt not written yet) is sent again after these waits
+# (about 0.6 s in all), then given up as a failed copy, which the caller retries.
+IN_FLIGHT_WAITS_S = (0.02, 0.04, 0.08, 0.16, 0.32)
 _RETRIED = (
     grpc.StatusCode.FAILED_PRECONDITION,  # not the leader
     grpc.StatusCode.UNAVAILABLE,
@@ -66,11 +73,13 @@ class SequenceRefused(CopyFailed):
     """The partition does not take the copy's (producer id, sequence) as that producer's next
     batch (ABORTED: it does not know the producer, or a sequence is missing). `behind`: the
     sequence is below the producer's next one and older than the partition remembers
-    (`SEQUENCE_BEHIND`): that copy was written long ago."""
+    (`SEQUENCE_BEHIND`): that copy was written long ago. `in_flight`: a copy at that sequence
+    is proposed and not written yet (`SEQUENCE_IN_FLIGHT`): to be sent again, the same."""
 
-    def __init__(self, message: str, behind: bool = False) -> None:
+    def __init__(self, message: str, behind: bool = False, in_flight: bool = False) -> None:
         super().__init__(message)
         self.behind = behind
+        self.in_flight = in_flight
 
 
 def rebased_producer_id(producer_id: int, sequence: int) -> int:
@@ -102,20 +111,38 @@ class CopyProducer:
     ) -> pb.ProduceResponse:
         """Appends `batch` (carrying its derived producer id and sequence) to incarnation
         `topic_uid` of the topic ("": whichever the leader holds); rebased once when refused
-        as out of sequence. Raises `CopyFailed`."""
-        try:
-            return await self.produce(topic, partition, batch, topic_uid)
-        except SequenceRefused as refused:
-            if refused.behind:
-                # written long ago (a plan fired again after a failover reaches back past the
-                # batches the partition remembers): rebased, it would be written twice
-                log.info("%s; it is written already", refused)
-                return pb.ProduceResponse(duplicate=True)
-            producer_id, sequence = peek_producer(batch)
-            rebased = rebased_producer_id(producer_id, sequence)
-            log.info("%s; appending it under producer %d at sequence 0", refused, rebased)
-            rebased_batch = with_producer(batch, rebased, 0)
-            return await self.produce(topic, partition, rebased_batch, topic_uid)
+        as out of sequence; sent again as it is while its first copy is in flight. Raises
+        `CopyFailed`."""
+        wait_s: float | None
+        for wait_s in (*IN_FLIGHT_WAITS_S, None):
+            try:
+                return await self.produce(topic, partition, batch, topic_uid)
+            except SequenceRefused as refused:
+                if not refused.in_flight:
+                    return await self._refused(refused, topic, partition, batch, topic_uid)
+                if wait_s is None:
+                    raise CopyFailed(f"{refused}; still in flight: given up for now") from None
+                # an earlier attempt is still in the leader's hands: the same copy again is
+                # answered with its offsets (rebased, it would be written twice)
+                log.info("%s; sending it again in %.2f s", refused, wait_s)
+                await asyncio.sleep(wait_s)
+        raise AssertionError("unreachable")
+
+    async def _refused(
+        self, refused: SequenceRefused, topic: str, partition: int, batch: bytes, topic_uid: str
+    ) -> pb.ProduceResponse:
+        """A copy refused as out of sequence, and not in flight: taken as written when behind,
+        else sent once more under its rebased producer at sequence 0."""
+        if refused.behind:
+            # written long ago (a plan fired again after a failover reaches back past the
+            # batches the partition remembers): rebased, it would be written twice
+            log.info("%s; it is written already", refused)
+            return pb.ProduceResponse(duplicate=True)
+        producer_id, sequence = peek_producer(batch)
+        rebased = rebased_producer_id(producer_id, sequence)
+        log.info("%s; appending it under producer %d at sequence 0", refused, rebased)
+        rebased_batch = with_producer(batch, rebased, 0)
+        return await self.produce(topic, partition, rebased_batch, topic_uid)
 
     async def produce(
         self, topic: str, partition: int, batch: bytes, topic_uid: str = ""
@@ -152,6 +179,7 @@ class CopyProducer:
                     raise SequenceRefused(
                         f"{topic}/{partition} refused the copy ({errors[-1]})",
                         behind=SEQUENCE_BEHIND in reasons,
+                        in_flight=SEQUENCE_IN_FLIGHT in reasons,
                     ) from None
                 if error.code() not in _RETRIED:
                     break

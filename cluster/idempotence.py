@@ -53,11 +53,16 @@ class OutOfOrderSequence(ClusterError):
     """A producer's batch whose sequence does not follow its previous batch's: an earlier batch
     of the same producer is not written yet (it is in flight or being retried). Retriable.
     `behind`: the batch's sequence is below the expected one, so a batch at that sequence was
-    written long ago (older than the table remembers): never to be resent under another id."""
+    written long ago (older than the table remembers): never to be resent under another id.
+    `in_flight`: a batch at that sequence is proposed or just written, not committed (a retry
+    that raced its first copy): to be sent again the same, and answered with the first copy's
+    offsets (or written, if a new leader cut it) — never under another id, which could write it
+    twice."""
 
-    def __init__(self, message: str, behind: bool = False) -> None:
+    def __init__(self, message: str, behind: bool = False, in_flight: bool = False) -> None:
         super().__init__(message)
         self.behind = behind
+        self.in_flight = in_flight
 
 
 class UnknownProducer(OutOfOrderSequence):
@@ -164,7 +169,8 @@ class Idempotence:
             return OutOfOrderSequence(
                 f"batch of producer {producer_id} on {group} starts at sequence "
                 f"{base_sequence}, but {expected} comes next: this batch reached the log a "
-                "moment ago (a retry raced its first copy); retry to be answered with its offsets"
+                "moment ago (a retry raced its first copy); retry to be answered with its offsets",
+                in_flight=True,
             )
         in_log = self.table.next_sequence(producer_id) or 0  # not in the log: it starts at 0
         if expected is not None and in_log <= base_sequence < expected:
@@ -172,7 +178,8 @@ class Idempotence:
             return OutOfOrderSequence(
                 f"batch of producer {producer_id} on {group} starts at sequence "
                 f"{base_sequence}, which this leader proposed a moment ago and has not written "
-                "yet (in flight): retry to learn its outcome"
+                "yet (in flight): retry to learn its outcome",
+                in_flight=True,
             )
         if expected is not None and base_sequence < expected:
             return OutOfOrderSequence(

@@ -64,6 +64,7 @@ from cluster.statuses import (
     client_of,
     refuse,
     refuse_if_leaderless,
+    sequence_reason,
     status_name,
     topic_change,
 )
@@ -72,7 +73,7 @@ from cluster.validation import check_topic_name
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from proto.groups import INTERNAL_PREFIX, is_internal
-from proto.reasons import SEQUENCE_BEHIND, UNKNOWN_PRODUCER_ID
+from proto.reasons import UNKNOWN_PRODUCER_ID
 from proto.records import (
     CHECK_CHUNK_RECORDS,
     BatchHeader,
@@ -367,9 +368,8 @@ class ClientService(QueueCalls, flotilla_pb2_grpc.FlotillaServicer):
             # a reason a current SDK recognises: it moves to a new producer id at once
             await abort(context, grpc.StatusCode.ABORTED, str(error), reason=UNKNOWN_PRODUCER_ID)
         except OutOfOrderSequence as error:
-            # behind: written long ago (a node's copier takes it as written, never rebases it)
-            reason = SEQUENCE_BEHIND if error.behind else ""
-            await abort(context, grpc.StatusCode.ABORTED, str(error), reason=reason)
+            # behind / in flight: a node's copier must never rebase it (`sequence_reason`)
+            await abort(context, grpc.StatusCode.ABORTED, str(error), reason=sequence_reason(error))
         except NotCommitted as error:
             code = (
                 grpc.StatusCode.UNAVAILABLE

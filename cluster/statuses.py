@@ -20,16 +20,18 @@ from cluster.errors import (
     TopicNotFound,
 )
 from cluster.failstop import NodeFailStopped
+from cluster.idempotence import OutOfOrderSequence
 from cluster.reads import Refusal, leaderless
 from cluster.replica import Replica
 from cluster.topics import FORWARDED_FOR_KEY, requested_by
-from proto.reasons import REASON_KEY
+from proto.reasons import REASON_KEY, SEQUENCE_BEHIND, SEQUENCE_IN_FLIGHT
 
 __all__ = [
     "abort",
     "client_of",
     "refuse",
     "refuse_if_leaderless",
+    "sequence_reason",
     "status_name",
     "topic_change",
 ]
@@ -37,6 +39,18 @@ __all__ = [
 T = TypeVar("T")
 
 log = logging.getLogger("flotilla.service")
+
+
+def sequence_reason(error: OutOfOrderSequence) -> str:
+    """The reason an ABORTED out-of-order batch carries, which tells a node's copier
+    (`cluster.copy_produce`) what it may do: behind (written long ago) is taken as written, in
+    flight (its first copy not written yet) is sent again the same; either, sent under another
+    producer id, would be written twice. "" (a sequence missing): rebased."""
+    if error.behind:
+        return SEQUENCE_BEHIND
+    if error.in_flight:
+        return SEQUENCE_IN_FLIGHT
+    return ""
 
 
 def client_of(context: grpc.aio.ServicerContext) -> dict[str, Any]:

@@ -34,6 +34,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_NOT_EMPTY: _ClassVar[ErrorReason]
     SEQUENCE_BEHIND: _ClassVar[ErrorReason]
     INCONSISTENT_TOPIC_UID: _ClassVar[ErrorReason]
+    SEQUENCE_IN_FLIGHT: _ClassVar[ErrorReason]
 
 class GroupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +66,7 @@ GROUP_NOT_FOUND: ErrorReason
 GROUP_NOT_EMPTY: ErrorReason
 SEQUENCE_BEHIND: ErrorReason
 INCONSISTENT_TOPIC_UID: ErrorReason
+SEQUENCE_IN_FLIGHT: ErrorReason
 GROUP_KIND_STREAM: GroupKind
 GROUP_KIND_QUEUE: GroupKind
 SETTLE_ACK: SettleAction

@@ -16,6 +16,7 @@ __all__ = [
     "REASON_KEY",
     "REPLICA_CLOSED",
     "SEQUENCE_BEHIND",
+    "SEQUENCE_IN_FLIGHT",
     "UNKNOWN_PRODUCER_ID",
 ]
 
@@ -30,4 +31,6 @@ FENCED_MEMBER = "FENCED_MEMBER"  # FAILED_PRECONDITION: rejoin; nothing changed
 GROUP_NOT_FOUND = "GROUP_NOT_FOUND"  # NOT_FOUND
 GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"  # FAILED_PRECONDITION: the group has members
 SEQUENCE_BEHIND = "SEQUENCE_BEHIND"  # ABORTED: written long ago; never resend under a new id
+# ABORTED: the batch's first copy is proposed, not yet written; resend the same, never a new id
+SEQUENCE_IN_FLIGHT = "SEQUENCE_IN_FLIGHT"
 INCONSISTENT_TOPIC_UID = "INCONSISTENT_TOPIC_UID"  # UNAVAILABLE: another incarnation; refresh

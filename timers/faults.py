@@ -26,6 +26,11 @@ class TimerFaults:
     # plan fired again past the batches the source remembers lands twice. Honoured by the
     # simulator only (the node's copier has no such switch)
     rebase_behind: bool = False
+    # the copier rebases a copy the source refused because its first copy is still in flight
+    # (proposed, not appended: SEQUENCE_IN_FLIGHT), as it did before that reason existed (any
+    # ABORTED but SEQUENCE_BEHIND was rebased): the first copy lands, and the rebased one too.
+    # Honoured by the simulator only
+    rebase_in_flight: bool = False
     # a plan made while the last one is still being fired (two plans outstanding) does not
     # list the last one's batches again: a new leader fires only the new plan's, and those of
     # the last one that had not landed are lost

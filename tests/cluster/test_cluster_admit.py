@@ -103,6 +103,7 @@ def test_refusals_name_the_producer_and_the_sequences() -> None:
     gap = owner.refusal(owner.admit(7, 9, 1, TERM), 7, 9, TERM, "t/0")
     assert type(gap) is OutOfOrderSequence
     assert "starts at sequence 9, but 5 comes next" in str(gap)
+    assert not gap.in_flight and not gap.behind  # a sequence missing: a copier rebases it
     # a duplicate reaching the proposal (it raced its first copy into the log) is refused as
     # out of order, retriable, never proposed twice
     verdict = owner.admit(7, 0, 5, TERM)
@@ -111,6 +112,7 @@ def test_refusals_name_the_producer_and_the_sequences() -> None:
     assert type(raced) is OutOfOrderSequence
     assert "starts at sequence 0, but 5 comes next" in str(raced)
     assert not raced.behind  # its first copy is in the log, maybe not committed: not "long ago"
+    assert raced.in_flight  # to be sent again the same: rebased, it would be written twice
 
 
 def test_saved_state_round_trips() -> None:
@@ -182,15 +184,16 @@ def test_a_retry_of_a_batch_proposed_but_not_yet_in_the_log_is_not_called_behind
     owner.proposed(7, 7, TERM)  # proposed; the round has not appended it yet
     retry = owner.refusal(owner.admit(7, 5, 2, TERM), 7, 5, TERM, "t/0")
     assert isinstance(retry, OutOfOrderSequence) and not retry.behind, retry
-    assert "in flight" in str(retry)
+    assert "in flight" in str(retry) and retry.in_flight
     # the same for a producer's very first batch, before the log knows the producer at all
     assert owner.admit(8, 0, 3, TERM) == Fresh(3)
     owner.proposed(8, 3, TERM)
     first_retry = owner.refusal(owner.admit(8, 0, 3, TERM), 8, 0, TERM, "t/0")
     assert isinstance(first_retry, OutOfOrderSequence) and not first_retry.behind, first_retry
+    assert first_retry.in_flight
     # below what the log holds, and older than the batches remembered: behind, as before
     for sequence in range(7, 7 + WINDOW):
         written(owner, 7, sequence, 1, index=sequence)
     old = owner.refusal(owner.admit(7, 5, 2, TERM), 7, 5, TERM, "t/0")
-    assert isinstance(old, OutOfOrderSequence) and old.behind, old
+    assert isinstance(old, OutOfOrderSequence) and old.behind and not old.in_flight, old
     assert "written long ago" in str(old)

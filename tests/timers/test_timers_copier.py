@@ -67,6 +67,37 @@ def test_the_old_copier_writes_a_behind_batch_twice() -> None:
     assert stats == {"behind_answers": 1, "rebases": 1}
 
 
+def test_a_resend_that_races_its_first_copy_is_answered_in_flight_then_as_a_duplicate() -> None:
+    """A pipeline's Produce that failed on its deadline while the leader still had the batch
+    proposed: the one-by-one resend is refused as in flight (SEQUENCE_IN_FLIGHT) and the first
+    copy lands; the copier sends the same again (a duplicate), never rebased."""
+    source = SourcePartition()
+    written(source, 2)
+    source.hold(P, 4, 2, "held")
+    assert source.append(P, 2, 2, 0) == "duplicate"  # an earlier batch: the held one waits
+    assert source.take_landed() == []
+    assert source.append(P, 4, 2, 0) == "in-flight"
+    assert source.take_landed() == ["held"] and source.next_sequence(P) == 6
+    stats = {"in_flight_answers": 0, "rebases": 0}
+    copier = Copier(source, NO_FAULTS, stats)
+    source.hold(P, 6, 2, "again")
+    assert copier.copy(6, 2, 0) == "written"  # in flight, then a duplicate: written once
+    assert source.take_landed() == ["again"]
+    assert stats == {"in_flight_answers": 1, "rebases": 0}
+
+
+def test_the_old_copier_writes_a_batch_in_flight_twice() -> None:
+    """The deliberate bug the sweep must catch: any ABORTED but behind rebased, as before
+    SEQUENCE_IN_FLIGHT: the first copy lands, and the rebased one."""
+    stats = {"in_flight_answers": 0, "rebases": 0}
+    source = SourcePartition()
+    copier = Copier(source, TimerFaults(rebase_in_flight=True), stats)
+    source.hold(P, 0, 2, "first")
+    assert copier.copy(0, 2, 0) == "landed"
+    assert source.take_landed() == ["first"]  # and the rebased copy landed too
+    assert stats == {"in_flight_answers": 1, "rebases": 1}
+
+
 SEEDS, STEPS = range(4), 300
 
 

@@ -42,6 +42,7 @@ def test_a_sweep_has_no_violation_and_exercises_every_fault() -> None:
         "fire_epochs",  # a plan after a long gap: a new fire producer, at sequence 0
         "behind_answers",  # a plan fired again past the batches the source remembers
         "pipeline_failures",  # a plan's pipeline failed part-way: sent again one by one
+        "in_flight_answers",  # ... on a deadline, a batch still proposed: its resend in flight
         "crashes_after_fire",  # a long plan fired in full, then a crash before its marker
         "done_markers",
         "carried_plans",  # a plan made while the last one was still being fired
@@ -126,6 +127,7 @@ EXPECTED = {
     "no_done_marker": {"fired-twice"},
     "roll_keeps_original": {"both-live"},
     "rebase_behind": {"fired-twice"},
+    "rebase_in_flight": {"fired-twice"},
     "no_carry": {"lost"},
     "refire_own_only": {"lost"},
 }

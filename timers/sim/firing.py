@@ -13,6 +13,10 @@ lands, then the pipeline fails and every batch of the plan is sent again one by 
 the copier, from the first — as the node does when a pipelined append fails, and as a new
 leader does with the last plan after a failover. A plan of more batches than the source
 remembers per producer then reaches back past them: its first batches are answered behind.
+When a pipeline fails on its caller's deadline (`IN_FLIGHT`), the batch it was waiting on is
+still proposed at the source's leader: the one-by-one resend of that batch is refused as in
+flight (SEQUENCE_IN_FLIGHT), and its first copy lands meanwhile. The copier sends it again,
+never rebased (it would land twice), and is answered as a duplicate.
 A pipeline that did not fail gives the answers the one-by-one path gives (it starts only at the
 producer's next sequence, and lands each batch in order), so only the failing one is modelled.
 """
@@ -27,10 +31,11 @@ from timers.sim.checker import TimerChecker
 from timers.sim.parts import Answer, SourcePartition
 from timers.sim.state import Leader
 
-__all__ = ["FIRE_PRODUCER", "PIPELINE_FAILS", "Copier", "Firing", "fire_producer"]
+__all__ = ["FIRE_PRODUCER", "IN_FLIGHT", "PIPELINE_FAILS", "Copier", "Firing", "fire_producer"]
 
 FIRE_PRODUCER = 7_000_001
 PIPELINE_FAILS = 0.1  # a plan's pipeline fails part-way in this share of plans
+IN_FLIGHT = 0.5  # of those, this share fail on a deadline with the next batch still proposed
 
 
 def fire_producer(epoch: int) -> int:
@@ -57,9 +62,15 @@ class Copier:
             self.stats["behind_answers"] += 1
             if not self.faults.rebase_behind:
                 return "written"
+        if answer == "in-flight":
+            # its first copy was still proposed: sent again (a duplicate now), never rebased
+            self.stats["in_flight_answers"] += 1
+            if not self.faults.rebase_in_flight:
+                answer = self.source.append((producer, -1), sequence, count, now_ms)
+                assert answer == "duplicate", answer
         if answer == "unknown":  # the source forgot the fire producer: one round trip lost
             self.stats["rebases_after_forget"] += 1
-        if answer in ("behind", "out-of-order", "unknown"):
+        if answer in ("behind", "out-of-order", "unknown", "in-flight"):
             self.stats["rebases"] += 1
             answer = self.source.append((producer, sequence), 0, count, now_ms)
             # the rebased producer only ever writes its one batch at sequence 0
@@ -94,6 +105,7 @@ class Firing:
                 self._sequence(leader, index), batch.record_count, self.now, plan.epoch
             )
             self._event("fire", batch.offset, outcome)
+            self._landed_late(leader)  # a pipeline's copy that was still in flight
             if outcome == "landed":
                 self.stats["landed"] += 1
                 self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
@@ -122,7 +134,25 @@ class Firing:
                 self.stats["landed"] += 1
                 self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
             elif answer != "duplicate":
-                break
+                return
+        if batches < len(plan.batches) and self.rng.random() < IN_FLIGHT:
+            # it failed on its deadline while the next batch was still proposed at the leader
+            batch = plan.batches[batches]
+            self.stats["in_flight_held"] += 1
+            self.copier.source.hold(
+                (fire_producer(plan.epoch), -1), self._sequence(leader, batches),
+                batch.record_count, (plan, batches),
+            )  # fmt: skip
+            self._event("pipeline-held", batch.offset)
+
+    def _landed_late(self, leader: Leader) -> None:
+        """The held copies (`SourcePartition.hold`) that landed in the last append."""
+        for token in self.copier.source.take_landed():
+            assert isinstance(token, tuple)
+            plan, index = token
+            self._event("landed-late", plan.batches[index].offset)
+            self.stats["landed"] += 1
+            self.checker.landed_batch(plan, index, self.now, leader.ready_at_ms)
 
     @staticmethod
     def _sequence(leader: Leader, index: int) -> int:

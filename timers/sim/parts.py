@@ -18,7 +18,7 @@ FORGET_AFTER_MS = 20_000  # scaled: "a day" without a batch, and the source forg
 SOURCE_WINDOW = 4
 
 Producer = tuple[int, int]  # (producer id, the sequence it was rebased from; -1: not rebased)
-Answer = Literal["duplicate", "appended", "behind", "out-of-order", "unknown"]
+Answer = Literal["duplicate", "appended", "behind", "out-of-order", "unknown", "in-flight"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,10 @@ class SourcePartition:
         behind        sequence < next, not remembered: written long ago (SEQUENCE_BEHIND)
         out-of-order  sequence > next: a gap ahead (an earlier batch is not written)
         unknown       an unknown producer at a sequence > 0 (UNKNOWN_PRODUCER_ID)
+        in-flight     the batch's first copy is proposed, not appended yet (`hold`: a Produce
+                      whose caller gave up on its deadline while the leader still had it), so
+                      the repeat is refused, retriable (SEQUENCE_IN_FLIGHT); the first copy
+                      lands right after that answer
     """
 
     def __init__(self, window: int = SOURCE_WINDOW) -> None:
@@ -60,6 +64,10 @@ class SourcePartition:
         ] = {}  # (base, count), oldest first
         self.last_ms: dict[Producer, int] = {}
         self.forgotten = 0
+        # (producer, base sequence) -> (record count, the caller's token): first copies
+        # proposed, not appended yet
+        self.held: dict[tuple[Producer, int], tuple[int, object]] = {}
+        self.landed_late: list[object] = []  # the tokens of held copies landed since looked at
 
     def next_sequence(self, producer: Producer) -> int | None:
         batches = self.batches.get(producer)
@@ -68,7 +76,26 @@ class SourcePartition:
         base, count = batches[-1]
         return base + count
 
+    def hold(self, producer: Producer, sequence: int, count: int, token: object) -> None:
+        """A batch proposed to the leader and not appended yet: its Produce failed on the
+        caller's deadline, and the batch lands when a batch of that producer at or after its
+        sequence comes (its resend is answered in flight)."""
+        self.held[(producer, sequence)] = (count, token)
+
+    def take_landed(self) -> list[object]:
+        """The tokens of the held copies that landed since the last call."""
+        landed, self.landed_late = self.landed_late, []
+        return landed
+
     def append(self, producer: Producer, sequence: int, count: int, now_ms: int) -> Answer:
+        for key in sorted(k for k in self.held if k[0] == producer and k[1] <= sequence):
+            # proposed before this batch came: appended first (the leader keeps their order)
+            held_count, token = self.held.pop(key)
+            held = self.append(producer, key[1], held_count, now_ms)
+            assert held == "appended", held
+            self.landed_late.append(token)
+            if key[1] == sequence:
+                return "in-flight"  # the answer was given while it was still proposed
         if producer in self.batches and now_ms - self.last_ms[producer] > FORGET_AFTER_MS:
             del self.batches[producer], self.last_ms[producer]
             self.forgotten += 1

@@ -24,6 +24,8 @@ STAT_NAMES = (
     "rebases_after_forget",
     "fire_epochs",
     "behind_answers",
+    "in_flight_held",
+    "in_flight_answers",
     "pipeline_failures",
     "done_markers",
     "carried_plans",
