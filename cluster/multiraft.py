@@ -78,8 +78,9 @@ from cluster.replica import (
     save_commit_indexes,
 )
 from cluster.storage_thread import StorageThread
-from cluster.tick_wheel import TickWheel
+from cluster.tick_wheel import MAX_TICKS_A_ROUND, TickWheel
 from raft.codec import decode_message, encode_message_parts
+from raft.config import RaftConfig
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
 from raft.types import Message, Role
@@ -89,6 +90,8 @@ from timers.types import TIMER_TOPIC_PREFIX
 __all__ = ["MultiRaft", "Proposal"]
 
 log = logging.getLogger("flotilla.multiraft")
+
+DEFAULT_ELECTION_TICKS = RaftConfig().election_ticks
 
 # Raft messages one round steps at most (~30 us each with their Ready and sends: a round of them
 # keeps the loop ~60 ms). A flood (thousands of groups electing at once, a backlog after a
@@ -132,9 +135,11 @@ class MultiRaft:
         quiesce_after_ticks: int = 20,
         fail_stop: FailStop | None = None,
         ticker: Ticker | None = None,
+        election_ticks: int = DEFAULT_ELECTION_TICKS,
     ) -> None:
         """`ticker` paces the ticks (default: a `LoopTicker` of `tick_s`; a test passes a
-        `FakeTicker`); its interval must be `tick_s`."""
+        `FakeTicker`); its interval must be `tick_s`. `election_ticks`: the groups' election
+        timeout (how long lease reads wait after ticks were dropped, `ticks_stalled`)."""
         self.ticker = ticker_or_loop(ticker, tick_s)
         self.node_id = node_id
         self.fail_stop = fail_stop or FailStop()
@@ -171,6 +176,9 @@ class MultiRaft:
             deque()
         )
         self._ticks_due = 0
+        self.election_ticks = election_ticks
+        # lease reads wait until the wheel's count reaches this (ticks were dropped: `_tick_all`)
+        self._dropped_until = 0
         self._commits_saved_at = 0.0  # on the ticker's clock
         self._last_tick_at = 0.0  # on the ticker's clock
         self.leases_voided = 0  # times a pause voided every leader's lease
@@ -355,8 +363,9 @@ class MultiRaft:
     def ticks_stalled(self) -> bool:
         """Is the next tick overdue by more than MAX_BEHIND_TICKS intervals (the process was just
         paused and the tick that voids the leases has not run yet), or are that many ticks held
-        back (the rounds are behind their inputs)? Lease reads wait meanwhile."""
-        if self._ticks_due > MAX_BEHIND_TICKS:
+        back (the rounds are behind their inputs), or were ticks dropped within the last election
+        timeout of ticks given (`_tick_all`)? Lease reads wait meanwhile."""
+        if self._ticks_due > MAX_BEHIND_TICKS or self.wheel.count < self._dropped_until:
             return True
         return self.ticker.now() - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s
 
@@ -443,13 +452,21 @@ class MultiRaft:
         every queued input ticks: while the host is behind its messages, its groups' clocks wait
         for them (as when one long round held the loop), or elections would time out on votes
         still queued here. Ticks held back past MAX_BEHIND_TICKS void every lease, as a pause
-        does, and lease reads wait meanwhile (`ticks_stalled`)."""
+        does, and lease reads wait meanwhile (`ticks_stalled`).
+
+        Fewer ticks given than came (more than MAX_TICKS_A_ROUND: a slow round) leave this
+        node's Raft clocks behind its peers', by more than the drift a lease allows
+        (`LEASE_MARGIN_TICKS`): lease reads wait until an election timeout of ticks has been
+        given since, by when every lease a leader here counted across the drop has ended by its
+        own clock. (Voiding them instead walks every replica, at every slow round.)"""
         ticks, self._ticks_due = self._ticks_due, 0
         if not ticks:
             return
         if ticks > MAX_BEHIND_TICKS:
             # held back that long (rounds behind their inputs): the followers' clocks ran on
             self.void_leases("over %d ticks held back while the rounds were behind their inputs")
+        elif ticks > MAX_TICKS_A_ROUND:
+            self._dropped_until = self.wheel.count + MAX_TICKS_A_ROUND + self.election_ticks
         touched = self._touched
         for replica in self.wheel.advance(ticks):
             touched.add(replica)

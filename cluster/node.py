@@ -142,6 +142,7 @@ class Node:
             quiesce_after_ticks=2 * config.election_ticks,
             fail_stop=self.fail_stop,
             ticker=LoopTicker(config.tick_ms / 1000),
+            election_ticks=config.election_ticks,
         )
         self.multiraft.on_inputs_taken = self.transport.inbox.taken
         self.raft_config = RaftConfig(

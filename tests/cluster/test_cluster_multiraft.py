@@ -13,6 +13,7 @@ from harness import hand_driven_host, open_replica
 from cluster.clock import MAX_BEHIND_TICKS, FakeTicker
 from cluster.multiraft import MAX_ROUND_MESSAGES, MultiRaft, Proposal
 from cluster.replica import Replica, Waiter
+from cluster.tick_wheel import MAX_TICKS_A_ROUND
 from proto.records import encode_batch
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
@@ -308,6 +309,45 @@ def test_ticks_wait_while_the_rounds_are_behind_and_void_the_leases_past_max_beh
         assert multiraft.leases_voided == 1
         assert multiraft.wheel.count == given + 3  # the held ticks: 3 a round at most, as ever
         await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_ticks_dropped_by_a_slow_round_stall_lease_reads_for_an_election_timeout(
+    tmp_path: Path,
+) -> None:
+    """A round owed more than MAX_TICKS_A_ROUND ticks (a slow round, not a pause: the ticker
+    is on time) gives only that many, so this node's Raft clocks fall behind its peers' by the
+    rest — past the drift a lease allows (`LEASE_MARGIN_TICKS`): a leader would count a lease
+    longer than its followers keep their promise. Lease reads wait (`ticks_stalled`) until an
+    election timeout of ticks has been given since, by when every lease counted across the drop
+    has ended by this node's own clock."""
+
+    async def scenario() -> None:
+        ticker = FakeTicker(0.05)
+        multiraft = MultiRaft("b", lambda to, group, parts: None, 0.05, StateJournal(tmp_path / "j"), ticker=ticker)  # fmt: skip
+        replica = _open(tmp_path, GROUP)
+        multiraft.add(replica)
+        await multiraft.run_round()
+        ticker.start(multiraft.tick)  # (the host is driven by hand: its driver is not started)
+
+        def tick() -> None:
+            ticker.advance(1)
+
+        tick()
+        await multiraft.run_round()
+        assert not multiraft.ticks_stalled()  # on time, one tick a round
+        for _ in range(MAX_TICKS_A_ROUND + 2):
+            tick()  # a slow round: five ticks came meanwhile
+        assert not multiraft.ticks_stalled()  # owed, not dropped yet (and far from a pause)
+        await multiraft.run_round()  # gives 3, drops 2
+        assert multiraft.leases_voided == 0  # (no pause: the leases are not voided)
+        election = replica.node.config.election_ticks
+        for given in range(election):
+            assert multiraft.ticks_stalled(), f"lease reads served {given} ticks after a drop"
+            tick()
+            await multiraft.run_round()
+        assert not multiraft.ticks_stalled()
 
     asyncio.run(scenario())
 
