@@ -27,7 +27,10 @@ Incremental: only groups in `unsettled` are looked at. A group enters it when th
 its leader (`note_roles`), and every led group does when the candidates or the topics change,
 and every `RECHECK_ALL_S` as a safety net; it leaves once its voters are exactly its placement
 and it is led by its preferred leader (or that one is not available). So an idle node costs
-nothing here. Everything runs on the event loop; Raft nodes are touched only through
+nothing here. Bounded: a pass looks at `GROUPS_PER_PASS` of them at most, the longest unvisited
+first (a node electing 20,000 leaderships, each waiting `leader_balance_after_s` to be balanced,
+looked at every one of them five times a second, most of its CPU); and each group's placement is
+computed once while the candidates and the topics stay the same. Everything runs on the event loop; Raft nodes are touched only through
 `MultiRaft.call`, in the driver.
 
 Time: every wait above is measured on the injected `clock` (the node's ticker's clock,
@@ -39,6 +42,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from itertools import islice
 
 from cluster.controller import TopicSpec
 from cluster.logs import EventBudget
@@ -59,6 +63,8 @@ RECHECK_ALL_S = 30.0
 # Leadership transfers a node starts per pass (every 0.2 s) to give partitions back to their
 # preferred leaders: a returning node takes its share back gradually.
 BALANCE_TRANSFERS_PER_PASS = 32
+# Unsettled groups looked at in one pass, at most (the rest in the next passes, in turn).
+GROUPS_PER_PASS = 2048
 # A balancing transfer that did not happen (it is abandoned after an election timeout) is tried
 # again only after this many election timeouts, so a flaky link costs little availability.
 BALANCE_RETRY_ELECTIONS = 5
@@ -88,8 +94,10 @@ class GroupSteward:
         # add a learner at once), then a summary
         self.change_log = EventBudget(log, "replica_changes_summary")
         self.leaders: set[str] = set()  # groups this node leads
-        self.unsettled: set[str] = set()  # led groups that may still need a step
+        # led groups that may still need a step, the longest unvisited first (a dict: ordered)
+        self.unsettled: dict[str, None] = {}
         self._placement_key: object = None  # the candidates and topics `unsettled` assumes
+        self._desired: dict[str, list[str]] = {}  # group -> its placement, under that key
         self._all_checked_at = 0.0
         self._led_since: dict[str, float] = {}  # led group -> since when
         self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
@@ -107,15 +115,16 @@ class GroupSteward:
             if followers:
                 timers = followers.get(group)
                 if timers is not None:  # its leader may have moved: the timer group follows
-                    self.unsettled.add(timers)
+                    self.unsettled[timers] = None
             if leads != (group in leaders):
                 self.on_leader_changed(replica, leads)
                 if leads:
                     leaders.add(group)
-                    self.unsettled.add(group)
+                    self.unsettled[group] = None
                     self._led_since[group] = self.clock()
                 else:
                     leaders.discard(group)
+                    self._desired.pop(group, None)
                     self._led_since.pop(group, None)
                     self._balance_tried.pop(group, None)
                     if followers and group in followers.values():
@@ -126,7 +135,8 @@ class GroupSteward:
     def forget(self, group: str) -> None:
         """The group's replica is gone (its topic was deleted)."""
         self.leaders.discard(group)
-        self.unsettled.discard(group)
+        self.unsettled.pop(group, None)
+        self._desired.pop(group, None)
         self._led_since.pop(group, None)
         self._balance_tried.pop(group, None)
         self._timer_sources = {k: v for k, v in self._timer_sources.items() if v != group}
@@ -138,25 +148,33 @@ class GroupSteward:
         topics: Mapping[str, TopicSpec],
         topics_version: object,
     ) -> None:
-        """Each unsettled led group takes one step toward its placement, then its balance."""
+        """Unsettled led groups (`GROUPS_PER_PASS` at most, the longest unvisited first) each
+        take one step toward their placement, then their balance."""
         transfers = 0
         behind = self.multiraft.behind()  # balancing is work that can wait
         key = (tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)), topics_version)
         now = self.clock()
+        if key != self._placement_key:
+            self._desired = {}
         if key != self._placement_key or now - self._all_checked_at > RECHECK_ALL_S:
             self._placement_key, self._all_checked_at = key, now
-            self.unsettled = set(self.leaders)
-        for group in list(self.unsettled):
+            self.unsettled = dict.fromkeys(self.leaders)
+        unsettled, placements = self.unsettled, self._desired
+        for group in list(islice(unsettled, GROUPS_PER_PASS)):
+            del unsettled[group]
+            unsettled[group] = None  # to the back of the line: the others' turn first
             replica = self.multiraft.replicas.get(group)
             spec = topics.get(replica.topic) if replica is not None else None
             if replica is None or spec is None or replica.node.role is not Role.LEADER:
-                self.unsettled.discard(group)  # `note_roles` adds it back if it leads again
+                del unsettled[group]  # `note_roles` adds it back if it leads again
                 continue
             node = replica.node
             if node.transferee is not None:
                 continue
-            placed_as = placement_key(replica.topic, replica.partition, topics)
-            desired = place(placed_as, candidates, spec.replication_factor)
+            desired = placements.get(group)
+            if desired is None:
+                placed_as = placement_key(replica.topic, replica.partition, topics)
+                desired = placements[group] = place(placed_as, candidates, spec.replication_factor)
             config = node.configuration
             step = next_step(node.id, config.voters, config.learners, desired, node.is_caught_up)
             if step is not None:
@@ -172,7 +190,7 @@ class GroupSteward:
                     else self._preferred_leader(replica, spec.assignment, now)
                 )
                 if preferred is None:
-                    self.unsettled.discard(group)
+                    del unsettled[group]
                 elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
                     transfers += 1
                     transfer = partial(
