@@ -120,6 +120,44 @@ def test_the_partition_managers_intervals_run_on_its_tickers_clock(
     assert [t for t in ran["probe"] if t <= 30] == [13, 26]  # 2.6 s, 5.2 s
 
 
+def test_comparing_many_partitions_with_the_topics_lets_the_loop_run_between_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reconcile_local` walks every partition of every topic: at 100,000 partitions that held
+    the event loop for a few hundred milliseconds. It lets the loop's other work (ticks, SWIM)
+    run every `YIELD_EVERY_PARTITIONS` partitions."""
+    monkeypatch.setattr(partitions_module, "YIELD_EVERY_PARTITIONS", 3)
+    events: list[str] = []
+
+    async def scenario() -> None:
+        node, _ = _node(tmp_path)
+        node.topics = {"t": TopicSpec("t", 10, 1, assignment=(("n9",),) * 10)}
+        knows = node.opener.knows
+
+        def knowing(group: str) -> bool:
+            events.append("k")
+            return knows(group)
+
+        monkeypatch.setattr(node.opener, "knows", knowing)
+
+        async def other_work() -> None:
+            while True:
+                events.append("o")
+                await asyncio.sleep(0)
+
+        other = asyncio.get_running_loop().create_task(other_work())
+        try:
+            await node.partitions.reconcile_local()
+        finally:
+            other.cancel()
+            await _close(node)
+
+    asyncio.run(scenario())
+    looked = "".join(events).strip("o")
+    assert looked.count("k") == 10, looked
+    assert "kkkk" not in looked and "o" in looked, looked  # never more than 3 in one go
+
+
 def _gossip(sender: str, *updates: object) -> peer_pb2.SwimPacket:
     message = Gossip(sender, "127.0.0.1:1", tuple(updates))  # type: ignore[arg-type]
     return peer_pb2.SwimPacket(
