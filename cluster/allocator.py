@@ -19,6 +19,11 @@ time promotions reach a quarter of it the whole heap is scanned: measured (py-sp
 node of 5 electing 10,000 partitions, `gc_collect_main` took half its CPU. A young generation of
 `GC_YOUNG_THRESHOLD` objects lets a round's objects die young; nothing else changes (reference
 counting still frees acyclic objects at once, cycles still go).
+
+`watch_collector()` logs each collection of the old generation that held the process for
+`GC_PAUSE_LOG_S` or more (`gc_pause`, with its duration and the objects it freed): such a
+pause holds the event loop, its ticks and SWIM answers as a stall does, and at 100,000
+partitions a node's heap holds millions of objects.
 """
 
 from __future__ import annotations
@@ -28,8 +33,13 @@ import ctypes.util
 import gc
 import logging
 import platform
+import time
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["GC_YOUNG_THRESHOLD", "tune", "tune_collector"]
+from cluster.logs import event
+
+__all__ = ["GC_PAUSE_LOG_S", "GC_YOUNG_THRESHOLD", "tune", "tune_collector", "watch_collector"]
 
 log = logging.getLogger("flotilla.allocator")
 
@@ -45,6 +55,7 @@ TOP_PAD_BYTES = 16 * 1024 * 1024
 GC_YOUNG_THRESHOLD = 50_000
 GC_MIDDLE_THRESHOLD = 20
 GC_OLD_THRESHOLD = 10
+GC_PAUSE_LOG_S = 0.1  # an old-generation collection this long or longer is logged
 
 
 def tune() -> bool:
@@ -71,3 +82,25 @@ def tune() -> bool:
 def tune_collector() -> None:
     """Sets the collector's thresholds for a node's heap (see the module docstring)."""
     gc.set_threshold(GC_YOUNG_THRESHOLD, GC_MIDDLE_THRESHOLD, GC_OLD_THRESHOLD)
+
+
+def watch_collector(
+    threshold_s: float = GC_PAUSE_LOG_S, clock: Callable[[], float] = time.perf_counter
+) -> Callable[[str, dict[str, Any]], None]:
+    """Logs each old-generation collection that took `threshold_s` or more (see the module
+    docstring); returns the callback it registered in `gc.callbacks`."""
+    started = [0.0]
+
+    def on_collection(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = clock()
+            return
+        took = clock() - started[0]
+        if info.get("generation") == 2 and took >= threshold_s:
+            event(
+                log, "gc_pause", level=logging.WARNING, generation=2, seconds=round(took, 3),
+                collected=info.get("collected", 0),
+            )  # fmt: skip
+
+    gc.callbacks.append(on_collection)
+    return on_collection

@@ -209,6 +209,7 @@ def _run_node(args: argparse.Namespace) -> int:
 
     allocator.tune()  # large buffers from the heap, not fresh mappings (see cluster.allocator)
     allocator.tune_collector()  # a round's objects die young (see cluster.allocator)
+    allocator.watch_collector()  # long old-generation collections are logged (`gc_pause`)
     try:
         loop_name = _event_loop(args.event_loop)
     except ImportError as error:

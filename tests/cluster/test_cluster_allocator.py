@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from cluster import allocator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,3 +100,25 @@ def test_a_tuned_collector_lets_a_round_s_objects_die_young() -> None:
     untuned, tuned = _old_collections(tune=False), _old_collections(tune=True)
     assert untuned >= 5, untuned
     assert tuned <= 1, (tuned, untuned)
+
+
+def test_a_long_old_generation_collection_is_logged_and_a_short_one_is_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`watch_collector` logs `gc_pause` for an old-generation collection of at least its
+    threshold (a pause that holds the loop as a stall does), not for a shorter one nor for a
+    young one; the clock is the test's."""
+    now = [0.0]
+    callback = allocator.watch_collector(threshold_s=0.1, clock=lambda: now[0])
+    try:
+        caplog.set_level(logging.WARNING, logger="flotilla.allocator")
+        for generation, took in ((2, 0.05), (0, 0.5), (2, 0.25)):
+            callback("start", {"generation": generation})
+            now[0] += took
+            callback("stop", {"generation": generation, "collected": 7})
+        pauses = [r for r in caplog.records if r.getMessage() == "gc_pause"]
+        assert [r.fields for r in pauses] == [  # type: ignore[attr-defined]
+            {"generation": 2, "seconds": 0.25, "collected": 7}
+        ]
+    finally:
+        gc.callbacks.remove(callback)
