@@ -23,7 +23,7 @@ from cluster.controller import TopicSpec
 from cluster.multiraft import BEHIND_ROUNDS, MAX_ROUND_MESSAGES, MultiRaft
 from cluster.node import Node
 from cluster.partitions import RECONCILE_ANYWAY_S, RECONCILE_EVERY_S, PartitionManager
-from cluster.placement import Candidate
+from cluster.placement import Candidate, place
 from cluster.replica import Replica
 from cluster.steward import GroupSteward
 from membership import Member
@@ -325,6 +325,16 @@ def _balancing_host(
     return ticker, multiraft, steward, sent
 
 
+async def _leading(
+    multiraft: MultiRaft, steward: GroupSteward, sent: list[tuple[str, object]]
+) -> tuple[list[Candidate], dict[str, TopicSpec]]:
+    """b leads t/0 (`_lead`), and its steward knows it; the candidates and topics t/0 is placed
+    by (preferred leader a)."""
+    steward.note_roles({await _lead(multiraft, sent)})
+    candidates = [Candidate(member) for member in ("a", "b", "c")]
+    return candidates, {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+
+
 def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: Path) -> None:
     """This node (b) leads t/0, whose preferred leader is a: it hands a the group once a has
     been alive, and b has led, `balance_after_s` on the steward's clock (a ticker's), and not
@@ -333,10 +343,7 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
     async def scenario() -> None:
         ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
-            replica = await _lead(multiraft, sent)
-            steward.note_roles({replica})  # b leads since 0.0
-            candidates = [Candidate(member) for member in ("a", "b", "c")]
-            topics = {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+            candidates, topics = await _leading(multiraft, steward, sent)  # b leads since 0.0
             sent.clear()
             for tick in range(6):
                 steward.reconcile(candidates, topics, 1)
@@ -359,10 +366,7 @@ def test_leader_balancing_waits_while_the_nodes_rounds_are_behind(tmp_path: Path
     async def scenario() -> None:
         ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
-            replica = await _lead(multiraft, sent)
-            steward.note_roles({replica})
-            candidates = [Candidate(member) for member in ("a", "b", "c")]
-            topics = {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+            candidates, topics = await _leading(multiraft, steward, sent)
             ticker.advance(int(2.0 / TICK_S))  # the transfer is due
             # more messages (for a group not hosted here: dropped) than a round steps
             noise = encode_message(VoteResponse(1, "a", "b", True, False))
@@ -395,18 +399,17 @@ def test_a_pass_looks_at_groups_per_pass_groups_in_turn_and_places_each_once(
     five times a second)."""
     monkeypatch.setattr(steward_module, "GROUPS_PER_PASS", 2)
     placed: list[str] = []
-    place = steward_module.place
-    monkeypatch.setattr(
-        steward_module, "place", lambda key, *rest: placed.append(key) or place(key, *rest)
-    )
+
+    def placing(key: str, candidates: list[Candidate], factor: int) -> list[str]:
+        placed.append(key)
+        return place(key, candidates, factor)
+
+    monkeypatch.setattr(steward_module, "place", placing)
 
     async def scenario() -> None:
         ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
-            replica = await _lead(multiraft, sent)
-            steward.note_roles({replica})
-            candidates = [Candidate(member) for member in ("a", "b", "c")]
-            topics = {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
+            candidates, topics = await _leading(multiraft, steward, sent)
             steward.reconcile(candidates, topics, 1)  # not due yet: t/0 stays unsettled
             assert list(steward.unsettled) == ["t/0"] and placed == ["t/0"]
             # two groups ahead of it in line (no longer hosted here: each leaves when looked at)
