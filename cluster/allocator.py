@@ -33,13 +33,21 @@ import ctypes.util
 import gc
 import logging
 import platform
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from cluster.logs import event
 
-__all__ = ["GC_PAUSE_LOG_S", "GC_YOUNG_THRESHOLD", "tune", "tune_collector", "watch_collector"]
+__all__ = [
+    "GC_PAUSE_LOG_S",
+    "GC_YOUNG_THRESHOLD",
+    "tune",
+    "tune_collector",
+    "unwatch_collector",
+    "watch_collector",
+]
 
 log = logging.getLogger("flotilla.allocator")
 
@@ -88,7 +96,11 @@ def watch_collector(
     threshold_s: float = GC_PAUSE_LOG_S, clock: Callable[[], float] = time.perf_counter
 ) -> Callable[[str, dict[str, Any]], None]:
     """Logs each old-generation collection that took `threshold_s` or more (see the module
-    docstring); returns the callback it registered in `gc.callbacks`."""
+    docstring); returns the callback it registered in `gc.callbacks`. Once a process: a process
+    that runs several nodes (`flotilla dev`) calls it for each, and gets the one callback."""
+    global _watching
+    if _watching is not None:
+        return _watching
     started = [0.0]
 
     def on_collection(phase: str, info: dict[str, Any]) -> None:
@@ -96,11 +108,23 @@ def watch_collector(
             started[0] = clock()
             return
         took = clock() - started[0]
-        if info.get("generation") == 2 and took >= threshold_s:
+        if info.get("generation") == 2 and took >= threshold_s and not sys.is_finalizing():
             event(
                 log, "gc_pause", level=logging.WARNING, generation=2, seconds=round(took, 3),
                 collected=info.get("collected", 0),
             )  # fmt: skip
 
     gc.callbacks.append(on_collection)
+    _watching = on_collection
     return on_collection
+
+
+def unwatch_collector() -> None:
+    """Removes the callback `watch_collector` registered, if any (a test's clean-up)."""
+    global _watching
+    if _watching is not None:
+        gc.callbacks.remove(_watching)
+        _watching = None
+
+
+_watching: Callable[[str, dict[str, Any]], None] | None = None

@@ -109,7 +109,9 @@ def test_a_long_old_generation_collection_is_logged_and_a_short_one_is_not(
     threshold (a pause that holds the loop as a stall does), not for a shorter one nor for a
     young one; the clock is the test's."""
     now = [0.0]
+    allocator.unwatch_collector()
     callback = allocator.watch_collector(threshold_s=0.1, clock=lambda: now[0])
+    assert allocator.watch_collector() is callback  # once a process
     try:
         caplog.set_level(logging.WARNING, logger="flotilla.allocator")
         for generation, took in ((2, 0.05), (0, 0.5), (2, 0.25)):
@@ -121,4 +123,5 @@ def test_a_long_old_generation_collection_is_logged_and_a_short_one_is_not(
             {"generation": 2, "seconds": 0.25, "collected": 7}
         ]
     finally:
-        gc.callbacks.remove(callback)
+        allocator.unwatch_collector()
+    assert callback not in gc.callbacks
