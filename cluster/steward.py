@@ -27,11 +27,11 @@ Incremental: only groups in `unsettled` are looked at. A group enters it when th
 its leader (`note_roles`), and every led group does when the candidates or the topics change,
 and every `RECHECK_ALL_S` as a safety net; it leaves once its voters are exactly its placement
 and it is led by its preferred leader (or that one is not available). So an idle node costs
-nothing here. Bounded: a pass looks at `GROUPS_PER_PASS` (512) of them at most, the longest unvisited
-first (a node electing 20,000 leaderships, each waiting `leader_balance_after_s` to be balanced,
-looked at every one of them five times a second, most of its CPU); and each group's placement is
-computed once while the candidates and the topics stay the same. Everything runs on the event loop; Raft nodes are touched only through
-`MultiRaft.call`, in the driver.
+nothing here. Bounded: a pass looks at `GROUPS_PER_PASS` (512) of them at most, the longest
+unvisited first (a node electing 20,000 leaderships, each waiting `leader_balance_after_s` to be
+balanced, looked at every one of them five times a second, most of its CPU); and each group's
+placement is computed once while the candidates and the topics stay the same. Everything runs
+on the event loop; Raft nodes are touched only through `MultiRaft.call`, in the driver.
 
 Time: every wait above is measured on the injected `clock` (the node's ticker's clock,
 `cluster.clock`; a test's `FakeTicker`), the one `alive_since` is stamped on; never the wall clock.
