@@ -177,8 +177,8 @@ class MultiRaft:
         )
         self._ticks_due = 0
         self.election_ticks = election_ticks
-        # lease reads wait until the wheel's count reaches this (ticks were dropped: `_tick_all`)
-        self._dropped_until = 0
+        # lease reads wait until then, on the ticker's clock (ticks were dropped: `_tick_all`)
+        self._dropped_until_s = 0.0
         self._commits_saved_at = 0.0  # on the ticker's clock
         self._last_tick_at = 0.0  # on the ticker's clock
         self.leases_voided = 0  # times a pause voided every leader's lease
@@ -364,8 +364,8 @@ class MultiRaft:
         """Is the next tick overdue by more than MAX_BEHIND_TICKS intervals (the process was just
         paused and the tick that voids the leases has not run yet), or are that many ticks held
         back (the rounds are behind their inputs), or were ticks dropped within the last election
-        timeout of ticks given (`_tick_all`)? Lease reads wait meanwhile."""
-        if self._ticks_due > MAX_BEHIND_TICKS or self.wheel.count < self._dropped_until:
+        timeout (`_tick_all`)? Lease reads wait meanwhile."""
+        if self._ticks_due > MAX_BEHIND_TICKS or self.ticker.now() < self._dropped_until_s:
             return True
         return self.ticker.now() - self._last_tick_at > MAX_BEHIND_TICKS * self.ticker.interval_s
 
@@ -456,9 +456,11 @@ class MultiRaft:
 
         Fewer ticks given than came (more than MAX_TICKS_A_ROUND: a slow round) leave this
         node's Raft clocks behind its peers', by more than the drift a lease allows
-        (`LEASE_MARGIN_TICKS`): lease reads wait until an election timeout of ticks has been
-        given since, by when every lease a leader here counted across the drop has ended by its
-        own clock. (Voiding them instead walks every replica, at every slow round.)"""
+        (`LEASE_MARGIN_TICKS`): lease reads wait for an election timeout on the ticker's clock,
+        by when every lease a leader here counted across the drop has ended by its own clock
+        (unless ticks are dropped again, which starts the wait again; a group that quiesced
+        meanwhile holds no lease, and starts its lease afresh when woken). Voiding them instead
+        would walk every replica at every slow round."""
         ticks, self._ticks_due = self._ticks_due, 0
         if not ticks:
             return
@@ -466,7 +468,7 @@ class MultiRaft:
             # held back that long (rounds behind their inputs): the followers' clocks ran on
             self.void_leases("over %d ticks held back while the rounds were behind their inputs")
         elif ticks > MAX_TICKS_A_ROUND:
-            self._dropped_until = self.wheel.count + MAX_TICKS_A_ROUND + self.election_ticks
+            self._dropped_until_s = self.ticker.now() + self.election_ticks * self.ticker.interval_s
         touched = self._touched
         for replica in self.wheel.advance(ticks):
             touched.add(replica)

@@ -24,6 +24,7 @@ from flotilla.errors import (
     NotLeader,
     OutOfOrder,
     Overloaded,
+    SequenceInFlight,
     StaleMetadata,
     Timeout,
     TopicNotFound,
@@ -197,6 +198,8 @@ class ProduceRoute:
         if not worth_retrying(error, self.grace_until):
             raise error
         self.last = error
+        if isinstance(error, SequenceInFlight):
+            return False  # its own earlier attempt, still proposed: the same leader, after a pause
         if isinstance(error, UnknownProducer | OutOfOrder):
             producer_id, sequence = self.batch
             earliest = self.router.sequences.earliest(

@@ -16,6 +16,7 @@ from proto.reasons import (
     OFFSET_NOT_AVAILABLE,
     OVERLOADED,
     REASON_KEY,
+    SEQUENCE_IN_FLIGHT,
     UNKNOWN_PRODUCER_ID,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrder",
     "Overloaded",
+    "SequenceInFlight",
     "StaleMetadata",
     "Timeout",
     "TopicNotFound",
@@ -144,6 +146,13 @@ class OutOfOrder(Unavailable):
     is not written yet (several batches in flight, or a retry). The SDK retries it by itself."""
 
 
+class SequenceInFlight(OutOfOrder):
+    """The leader refused a batch because this very batch's earlier attempt is still in its
+    hands: proposed, not written yet (the attempt ended on its deadline). The SDK sends it again
+    under the same producer id and sequence, to be answered with the first copy's offsets, never
+    under another id (which could write it twice)."""
+
+
 class UnknownProducer(Unavailable):
     """The partition does not know the batch's producer id (its state expired, was evicted, or
     the batch that introduced it was lost) and the batch does not start at sequence 0; nothing
@@ -209,6 +218,8 @@ def from_rpc_error(error: grpc.RpcError) -> FlotillaError:
     if code == grpc.StatusCode.ABORTED:
         if reason_from(error) == UNKNOWN_PRODUCER_ID:
             return UnknownProducer(details)
+        if reason_from(error) == SEQUENCE_IN_FLIGHT:
+            return SequenceInFlight(details)
         return OutOfOrder(details)
     if reason_from(error) == OFFSET_NOT_AVAILABLE:
         return OffsetNotAvailable(details)

@@ -319,9 +319,9 @@ def test_ticks_dropped_by_a_slow_round_stall_lease_reads_for_an_election_timeout
     """A round owed more than MAX_TICKS_A_ROUND ticks (a slow round, not a pause: the ticker
     is on time) gives only that many, so this node's Raft clocks fall behind its peers' by the
     rest — past the drift a lease allows (`LEASE_MARGIN_TICKS`): a leader would count a lease
-    longer than its followers keep their promise. Lease reads wait (`ticks_stalled`) until an
-    election timeout of ticks has been given since, by when every lease counted across the drop
-    has ended by this node's own clock."""
+    longer than its followers keep their promise. Lease reads wait (`ticks_stalled`) for an
+    election timeout on the ticker's clock, by when every lease counted across the drop has
+    ended by this node's own clock."""
 
     async def scenario() -> None:
         ticker = FakeTicker(0.05)

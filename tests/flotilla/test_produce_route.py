@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from flotilla._core import ClientCore, Failed, Rpc, Sleep
@@ -12,11 +13,14 @@ from flotilla.errors import (
     NotLeader,
     OutOfOrder,
     Overloaded,
+    SequenceInFlight,
     TopicNotFound,
     Unavailable,
     UnknownProducer,
+    from_rpc_error,
 )
 from proto import flotilla_pb2 as pb
+from proto.reasons import REASON_KEY, SEQUENCE_IN_FLIGHT
 from proto.records import peek_producer
 
 ADDRESS = {"n1": "127.0.0.1:1", "n2": "127.0.0.2:1", "n3": "127.0.0.3:1"}
@@ -141,6 +145,38 @@ def test_a_batch_the_leader_will_never_write_moves_only_when_it_is_the_earliest(
             route.failed(ADDRESS["n1"], error)
     route.batch = (12345, 0)  # a batch encoded elsewhere: nothing known of what came before
     assert not route.failed(ADDRESS["n1"], UnknownProducer("unknown"))
+
+
+def test_a_batch_whose_earlier_attempt_is_in_flight_is_sent_again_never_moved() -> None:
+    """ABORTED with SEQUENCE_IN_FLIGHT: this very batch's earlier attempt (it ended on its
+    deadline) is still proposed at the leader. Sent again under the same id and sequence, it is
+    answered with the first copy's offsets; moved to a new id (as a gap with nothing earlier on
+    its way would be), it would be written twice."""
+    router = _router()
+    batch = router.sequences.take("t", 0, 3)  # the earliest: nothing before it on its way
+    error = from_rpc_error(_aborted(SEQUENCE_IN_FLIGHT))
+    assert isinstance(error, SequenceInFlight) and isinstance(error, OutOfOrder)
+    route = ProduceRoute(router, "t", 0, timeout_s=10)
+    route.batch = batch
+    assert not route.failed(ADDRESS["n1"], error)  # pause, then the same leader: no ProducerGap
+    assert type(from_rpc_error(_aborted(""))) is OutOfOrder  # a gap: as before
+
+
+class _Aborted(grpc.RpcError):  # type: ignore[misc]
+    """ABORTED, with `reason` in the trailing metadata ("": none), as a node answers."""
+
+    def __init__(self, reason: str) -> None:
+        self.trailing = ((REASON_KEY, reason),) if reason else ()
+
+    code = staticmethod(lambda: grpc.StatusCode.ABORTED)
+    details = staticmethod(lambda: "refused")
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.trailing
+
+
+def _aborted(reason: str) -> grpc.RpcError:
+    return _Aborted(reason)
 
 
 def test_moving_to_a_new_id_keeps_the_order_of_every_batch_in_flight() -> None:
