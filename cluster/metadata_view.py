@@ -176,9 +176,9 @@ class MetadataView:
             [name for name in requested if name in self.topics] if topics_only and requested
             else requested or sorted(self.topics)
         )  # fmt: skip
-        cache_key = None
+        cache_key, response = None, self._members_response()
         if topics_only and version:
-            members = self._members_response().SerializeToString(deterministic=True)
+            members = response.SerializeToString(deterministic=True)
             cache_key = (version, tuple(names), members)
             cached = self._topics_only
             if cached is not None and cached[0] == cache_key:
@@ -195,7 +195,6 @@ class MetadataView:
                         infos[(name, index)] = info
             if not local_only:
                 await self._gather_remote(asked, infos)
-        response = self._members_response()
         response.topics_version = version
         for name in names:
             spec = self.topics[name]

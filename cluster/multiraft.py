@@ -65,15 +65,15 @@ from typing import Any
 
 from cluster.clock import MAX_BEHIND_TICKS, Ticker, ticker_or_loop
 from cluster.failstop import FailStop, NodeFailStopped, disk_failure
-from cluster.idempotence import Fresh, OutOfOrderSequence, Verdict
+from cluster.idempotence import OutOfOrderSequence
 from cluster.persist import describe, has_disk_work, write_all
+from cluster.proposals import Proposal, admit
 from cluster.quarantine import Quarantine
 from cluster.replica import (
     COMMIT_SAVE_INTERVAL_S,
     SNAPSHOT_EVERY_ENTRIES,
     NotCommitted,
     Replica,
-    Waiter,
     same_incarnation,
     save_commit_indexes,
 )
@@ -102,21 +102,6 @@ MAX_ROUND_MESSAGES = 2048
 BEHIND_ROUNDS = 32
 
 Send = Callable[[str, str, list[bytes]], None]  # (to node, group, payload pieces)
-
-
-@dataclass(slots=True)
-class Proposal:
-    replica: Replica
-    batch: bytes
-    record_count: int
-    timestamp_ms: int
-    waiter: Waiter
-    producer_id: int = 0
-    base_sequence: int = 0
-    # nonzero: only the leader of this term may append it. A proposer that decided in one term
-    # (a timer partition's plan, made from what its leader knew then) must not have its entry
-    # appended by the same node leading again in a later term, beside its successor's decisions
-    term: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,29 +531,9 @@ class MultiRaft:
                 NotCommitted(f"replica {replica.group} is not hosted", definitely_not_written=True)
             )
             return
-        idempotence, producer_id = replica.idempotence, proposal.producer_id
-        verdict: Verdict | None = None
-        if proposal.term and replica.node.term != proposal.term:
-            waiter.future.set_exception(
-                ProposalDropped(
-                    f"{replica.group}: proposed for term {proposal.term}, the node is at term "
-                    f"{replica.node.term}"
-                )
-            )
-            return
         try:
             self.wheel.catch_up(replica)
-            if replica.node.role is Role.LEADER:  # else propose raises NotLeader, with a hint
-                term, base_sequence = replica.node.term, proposal.base_sequence
-                verdict = idempotence.admit(producer_id, base_sequence, proposal.record_count, term)
-                refusal = idempotence.refusal(
-                    verdict, producer_id, base_sequence, term, replica.group
-                )
-                if refusal is not None:
-                    raise refusal
-            index = replica.node.propose(
-                proposal.batch, proposal.record_count, proposal.timestamp_ms
-            )
+            admit(proposal)
         except (NotLeader, ProposalDropped, OutOfOrderSequence) as error:
             waiter.future.set_exception(error)
             return
@@ -578,11 +543,6 @@ class MultiRaft:
             )
             self._isolate(replica, "proposing to", error)
             return
-        if isinstance(verdict, Fresh):  # always, once propose succeeded (only a leader's does)
-            idempotence.proposed(producer_id, verdict.next_sequence, replica.node.term)
-        waiter.index, waiter.term = index, replica.node.term
-        replica.waiters[index] = waiter
-        replica.idle_ticks = 0
         self.wheel.activate(replica)
         self._dirty.add(replica)
 
