@@ -59,7 +59,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -83,7 +83,7 @@ from raft.codec import decode_message, encode_message_parts
 from raft.config import RaftConfig
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
-from raft.types import Message, Role
+from raft.types import LogReset, Message, Role
 from storage import StateJournal
 from timers.types import TIMER_TOPIC_PREFIX
 
@@ -587,7 +587,7 @@ class MultiRaft:
                     self._finish(replica, ready, send=True)
                     continue
                 if ready.send_before_persist:
-                    self._send(replica.wire_group, ready.messages)
+                    self._send(replica, ready.messages)
             except Exception as error:
                 self._isolate(replica, "finishing the Ready of", error)
                 continue
@@ -647,7 +647,7 @@ class MultiRaft:
         replica.apply(ready.committed)
         replica.settle_durable(replica.node.durable_index)
         if send:
-            self._send(replica.wire_group, ready.messages)
+            self._send(replica, ready.messages)
         if replica.node.has_ready():
             self._dirty.add(replica)
         if replica.node.quiesced:
@@ -697,10 +697,17 @@ class MultiRaft:
             touched, self._touched = self._touched, set()
             self.on_round(touched)
 
-    def _send(self, group: str, messages: tuple[Message, ...]) -> None:
-        send = self.send
+    def _send(self, replica: Replica, messages: tuple[Message, ...]) -> None:
+        send, group = self.send, replica.wire_group
         for message in messages:
-            send(message.recipient, group, encode_message_parts(message))
+            outgoing = message
+            if type(message) is LogReset and not message.state:
+                # the follower starts over at the log boundary: with the producer table as of
+                # there, so it still knows who wrote before it (rare)
+                boundary = message.boundary
+                state = replica.boundary_state(boundary.index, boundary.term)
+                outgoing = replace(message, state=state)
+            send(outgoing.recipient, group, encode_message_parts(outgoing))
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException) -> None:

@@ -236,7 +236,9 @@ class Replica:
             return None
         log = self.segmented
         try:
-            if not log.first_index <= saved.index <= log.last_index:
+            # its last entry is in the log, or is the log's boundary (a follower reset to its
+            # leader's log start saved the table the leader sent as of there)
+            if not log.first_index - 1 <= saved.index <= log.last_index:
                 return None  # the log no longer holds its last entry
             if log.term_at(saved.index) != saved.term:
                 return None  # truncated and rewritten since
@@ -267,6 +269,20 @@ class Replica:
         clock_ms, rows = self.idempotence.copy_rows()
         return ProducerSnapshot(index, log.term_at(index), clock_ms, rows)
 
+    def boundary_state(self, index: int, term: int) -> bytes:
+        """The leader's producer table as of its log boundary (`index`, `term`), encoded as a
+        producer snapshot, for the `LogReset` that sends a follower to start over there: the
+        batches the table remembers from entries up to the boundary, so the follower, after
+        the entries that follow it, knows what this table knows. Rare (a follower behind the
+        log start), so built on the event loop when sent."""
+        clock_ms, rows = self.idempotence.copy_rows()
+        kept = []
+        for producer_id, batches in rows:
+            before = tuple(batch for batch in batches if batch[1].index <= index)
+            if before:
+                kept.append((producer_id, before))
+        return encode_snapshot(ProducerSnapshot(index, term, clock_ms, kept))
+
     def save_snapshot(self, snapshot: ProducerSnapshot) -> None:
         """Storage thread: replaces the saved producer table (atomically). A write or fsync
         error is raised (the node fail-stops, `cluster.failstop`); a replica deleted meanwhile
@@ -283,6 +299,8 @@ class Replica:
         commit. Returns the hard state to save (in the node's state journal, with one fsync for
         every group of the round) when its term or vote changed."""
         if ready.boundary is not None:
+            if ready.boundary_state:  # first: a crash between leaves a snapshot past the log
+                write_atomic(os.path.join(self.directory, PRODUCER_SNAPSHOT), ready.boundary_state)
             self.log.reset(ready.boundary)
         if ready.truncate_from is not None:
             self.log.truncate_from(ready.truncate_from)
@@ -302,6 +320,8 @@ class Replica:
         """Feeds the producer table from entries just written (and forgets truncated ones)."""
         if ready.boundary is not None:
             self.idempotence.truncated(0)
+            if ready.boundary_state:
+                self._restore_boundary_state(ready)
             # everything up to the boundary is committed: readers may see up to its offset
             self.high_watermark = max(self.high_watermark, ready.boundary.next_offset)
         if ready.truncate_from is not None:
@@ -325,6 +345,28 @@ class Replica:
                     sequence,
                     BatchRef(entry.index, entry.term, entry.record_count, entry.timestamp_ms),
                 )
+
+    def _restore_boundary_state(self, ready: Ready) -> None:
+        """The producer table the leader sent with the reset (`boundary_state`), as of the
+        boundary: saved by `write_ready` already, loaded here. One that is not readable, or not
+        as of this boundary, leaves the table empty (its producers are unknown here)."""
+        boundary = ready.boundary
+        assert boundary is not None
+        try:
+            saved = decode_snapshot(ready.boundary_state)
+            if (saved.index, saved.term) != (boundary.index, boundary.term):
+                raise SnapshotError(
+                    f"it is as of entry {saved.index} (term {saved.term}), the boundary is "
+                    f"{boundary.index} (term {boundary.term})"
+                )
+            clock_ms, dumped = saved.dated(0)  # a leader sends format 2: dated already
+            self.idempotence.restore(dumped, clock_ms)
+            self.entries_since_snapshot = 0
+        except Exception as error:  # a peer's bytes: never fail the round
+            self.idempotence.reset()
+            logger.warning(
+                "ignored the producer table sent with the reset of %s: %s", self.group, error
+            )
 
     def apply(self, committed: tuple[int, int] | None) -> None:
         if committed is None:

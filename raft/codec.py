@@ -102,6 +102,8 @@ def _pack(m: Message) -> bytes:
         b = m.boundary
         config = None if b.config is None else _pack_configuration(b.config)
         fields = [_RESET, m.term, m.sender, m.recipient, b.index, b.term, b.next_offset, config]
+        if m.state:  # absent when empty: what a node without host state sends and reads
+            fields.append(m.state)
     elif isinstance(m, TimeoutNow):
         fields = [_TIMEOUT, m.term, m.sender, m.recipient]
     elif isinstance(m, Removed):
@@ -228,10 +230,14 @@ def _decode_vote_response(term: int, sender: str, recipient: str, rest: list[Any
 
 
 def _decode_reset(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:
-    _arity(rest, 4, "LogReset")
+    if len(rest) != 5:
+        _arity(rest, 4, "LogReset")
     config = None if rest[3] is None else _unpack_configuration(rest[3])
     boundary = LogBoundary(_int(rest[0]), _int(rest[1]), _int(rest[2]), config)
-    return LogReset(term, sender, recipient, boundary)
+    state = rest[4] if len(rest) == 5 else b""
+    if type(state) is not bytes:
+        raise CodecError(f"LogReset state must be bytes, got {type(state).__name__}")
+    return LogReset(term, sender, recipient, boundary, state)
 
 
 def _decode_timeout(term: int, sender: str, recipient: str, rest: list[Any]) -> Message:

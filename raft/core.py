@@ -112,6 +112,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
     # own state goes there.
     __slots__ = (
         "_applied",
+        "_boundary_state",
         "_clock",
         "_configs",
         "_configuration",
@@ -190,6 +191,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         # replica (deletes its log, keeps its term and vote); the node sends nothing more.
         self.removed_at = 0
         self._messages: list[Message] = []
+        self._boundary_state = b""  # the `LogReset.state` that came with the pending boundary
         self._votes: dict[NodeId, bool] = {}
         self._progress: dict[NodeId, Progress] = {}
         self._transferee: NodeId | None = None
@@ -466,6 +468,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             messages=messages,
             committed=committed,
             send_before_persist=send_early,
+            boundary_state=self._boundary_state if boundary is not None else b"",
         )
 
     def advance(self, ready: Ready, *, durable: bool = True) -> None:
@@ -476,6 +479,8 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
             self._persisted = ready.hard_state
         if ready.boundary is not None:
             self.log.boundary_written(ready.boundary)
+            if self.log.pending_boundary is None:
+                self._boundary_state = b""
         if ready.entries:
             last = ready.entries[-1]
             self.log.stable_to(last.index, last.term)

@@ -47,6 +47,7 @@ class FollowerMixin(NodeState):
             self.commit = boundary.index  # the log agrees up to there: keep it
         else:
             self.log.restore(boundary)
+            self._boundary_state = m.state
             self.commit = self._applied = self._durable_index = boundary.index
             config = boundary.config if boundary.config is not None else self._configuration
             self._configs = [(boundary.index, config)]

@@ -46,6 +46,7 @@ class NodeState:
     vote: NodeId | None
     _votes: dict[NodeId, bool]
     _applied: int
+    _boundary_state: bytes  # the host state that came with the pending log boundary
     _configuration: Configuration
     _configs: list[tuple[int, Configuration]]
     _voters: tuple[NodeId, ...]

@@ -28,6 +28,9 @@ class Ready:
                     `advance(durable=False)` and `report_durable`.
     committed:      (first, last) inclusive: entries now committed, to apply; they are in the
                     host's log already (written by an earlier Ready).
+    boundary_state: with `boundary`: the host state as of it, as the leader's host sent it
+                    (`LogReset.state`; empty if none): the host restores it with the reset,
+                    durably, before the messages go out.
     """
 
     hard_state: HardState | None
@@ -37,6 +40,7 @@ class Ready:
     messages: tuple[Message, ...]
     committed: tuple[int, int] | None
     send_before_persist: bool
+    boundary_state: bytes = b""
 
     @property
     def must_sync(self) -> bool:

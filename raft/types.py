@@ -221,12 +221,17 @@ class HeartbeatResponse:
 @dataclass(frozen=True, slots=True)
 class LogReset:
     """The leader no longer holds the entries the recipient needs next: start over at
-    `boundary.index + 1` (every entry up to `boundary.index` is committed)."""
+    `boundary.index + 1` (every entry up to `boundary.index` is committed).
+
+    `state`: the host's state as of `boundary.index` (Raft's snapshot of the state machine),
+    opaque to the core: the leader's host fills it in before sending, and the recipient's host
+    gets it with the reset (`Ready.boundary_state`). Empty when the host keeps no such state."""
 
     term: int
     sender: NodeId
     recipient: NodeId
     boundary: LogBoundary
+    state: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,7 @@ messages = st.one_of(
         ids,
         ids,
         st.builds(LogBoundary, naturals, naturals, naturals, st.none() | configurations),
+        st.binary(max_size=40),  # the host's state; empty: not sent (what older nodes read)
     ),
 )
 
@@ -163,6 +164,8 @@ def test_split_garbage_raises_codec_error_only(data: bytes) -> None:
         [2, 1, "a", "b", 0, 0, 0, "entries"],
         [6, 1, "a", "b", 0, 0, 0, [["a"], [3]]],  # a member id that is not a string
         [6, 1, "a", "b", 0, 0, 0, [["a"], ["a"]]],  # voter and learner at once
+        [6, 1, "a", "b", 0, 0, 0, None, "state"],  # a reset's state not bytes
+        [6, 1, "a", "b", 0, 0, 0, None, b"state", 1],  # a reset with a field too many
     ],
 )
 def test_malformed_messages_are_refused(fields: list[object]) -> None:
