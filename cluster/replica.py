@@ -274,14 +274,26 @@ class Replica:
         producer snapshot, for the `LogReset` that sends a follower to start over there: the
         batches the table remembers from entries up to the boundary, so the follower, after
         the entries that follow it, knows what this table knows. Rare (a follower behind the
-        log start), so built on the event loop when sent."""
+        log start), so built on the event loop when sent.
+
+        At most the Raft message size (`RaftConfig.max_msg_bytes`, as an AppendRequest's
+        entries): past it, the producers written longest ago are left out (to the follower
+        they are as if evicted from the table: a batch of theirs is refused as from an unknown
+        producer, not written twice), so the reset always fits a peer frame."""
         clock_ms, rows = self.idempotence.copy_rows()
         kept = []
-        for producer_id, batches in rows:
+        for producer_id, batches in rows:  # least recently written first
             before = tuple(batch for batch in batches if batch[1].index <= index)
             if before:
                 kept.append((producer_id, before))
-        return encode_snapshot(ProducerSnapshot(index, term, clock_ms, kept))
+        limit = self.node.config.max_msg_bytes
+        encoded = encode_snapshot(ProducerSnapshot(index, term, clock_ms, kept))
+        while len(encoded) > limit and kept:
+            # keep the most recent share that should fit, with a margin; again if it did not
+            share = max(0, int(len(kept) * limit / len(encoded) * 0.9))
+            kept = kept[len(kept) - share :] if share else []
+            encoded = encode_snapshot(ProducerSnapshot(index, term, clock_ms, kept))
+        return encoded
 
     def save_snapshot(self, snapshot: ProducerSnapshot) -> None:
         """Storage thread: replaces the saved producer table (atomically). A write or fsync

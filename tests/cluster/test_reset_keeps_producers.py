@@ -19,6 +19,7 @@ from pathlib import Path
 from cluster.idempotence import Duplicate, Fresh, ProducerUnknown
 from cluster.multiraft import MultiRaft, Proposal
 from cluster.producer_snapshot import decode_snapshot
+from cluster.producers import BatchRef
 from cluster.replica import Replica, Waiter
 from proto.records import encode_batch
 from raft.codec import decode_message
@@ -186,3 +187,33 @@ def test_a_follower_reset_past_a_producers_batches_still_knows_them(tmp_path: Pa
             await mesh.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_table_sent_with_a_reset_fits_a_raft_message_keeping_the_latest_producers(
+    tmp_path: Path,
+) -> None:
+    """A table larger than a Raft message (`max_msg_bytes`) is sent without the producers
+    written longest ago (to the follower they are as if evicted), never as a message a peer
+    would refuse."""
+    replica = Replica.open(
+        node_id="a", topic="t", partition=0, directory=str(tmp_path / "t" / "0"),
+        bootstrap=Configuration(voters=frozenset(NODES)), hard_state=HardState(),
+        raft_config=RaftConfig(max_msg_bytes=16 * 1024), log_config=LogConfig(),
+        handles=FileHandles(16), rng=random.Random(1),
+    )  # fmt: skip
+    try:
+        for producer in range(1, 2001):  # in log order: producer 2000 wrote last
+            for sequence in range(0, 8, 2):
+                replica.idempotence.written(
+                    producer, sequence, BatchRef(producer * 4 + sequence, 1, 2, 1_000)
+                )
+        state = replica.boundary_state(10_000, 1)
+        assert len(state) <= 16 * 1024
+        sent = decode_snapshot(state)
+        producers = [pid for pid, _ in sent.dumped]
+        assert 200 < len(producers) < 2000, len(producers)
+        assert producers == list(range(2001 - len(producers), 2001))  # the latest ones
+        small = replica.boundary_state(11, 1)  # only what is up to the boundary
+        assert [pid for pid, _ in decode_snapshot(small).dumped] == [1, 2]
+    finally:
+        replica.close()
