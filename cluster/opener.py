@@ -136,10 +136,6 @@ class ReplicaOpener(DirectoryOpener):
             or group in self.multiraft.quarantine
         )
 
-    def busy(self) -> bool:
-        """Are replicas of this node queued, being opened, or opened and still settling?"""
-        return bool(self.pending or self.opening or self.settling)
-
     def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
         self.pending[f"{spec.name}/{index}"] = (spec, index, bootstrap)
 

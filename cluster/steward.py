@@ -21,11 +21,7 @@ election timeouts. No balancing transfer (nor a timer group's move to its source
 starts while the node's rounds are behind their inputs (`MultiRaft.behind`): each is an
 election's work, and a node whose messages wait may lose the very leaderships it hands over,
 to be balanced again (a 30,000-partition creation once moved leaderships some 30,000 times so,
-without end); nor while the node is still opening the replicas it was given (`opening`): while
-thousands of partitions are created, a group whose preferred replica opened late on a busy node
-was led by another, and handing it over then cost an election in the middle of the storm
-(20,000 partitions on 5 nodes: 6,000 to 14,000 such transfers); afterwards it costs the same
-election on an idle cluster, as Kafka's periodic preferred-leader election does.
+without end).
 
 Incremental: only groups in `unsettled` are looked at. A group enters it when this node becomes
 its leader (`note_roles`), and every led group does when the candidates or the topics change,
@@ -87,12 +83,9 @@ class GroupSteward:
         alive_since: Callable[[str], float | None],
         on_leader_changed: Callable[[Replica, bool], None] = lambda replica, leads: None,
         clock: Callable[[], float],
-        opening: Callable[[], bool] = lambda: False,
     ) -> None:
-        """`clock`: seconds now on the clock `alive_since` is on (a ticker's `now`).
-        `opening`: is the node still opening replicas it was given (`ReplicaOpener.busy`)?"""
+        """`clock`: seconds now on the clock `alive_since` is on (a ticker's `now`)."""
         self.multiraft = multiraft
-        self.opening = opening
         self.clock = clock
         self.balance_after_s = balance_after_s  # 0: no leader balancing
         self.election_timeout_s = election_timeout_s
@@ -160,10 +153,7 @@ class GroupSteward:
         """Unsettled led groups (`GROUPS_PER_PASS` at most, the longest unvisited first) each
         take one step toward their placement, then their balance."""
         transfers = 0
-        # balancing is work that can wait: while the rounds are behind, and while this node
-        # is still opening the replicas it was given (a topic of thousands of partitions
-        # being created: a leadership handed over then is an election among thousands more)
-        behind = self.multiraft.behind() or self.opening()
+        behind = self.multiraft.behind()  # balancing is work that can wait
         key = (tuple(sorted((c.node_id, c.weight, c.rack) for c in candidates)), topics_version)
         now = self.clock()
         if key != self._placement_key:
