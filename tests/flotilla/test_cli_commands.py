@@ -98,6 +98,14 @@ def test_produce_stops_at_a_line_without_the_key_separator(cluster: LocalCluster
     assert len(out.splitlines()) == 1 and "produced 1 records" in err  # what came before: written
 
 
+def _as_from_a_terminal() -> None:
+    """In the child, before exec: SIGINT unblocked and at its default, as a shell starts a
+    command (a test worker's threads may leave it blocked or ignored, and a child inherits
+    both: the consumer then never saw the test's Ctrl-C)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _fill(cluster: LocalCluster, topic: str, per_partition: int) -> None:
     with Client(cluster.bootstrap, timeout_s=30) as client:
         client.create_topic(topic, partitions=3, replication_factor=3)
@@ -214,6 +222,7 @@ def test_consume_follows_the_tail_by_default_and_stops_cleanly_on_ctrl_c(
         [sys.executable, "-m", "flotilla", "consume", "tail", "--bootstrap",
          f"127.0.0.1:{free_port()},{cluster.bootstrap}"],  # a dead address first: the list
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        preexec_fn=_as_from_a_terminal,  # noqa: PLW1509 (two signal calls, no lock taken)
     )  # fmt: skip
     try:
         reader = Reader(process)
