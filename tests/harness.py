@@ -4,7 +4,6 @@ bare replica on disk, a MultiRaft host driven by hand, and raw record batches.""
 from __future__ import annotations
 
 import random
-import socket
 import struct
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any
 import grpc
 import xxhash
 
+from cluster.local import free_port as local_free_port
 from cluster.multiraft import MultiRaft
 from cluster.replica import Replica
 from flotilla._core import Plan, Rpc, Sleep
@@ -25,9 +25,10 @@ from storage import FileHandles, HardState, LogConfig, StateJournal
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free on `host` now, from this worker's slice below the ephemeral range (as the
+    local clusters' ports): a kernel-picked port (bind to 0) can be taken by any outgoing
+    connection before the test's server binds it (CI once lost the chaos setup test so)."""
+    return local_free_port(host)
 
 
 # cluster.local draws node and proxy ports from 20000-32768 and remembers them per process only:
