@@ -201,6 +201,7 @@ class Node:
             alive_since=self.members.alive_since,
             on_leader_changed=self._leader_changed,
             clock=self.ticker.now,
+            opening=self.opener.busy,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self.multiraft.on_round = self._after_round

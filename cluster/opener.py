@@ -72,6 +72,9 @@ log = logging.getLogger("flotilla.opener")
 OPEN_BATCH_REPLICAS = 250
 SETTLING_LIMIT = 1000
 SETTLING_MAX_S = 10.0
+# Replicas queued, opening or settling from which the node counts as busy opening (leader
+# balancing waits meanwhile: `cluster.steward`).
+BUSY_REPLICAS = 256
 # Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
 # resends what is dropped).
 HELD_MESSAGES = 8
@@ -135,6 +138,12 @@ class ReplicaOpener(DirectoryOpener):
             or group in self.retired
             or group in self.multiraft.quarantine
         )
+
+    def busy(self) -> bool:
+        """Is this node opening many replicas (`BUSY_REPLICAS` or more queued, being opened,
+        or opened and still settling: a topic of thousands of partitions being created, a
+        restart)? A few (a small topic, a replica added) do not count."""
+        return len(self.pending) + len(self.opening) + len(self.settling) >= BUSY_REPLICAS
 
     def queue(self, spec: TopicSpec, index: int, bootstrap: Configuration) -> None:
         self.pending[f"{spec.name}/{index}"] = (spec, index, bootstrap)

@@ -390,6 +390,35 @@ def test_leader_balancing_waits_while_the_nodes_rounds_are_behind(tmp_path: Path
     asyncio.run(scenario())
 
 
+def test_leader_balancing_waits_while_the_node_is_still_opening_replicas(tmp_path: Path) -> None:
+    """A transfer that is due waits while the node is still opening the replicas it was given
+    (a topic of thousands of partitions being created: `ReplicaOpener.busy`), and starts once
+    it is not."""
+
+    async def scenario() -> None:
+        ticker, multiraft, steward, sent = _balancing_host(tmp_path)
+        busy = {"now": True}
+        steward.opening = lambda: busy["now"]
+        try:
+            candidates, topics = await _leading(multiraft, steward, sent)
+            ticker.advance(int(2.0 / TICK_S))  # the transfer is due
+            sent.clear()
+            for _ in range(5):
+                steward.reconcile(candidates, topics, 1)
+                await multiraft.run_round()
+                ticker.advance(1)
+            assert not [m for _, m in sent if isinstance(m, TimeoutNow)], sent
+            assert list(steward.unsettled) == ["t/0"]  # still to be balanced
+            busy["now"] = False
+            steward.reconcile(candidates, topics, 1)
+            await multiraft.run_round()
+            assert [to for to, m in sent if isinstance(m, TimeoutNow)] == ["a"], sent
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_pass_looks_at_groups_per_pass_groups_in_turn_and_places_each_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
