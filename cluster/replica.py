@@ -130,7 +130,7 @@ class Replica:
     saved_term_vote: tuple[int, str | None] = (0, None)
     saved_commit: int = 0  # the commit index the journal holds (storage thread)
     idle_ticks: int = 0  # ticks since the last proposal (the leader quiesces when idle)
-    # the MultiRaft host's count of ticks (`MultiRaft._tick_count`) this node has been given,
+    # the MultiRaft host's count of ticks (`TickWheel.count`) this node has been given,
     # and the count at which its timer is next due (its own ticks are passed in between)
     ticks_given: int = 0
     tick_due: int = 0

@@ -9,7 +9,7 @@ would do something, and any other input to it first gives it the ticks it is owe
 at every round. A leader's ticks are never quiet (heartbeats): a leader is due at every tick.
 
 Pure bookkeeping on the driver's side: no I/O, no clock; the host decides what a due group's
-tick does (quiescence, Readies, quarantine) in `MultiRaft._tick`.
+tick does (quiescence, Readies, quarantine) in `cluster.host_ticks.HostTicks._tick`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from cluster.clean_shutdown import take_clean_shutdown
 from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
-from cluster.multiraft import BEHIND_ROUNDS, MAX_ROUND_MESSAGES, MultiRaft
+from cluster.host_ticks import BEHIND_ROUNDS
+from cluster.multiraft import MAX_ROUND_MESSAGES, MultiRaft
 from cluster.node import Node
 from cluster.partitions import RECONCILE_ANYWAY_S, RECONCILE_EVERY_S, PartitionManager
 from cluster.placement import Candidate, place
