@@ -114,7 +114,10 @@ class ReplicaOpener(DirectoryOpener):
         # who leads (`_ask_leader`) and have settled once they know
         self.asked: set[str] = set()
         self._rng = random.Random()
-        self._opening_tasks: set[asyncio.Task[None]] = set()  # `open_on_message`'s, referenced
+        # groups a message asked for, opened ahead of the queue (`_open_asked_for`, its one
+        # task referenced)
+        self._asked_for: dict[str, tuple[TopicSpec, int, Configuration, bool]] = {}
+        self._opening_tasks: set[asyncio.Task[None]] = set()
         # messages for groups being opened, delivered once they are (the newest few)
         self._held: dict[str, list[tuple[str, bytes]]] = {}
         # groups whose replica here retired, with their topic's uid (as far as this process
@@ -288,27 +291,50 @@ class ReplicaOpener(DirectoryOpener):
             bootstrap = queued[2]
         self.opening.add(group)
         self._held[group] = [(sender, bytes(payload))]
-        opening = self._open_now(group, spec, index, bootstrap, from_leader)
-        task = asyncio.get_running_loop().create_task(opening)
-        self._opening_tasks.add(task)
-        task.add_done_callback(self._opening_tasks.discard)
+        self._asked_for[group] = (spec, index, bootstrap, from_leader)
+        if not self._opening_tasks:
+            task = asyncio.get_running_loop().create_task(self._open_asked_for())
+            self._opening_tasks.add(task)
+            task.add_done_callback(self._opening_tasks.discard)
 
-    async def _open_now(
-        self, group: str, spec: TopicSpec, index: int, bootstrap: Configuration, from_leader: bool
+    async def _open_asked_for(self) -> None:
+        """Opens the groups messages asked for, ahead of the queue, `OPEN_BATCH_REPLICAS` per
+        storage-thread call (`_open_batch`: one fsync per directory made, the `TOPIC_UID` files
+        written in parallel), those asked for meanwhile in the next. Opened one by one, each
+        with its serial fsyncs, they held the storage thread for seconds on a node that had
+        fallen behind (its peers opened and led most of its groups first, so their messages
+        asked for thousands): its rounds' disk work, and so its answers, waited behind them,
+        and its groups' leaders could not quiesce (20,000 partitions on 5 nodes: one node
+        settled a fifth of its replicas, the others' leaders of its groups timed out)."""
+        while self._asked_for:
+            groups = list(itertools.islice(self._asked_for, OPEN_BATCH_REPLICAS))
+            asked = [self._asked_for.pop(group) for group in groups]
+            try:
+                opened = cast(
+                    "list[Replica | OpenFailed | None]",
+                    await self.multiraft.run_storage(
+                        partial(
+                            self._open_batch,
+                            [(spec, index, bootstrap) for spec, index, bootstrap, _ in asked],
+                            [from_leader for *_, from_leader in asked],
+                        )
+                    ),
+                )
+            except Exception as error:
+                for group in groups:  # nothing hosted: nobody to hand their messages to
+                    self._held.pop(group, None)
+                if isinstance(error, NodeFailStopped):
+                    return  # the process is exiting
+                log.exception("opening replicas %s failed", ", ".join(groups))
+                continue
+            finally:
+                self.opening.difference_update(groups)
+            for group, (spec, *_), replica in zip(groups, asked, opened, strict=True):
+                self._host_asked_for(group, spec, replica)
+
+    def _host_asked_for(
+        self, group: str, spec: TopicSpec, replica: Replica | OpenFailed | None
     ) -> None:
-        try:
-            replica = await self.multiraft.run_storage(
-                partial(self._open_one, spec, index, bootstrap, from_leader=from_leader)
-            )
-        except NodeFailStopped:
-            self._held.pop(group, None)
-            return  # the process is exiting
-        except Exception:
-            log.exception("opening replica %s failed", group)
-            self._held.pop(group, None)
-            return
-        finally:
-            self.opening.discard(group)
         if isinstance(replica, OpenFailed):
             self.multiraft.quarantine.add(group, "opening", replica.error, spec.uid)
             self._held.pop(group, None)
@@ -317,6 +343,6 @@ class ReplicaOpener(DirectoryOpener):
             self._held.pop(group, None)
         elif spec.name in self.topics() and group not in self.multiraft.replicas:
             self.retired.pop(group, None)
-            self._add(replica)  # type: ignore[arg-type]
+            self._add(replica)
         else:
             self._held.pop(group, None)

@@ -106,11 +106,14 @@ class DirectoryOpener:
         return found
 
     def _open_batch(
-        self, batch: list[tuple[TopicSpec, int, Configuration]]
+        self,
+        batch: list[tuple[TopicSpec, int, Configuration]],
+        from_leader: list[bool] | None = None,
     ) -> list[Replica | OpenFailed | None]:
-        """Storage thread: each replica opens on its own (`_open_one`); the `TOPIC_UID` files
-        the new ones need are then written together, their fsyncs in parallel (two each,
-        serial, were most of the time a new replica took to open), before any is returned."""
+        """Storage thread: each replica opens on its own (`_open_one`; `from_leader`, one per
+        replica if given: asked for by a leader's message); the `TOPIC_UID` files the new ones
+        need are then written together, their fsyncs in parallel (two each, serial, were most
+        of the time a new replica took to open), before any is returned."""
         results: list[Replica | OpenFailed | None] = []
         uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
         # one listing per topic, not one per replica: most of a new topic's have no directory
@@ -125,6 +128,7 @@ class DirectoryOpener:
                 syncs.add(self.partitions_dir)
             result = self._open_one(
                 *item,
+                from_leader=from_leader[position] if from_leader is not None else False,
                 deferred_uids=deferred,
                 names=set() if absent else None,
                 deferred_syncs=syncs,

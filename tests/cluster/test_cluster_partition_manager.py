@@ -106,6 +106,52 @@ def test_new_replicas_open_in_batches_while_few_groups_settle(
     asyncio.run(scenario())
 
 
+def test_groups_messages_ask_for_open_in_batches_ahead_of_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node behind its peers hears from many groups it has only queued: they open ahead of
+    the queue in batches (`OPEN_BATCH_REPLICAS` per storage-thread call: one fsync per
+    directory made, the uid files in parallel), not one storage call each with its own serial
+    fsyncs, which held the storage thread (and so the node's answers) for seconds. Each gets
+    its own message, and those that came while it opened."""
+    monkeypatch.setattr(opener_module, "OPEN_BATCH_REPLICAS", 8)
+
+    async def scenario() -> None:
+        node = _node(tmp_path)
+        await node.partitions.reconcile_local()
+        batches: list[list[str]] = []
+        open_batch = node.opener._open_batch
+
+        def recording(batch, *args):  # type: ignore[no-untyped-def]
+            batches.append([f"{spec.name}/{index}" for spec, index, _ in batch])
+            return open_batch(batch, *args)
+
+        node.opener._open_batch = recording  # type: ignore[method-assign]
+        delivered = _deliveries(node)
+        asked = [f"t/{p}" for p in range(10)]
+        votes = {
+            group: b"".join(encode_message_parts(VoteRequest(1, "n2", "n1", 0, 0, True, False)))
+            for group in asked
+        }
+        for group in asked:
+            node.opener.open_on_message(group, "", "n2", memoryview(votes[group]))
+        node.opener.open_on_message("t/9", "", "n2", memoryview(votes["t/9"]))  # while opening
+        assert all(node.opener.knows(g) and g not in node.opener.pending for g in asked)
+        deadline = time.monotonic() + 30
+        while not all(group in node.multiraft.replicas for group in asked):
+            assert time.monotonic() < deadline, sorted(node.multiraft.replicas)
+            await asyncio.sleep(0.01)
+        assert batches == [asked[:8], asked[8:]]
+        assert sorted(delivered) == sorted(
+            [("n2", [(group, votes[group])]) for group in asked] + [("n2", [("t/9", votes["t/9"])])]
+        )
+        assert len(node.opener.pending) == PARTITIONS - len(asked)
+        await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
+
+    asyncio.run(scenario())
+
+
 def test_the_preferred_replica_of_a_new_group_campaigns_at_its_first_tick(tmp_path: Path) -> None:
     """The preferred replica (first in placement order) of a new group campaigns at its first
     tick, for term 1 without a pre-vote (nothing to disrupt at term 0); the others wait more
