@@ -382,7 +382,19 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         if self.quiesced and not (
             (kind is Heartbeat and m.quiesce) or kind is HeartbeatResponse  # type: ignore[union-attr]
         ):
-            self.wake()  # anything but the quiescing exchange itself is news
+            if kind is VoteRequest and m.pre_vote and m.term <= self.term:  # type: ignore[union-attr]
+                # not a campaign (a pre-vote is for a term past this one): a member asking who
+                # leads (`probe_membership`). The leader tells it, asleep if its log is whole;
+                # a follower answers it as ever, and sleeps on (only the leader can tell)
+                assert isinstance(m, VoteRequest)
+                if self.role is not Role.LEADER:
+                    pass
+                elif self._answer_probe_asleep(m):
+                    return
+                else:
+                    self.wake()
+            elif not (kind is VoteResponse and m.pre_vote and m.term <= self.term):  # type: ignore[union-attr]
+                self.wake()  # anything but the quiescing exchange (or a probe's answer) is news
         if m.term > self.term:
             if kind is VoteRequest:
                 assert isinstance(m, VoteRequest)

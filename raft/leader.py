@@ -30,6 +30,7 @@ from raft.types import (
     Removed,
     Role,
     TimeoutNow,
+    VoteRequest,
 )
 
 __all__ = ["LeaderMixin"]
@@ -198,6 +199,28 @@ class LeaderMixin(NodeState):
         for node_id in self._progress:
             if node_id != self.id:
                 self._send_append(node_id, send_if_empty=False)
+
+    def _answer_probe_asleep(self, m: VoteRequest) -> bool:
+        """A quiesced leader asked by a member whose log ends where its own does and is all
+        committed (a restarted follower's `probe_membership`: a pre-vote at the member's own
+        term, not past the leader's): sends that member alone a quiescing heartbeat, which
+        tells it who leads and lets it sleep too, and stays quiesced. True if so answered. Waking instead cost the whole group
+        `quiesce_after_ticks` of heartbeats to every member before it slept again: a node
+        restarted with 60,000 replicas woke 60,000 groups at once. A member behind (or any
+        other message) wakes the leader as before."""
+        progress = self._progress.get(m.sender)
+        last = self.log.last_index
+        if (
+            progress is None
+            or m.sender == self.id
+            or m.last_log_index != last
+            or m.last_log_term != self.log.last_term
+            or progress.match_index != last
+            or self.commit != last
+        ):
+            return False
+        self._send(Heartbeat(self.term, self.id, m.sender, last, True, self._clock))
+        return True
 
     def _broadcast_heartbeat(self, *, quiesce: bool = False) -> None:
         for node_id, progress in self._progress.items():

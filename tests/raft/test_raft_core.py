@@ -658,6 +658,36 @@ def test_a_quiesced_removed_follower_that_missed_the_word_learns_it_by_probing(g
     assert a.role is Role.LEADER and a.term == term and g.nodes["c"].leader_id == "a"
 
 
+def test_a_restarted_follower_asking_who_leads_is_told_and_the_group_sleeps_on(group) -> None:  # type: ignore[no-untyped-def]
+    """A follower restarted with its whole log asks who leads (`probe_membership`, as a node's
+    opener does for each replica at a restart): its quiesced leader tells it alone with a
+    quiescing heartbeat and sleeps on, so a node restarted with thousands of replicas does not
+    wake thousands of groups. A follower behind the leader's log still wakes it."""
+    g = group(ABC)
+    a = g.elect("a")
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.deliver()
+    g.tick(1)
+    assert g.run("a", lambda n: n.quiesce()) is True
+    g.deliver()
+    assert all(n.quiesced for n in g.nodes.values())
+    c = g.restart("c")
+    assert c.leader_id is None and not c.quiesced
+    g.sent.clear()
+    g.run("c", lambda n: n.probe_membership())
+    g.deliver()
+    assert a.quiesced and g.nodes["b"].quiesced
+    assert c.leader_id == "a" and c.term == a.term and c.quiesced
+    assert c.commit == a.commit == a.log.last_index
+    # b answered the probe (no) and slept on; a told c alone
+    assert [type(m).__name__ for m in g.sent if m.sender == "b"] == ["VoteResponse"]
+    assert [type(m).__name__ for m in g.sent if m.sender == "a"] == ["Heartbeat"]
+    # a member whose log ends short of the leader's (it lost a tail) wakes it, as before
+    last = a.log.last_index
+    a.step(VoteRequest(c.term, "c", "a", last - 1, a.log.term(last - 1), pre_vote=True))
+    assert not a.quiesced
+
+
 def test_a_voided_lease_needs_heartbeats_sent_after_it(group) -> None:  # type: ignore[no-untyped-def]
     """A paused host (its ticks stopped while the followers' ran on) voids its leaders' leases:
     answers to heartbeats sent before the pause must not restore them, answers to new ones do."""
