@@ -5,7 +5,7 @@ event loop, so leaders lose their quorum and elections never end).
 
 The partition manager (`cluster.node`) decides which replicas this node should hold and queues
 them here; a Raft message for a group not hosted yet opens it at once, ahead of the queue (a
-leader is adding this node). In a brand-new group the preferred replica (first in placement
+leader is adding this node, or this node is behind its peers), in batches as well. In a brand-new group the preferred replica (first in placement
 order) campaigns at its first tick and the others wait before their first campaign, so new
 groups elect at once and do not split their votes.
 
@@ -222,9 +222,9 @@ class ReplicaOpener(DirectoryOpener):
     def _ask_leader(self, replica: Replica) -> None:
         """A replica of a group that elected before (this node restarted) asks its peers who
         leads (`RaftNode.probe_membership`, a pre-vote at its own term that changes nothing):
-        the group's leader, likely quiesced, wakes and sends it a heartbeat at once, where it
-        would otherwise hear of it only after its first election timeout (its pre-vote). It
-        has then settled: at a restart with tens of thousands of replicas, the admission's
+        the group's leader, likely quiesced, tells it at once (asleep, with a quiescing
+        heartbeat, when its log is whole: `RaftNode`'s probe answer), where it would otherwise
+        hear of it only after its first election timeout (its pre-vote). It has then settled: at a restart with tens of thousands of replicas, the admission's
         window moves on after a round trip instead of after a campaign and a quiescence."""
         node = replica.node
         if node.term == 0 or node.log.last_index == 0 or replica.group in self.rebuilding:
