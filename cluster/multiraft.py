@@ -120,8 +120,9 @@ class MultiRaft(HostTicks):
         self.replicas: dict[str, Replica] = {}
         # the groups whose logs a clean stop closed, each flushed (None: not stopped cleanly)
         self.closed_cleanly: list[str] | None = None
-        # moves each time a replica is added or removed (the partition manager compares it)
-        self.hosted_version = 0
+        # moves each time a replica is removed (the partition manager compares it: a replica
+        # added was known to it already, queued)
+        self.removed_version = 0
         # moves only when a timer partition's replica (`__timers.*`) is added or removed: the
         # timer host rescans `replicas` for them only then, not at each of the thousands of
         # replicas a topic's creation or a restart opens
@@ -170,7 +171,6 @@ class MultiRaft(HostTicks):
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
-        self.hosted_version += 1
         if replica.topic.startswith(TIMER_TOPIC_PREFIX):
             self.timer_groups_version += 1
         self._commit_moved.add(replica)
@@ -181,7 +181,7 @@ class MultiRaft(HostTicks):
     def remove(self, group: str) -> Replica | None:
         replica = self.replicas.pop(group, None)
         if replica is not None:
-            self.hosted_version += 1
+            self.removed_version += 1
             if replica.topic.startswith(TIMER_TOPIC_PREFIX):
                 self.timer_groups_version += 1
             self._commit_moved.discard(replica)

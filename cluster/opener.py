@@ -106,6 +106,9 @@ class ReplicaOpener(DirectoryOpener):
         self.multiraft = multiraft
         self.topics = topics
         self.opening: set[str] = set()  # being opened on the storage thread right now
+        # batches whose opening failed as a whole: their groups are neither queued nor hosted
+        # (the partition manager's next comparison with the topics queues them again)
+        self.dropped = 0
         # replicas to open, in order, and the ones opened lately that have not settled yet
         # (group -> when opened)
         self.pending: dict[str, tuple[TopicSpec, int, Configuration]] = {}
@@ -204,6 +207,9 @@ class ReplicaOpener(DirectoryOpener):
                         self._add(result)
                         settling[result.group] = now
                         self._ask_leader(result)
+            except BaseException:
+                self.dropped += 1  # the batch is neither queued nor hosted any more
+                raise
             finally:
                 self.opening.difference_update(groups)
                 for group in groups:  # not added (failed, or its topic is gone): nobody to tell
@@ -321,6 +327,7 @@ class ReplicaOpener(DirectoryOpener):
                     ),
                 )
             except Exception as error:
+                self.dropped += 1
                 for group in groups:  # nothing hosted: nobody to hand their messages to
                     self._held.pop(group, None)
                 if isinstance(error, NodeFailStopped):

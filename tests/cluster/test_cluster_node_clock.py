@@ -36,6 +36,7 @@ from raft.codec import encode_message
 from raft.types import (
     AppendRequest,
     AppendResponse,
+    Configuration,
     Role,
     TimeoutNow,
     VoteRequest,
@@ -102,6 +103,8 @@ def test_the_partition_managers_intervals_run_on_its_tickers_clock(
             for tick in range(1, 161):
                 if tick == 30:  # a replica retired here: the next comparison is due
                     node.opener.retired["gone/0"] = "uid"
+                if tick == 70:  # a replica queued, then opened from the queue: nothing is due
+                    node.opener.queue(node.topics["t"], 0, Configuration())
                 ticker.advance(1)
                 await _until(lambda tick=tick: manager.passes == tick, f"pass {tick}")  # type: ignore[misc]
         finally:
