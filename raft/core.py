@@ -553,6 +553,7 @@ class RaftNode(ElectionMixin, FollowerMixin, LeaderMixin):
         self._lease_acks = {}
         for node_id, progress in self._progress.items():
             progress.recent_active = node_id == self.id
+            progress.was_active = True  # each gets a window to answer anew
 
     def _in_lease(self) -> bool:
         """Does this node refuse votes, having heard from a leader within an election timeout

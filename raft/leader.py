@@ -104,9 +104,10 @@ class LeaderMixin(NodeState):
 
     def quiesce(self) -> bool:
         """Tries to put an idle group to sleep; True if it is (now) quiesced. Idle: every member
-        holds the whole log and it is all committed and durable. The leader then sends one
-        quiescing heartbeat; followers that receive it stop expecting heartbeats. The host stops
-        ticking a node while `node.quiesced`; any proposal, message or `wake()` resumes it."""
+        holds the whole log (but one silent for a whole check-quorum window: see below) and it is
+        all committed and durable. The leader then sends one quiescing heartbeat; followers that
+        receive it stop expecting heartbeats. The host stops ticking a node while
+        `node.quiesced`; any proposal, message or `wake()` resumes it."""
         if self.role is not Role.LEADER:
             return False
         if self.quiesced:
@@ -114,9 +115,22 @@ class LeaderMixin(NodeState):
         last = self.log.last_index
         if self._transferee is not None or self.commit != last or self._durable_index != last:
             return False
-        if any(p.match_index != last for p in self._progress.values()):
-            return False
-        self._broadcast_heartbeat(quiesce=True)
+        matched = []
+        for node_id, progress in self._progress.items():
+            if progress.match_index == last:
+                if node_id != self.id:
+                    matched.append(node_id)
+            elif node_id == self.id or progress.recent_active or progress.was_active:
+                return False  # a live member lags: it is sent the log first
+        # the others are silent (down, cut off) since a whole window: they do not keep the group
+        # awake, heartbeating into the void; they are sent nothing now (a quiescing heartbeat
+        # would put a member that lacks entries to sleep for ever), and a silent member back
+        # wakes the leader: its probe (`probe_membership`, at its node's restart) or its
+        # pre-vote (its election timer runs)
+        commit = self.commit
+        for node_id in matched:
+            self._send(Heartbeat(self.term, self.id, node_id, commit, True, self._clock))
+            self._progress[node_id].commit_sent = commit
         self.quiesced = True
         return True
 
@@ -148,6 +162,7 @@ class LeaderMixin(NodeState):
                     self._become_follower(self.term, None)
                     return
                 for node_id, each in progress.items():
+                    each.was_active = each.recent_active
                     each.recent_active = node_id == self.id
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
@@ -222,11 +237,11 @@ class LeaderMixin(NodeState):
         self._send(Heartbeat(self.term, self.id, m.sender, last, True, self._clock))
         return True
 
-    def _broadcast_heartbeat(self, *, quiesce: bool = False) -> None:
+    def _broadcast_heartbeat(self) -> None:
         for node_id, progress in self._progress.items():
             if node_id != self.id:
                 commit = min(progress.match_index, self.commit)
-                heartbeat = Heartbeat(self.term, self.id, node_id, commit, quiesce, self._clock)
+                heartbeat = Heartbeat(self.term, self.id, node_id, commit, False, self._clock)
                 self._send(heartbeat)
                 progress.commit_sent = max(progress.commit_sent, commit)
 

@@ -41,6 +41,7 @@ class Progress:
         "probe_sent",
         "recent_active",
         "state",
+        "was_active",
     )
 
     def __init__(self, next_index: int, *, is_learner: bool = False) -> None:
@@ -51,6 +52,10 @@ class Progress:
         self.inflight: deque[tuple[int, int]] = deque()  # (last index of a message, its bytes)
         self.inflight_bytes = 0
         self.recent_active = False
+        # answered within the last whole check-quorum window (True until one has passed: a new
+        # member, a new leader's or a woken one's, gets a window to answer): a member unmatched
+        # and silent that long does not hold its leader's quiescence (`LeaderMixin.quiesce`)
+        self.was_active = True
         self.is_learner = is_learner
         self.commit_sent = 0  # the highest commit index sent to the member
 

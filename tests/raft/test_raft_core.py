@@ -505,6 +505,38 @@ def test_quiesce_refused_while_a_follower_lags(group) -> None:  # type: ignore[n
     assert g.nodes["b"].quiesce() is False
 
 
+def test_a_leader_quiesces_past_a_member_silent_for_a_window_and_wakes_when_it_is_back(
+    group,
+) -> None:  # type: ignore[no-untyped-def]
+    """A member down (or cut off) for a whole check-quorum window does not keep its group awake,
+    heartbeating into the void: the leader quiesces with the live members and sends the silent
+    one nothing (a quiescing heartbeat would put a member that lacks entries to sleep for ever).
+    Back, its election timer runs; its pre-vote wakes the leader, which sends it what it
+    missed, and nobody is unseated."""
+    g = group(ABC)
+    a = g.elect("a")
+    g.isolate("c")
+    g.run("a", lambda n: n.propose(b"x", 1))
+    g.deliver()
+    assert a.quiesce() is False  # c answered within this window: a live member that lags
+    g.tick(E, only=["a", "b"])  # a new window, and c answered in the last one
+    assert a.quiesce() is False
+    g.tick(E, only=["a", "b"])  # c silent for a whole window
+    g.sent.clear()
+    assert g.run("a", lambda n: n.quiesce()) is True
+    g.deliver()
+    assert a.quiesced and g.nodes["b"].quiesced
+    assert [m.recipient for m in g.sent if m.sender == "a"] == ["b"]
+    term, c = a.term, g.nodes["c"]
+    assert c.log.last_index < a.log.last_index and not c.quiesced
+    g.heal()
+    g.tick(3 * E, only=["c"])
+    assert not a.quiesced  # c's pre-vote woke it
+    g.tick(3 * g.config.heartbeat_ticks, only=["a"])
+    assert c.log.last_index == a.log.last_index and c.commit == a.commit
+    assert a.role is Role.LEADER and a.term == term and c.leader_id == "a"
+
+
 def test_has_ready_is_false_once_advanced(group) -> None:  # type: ignore[no-untyped-def]
     g = group(ABC)
     g.elect("a")
