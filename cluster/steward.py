@@ -16,7 +16,9 @@ replica of its balanced assignment, `placement.balance_leaders`) is another memb
 leadership once that member has been alive `leader_balance_after_s`, is caught up and answers
 this leader, and this node has led the group that long itself (so leadership a stopping node
 has just handed over is not handed straight back). At most `BALANCE_TRANSFERS_PER_PASS`
-transfers start per pass; one that did not happen is retried after `BALANCE_RETRY_ELECTIONS`
+transfers start per pass, and at most `BALANCE_IN_FLIGHT_PER_MEMBER` to one member are unfinished
+at once (a node back from a restart takes its leaderships back as fast as it completes their
+elections); one that did not happen is retried after `BALANCE_RETRY_ELECTIONS`
 election timeouts. No balancing transfer (nor a timer group's move to its source's leader)
 starts while the node's rounds are behind their inputs (`MultiRaft.behind`): each is an
 election's work, and a node whose messages wait may lose the very leaderships it hands over,
@@ -68,6 +70,11 @@ RECHECK_ALL_S = 30.0
 # Leadership transfers a node starts per pass (every 0.2 s) to give partitions back to their
 # preferred leaders: a returning node takes its share back gradually.
 BALANCE_TRANSFERS_PER_PASS = 32
+# Balancing transfers from this node to one member unfinished at once (begun within an election
+# timeout, the group still led here): a returning node takes its leaderships back as fast as it
+# completes their elections, not as fast as its peers start them (a node restarted with 60,000
+# replicas was handed ~100 a second by each peer while it was still opening them).
+BALANCE_IN_FLIGHT_PER_MEMBER = 16
 # Unsettled groups looked at in one pass, at most (the rest in the next passes, in turn): at 5
 # passes a second, 2,560 a second, each visit 10-20 us (2,048 a pass was still a fifth of a
 # node's loop while 20,000 led groups waited to be balanced)
@@ -111,6 +118,8 @@ class GroupSteward:
         self._all_checked_at = 0.0
         self._led_since: dict[str, float] = {}  # led group -> since when
         self._balance_tried: dict[str, float] = {}  # group -> when a balancing transfer began
+        # group -> (member, when): balancing transfers begun and perhaps unfinished
+        self._handing: dict[str, tuple[str, float]] = {}
         # source group -> the timer group led here that follows its leader (`_follow_source`)
         self._timer_sources: dict[str, str] = {}
 
@@ -137,6 +146,7 @@ class GroupSteward:
                     self._desired.pop(group, None)
                     self._led_since.pop(group, None)
                     self._balance_tried.pop(group, None)
+                    self._handing.pop(group, None)
                     if followers and group in followers.values():
                         self._timer_sources = followers = {
                             k: v for k, v in followers.items() if v != group
@@ -149,6 +159,7 @@ class GroupSteward:
         self._desired.pop(group, None)
         self._led_since.pop(group, None)
         self._balance_tried.pop(group, None)
+        self._handing.pop(group, None)
         self._timer_sources = {k: v for k, v in self._timer_sources.items() if v != group}
 
     # -- one pass ----------------------------------------------------------------------------------
@@ -174,6 +185,7 @@ class GroupSteward:
             self._placement_key, self._all_checked_at = key, now
             self.unsettled = dict.fromkeys(self.leaders)
         unsettled, placements = self.unsettled, self._desired
+        in_flight = self._in_flight(now)
         for group in list(islice(unsettled, GROUPS_PER_PASS)):
             del unsettled[group]
             unsettled[group] = None  # to the back of the line: the others' turn first
@@ -207,8 +219,15 @@ class GroupSteward:
                 )
                 if preferred is None:
                     del unsettled[group]
-                elif preferred and transfers < BALANCE_TRANSFERS_PER_PASS:
+                elif (
+                    preferred
+                    and transfers < BALANCE_TRANSFERS_PER_PASS
+                    and in_flight.get(preferred, 0) < BALANCE_IN_FLIGHT_PER_MEMBER
+                ):
                     transfers += 1
+                    in_flight[preferred] = in_flight.get(preferred, 0) + 1
+                    self._balance_tried[group] = now
+                    self._handing[group] = (preferred, now)
                     transfer = partial(
                         _apply_step, replica, StepKind.TRANSFER, preferred, self.change_log
                     )
@@ -234,7 +253,6 @@ class GroupSteward:
             or not node.recently_active(target)
         ):
             return ""
-        self._balance_tried[replica.group] = self.clock()
         return target
 
     def _preferred_leader(
@@ -266,8 +284,18 @@ class GroupSteward:
             or not node.recently_active(preferred)  # SWIM-alive, yet cut off from this leader
         ):
             return ""
-        self._balance_tried[replica.group] = now
         return preferred
+
+    def _in_flight(self, now: float) -> dict[str, int]:
+        """Balancing transfers begun within an election timeout whose group is still led here,
+        per member they hand it to (the others are forgotten: done, or abandoned by Raft)."""
+        counts: dict[str, int] = {}
+        for group, (member, began) in list(self._handing.items()):
+            if now - began >= self.election_timeout_s:
+                del self._handing[group]
+            else:
+                counts[member] = counts.get(member, 0) + 1
+        return counts
 
 
 _EVENTS = {

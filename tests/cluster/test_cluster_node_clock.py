@@ -362,6 +362,40 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
     asyncio.run(scenario())
 
 
+def test_leader_balancing_hands_one_member_a_bounded_number_of_groups_at_once(
+    tmp_path: Path,
+) -> None:
+    """With BALANCE_IN_FLIGHT_PER_MEMBER transfers to a begun and unfinished (their groups still
+    led here, begun within an election timeout), another transfer to a that is due waits; it
+    starts once those are over (here: an election timeout on, abandoned)."""
+
+    async def scenario() -> None:
+        ticker, multiraft, steward, sent = _balancing_host(tmp_path)
+        try:
+            candidates, topics = await _leading(multiraft, steward, sent)
+            ticker.advance(int(2.0 / TICK_S))  # the transfer is due
+            # the others began two ticks short of an election timeout ago
+            began = ticker.now() - steward.election_timeout_s + 2 * TICK_S
+            steward._handing = {
+                f"other/{n}": ("a", began)
+                for n in range(steward_module.BALANCE_IN_FLIGHT_PER_MEMBER)
+            }
+            sent.clear()
+            for _ in range(2):
+                steward.reconcile(candidates, topics, 1)
+                await multiraft.run_round()
+                ticker.advance(1)
+            assert not [m for _, m in sent if isinstance(m, TimeoutNow)], sent
+            steward.reconcile(candidates, topics, 1)
+            await multiraft.run_round()
+            assert [to for to, m in sent if isinstance(m, TimeoutNow)] == ["a"], sent
+            assert set(steward._handing) == {"t/0"}
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
 def test_leader_balancing_waits_while_the_nodes_rounds_are_behind(tmp_path: Path) -> None:
     """A transfer that is due waits while the host's rounds are behind their inputs (a round
     left messages for the next: `MultiRaft.behind`), and starts once BEHIND_ROUNDS rounds have
