@@ -505,9 +505,7 @@ def test_quiesce_refused_while_a_follower_lags(group) -> None:  # type: ignore[n
     assert g.nodes["b"].quiesce() is False
 
 
-def test_a_leader_quiesces_past_a_member_silent_for_a_window_and_wakes_when_it_is_back(
-    group,
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_leader_quiesces_past_a_silent_member_and_wakes_when_it_is_back(group) -> None:  # type: ignore[no-untyped-def]
     """A member down (or cut off) for a whole check-quorum window does not keep its group awake,
     heartbeating into the void: the leader quiesces with the live members and sends the silent
     one nothing (a quiescing heartbeat would put a member that lacks entries to sleep for ever).
