@@ -184,6 +184,8 @@ def test_the_read_your_writes_check_sees_followers_lag_without_it(cluster: Local
             stubs = [flotilla_pb2_grpc.FlotillaStub(channel) for channel in channels]
             for stub in stubs:  # a node that is not a controller learns a new topic by polling
                 wait_until(functools.partial(_knows, stub, "lag"), 30, "the followers know lag")
+                # and a follower may open its replica after the other two elected a leader
+                wait_until(functools.partial(_hosts, stub, "lag"), 30, "the followers host lag/0")
             lagging = 0
             for n in range(15):
                 meta = client.produce("lag", f"v{n}".encode(), partition=0)
@@ -195,6 +197,16 @@ def test_the_read_your_writes_check_sees_followers_lag_without_it(cluster: Local
         finally:
             for channel in channels:
                 channel.close()
+
+
+def _hosts(stub: flotilla_pb2_grpc.FlotillaStub, topic: str) -> bool:
+    try:
+        stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0), timeout=10)
+    except grpc.RpcError as error:
+        if error.code() is grpc.StatusCode.FAILED_PRECONDITION:
+            return False  # "holds no replica" yet
+        raise
+    return True
 
 
 def _knows(stub: flotilla_pb2_grpc.FlotillaStub, topic: str) -> bool:
