@@ -50,6 +50,7 @@ from cluster.replica_dirs import (
 )
 from raft.codec import decode_message
 from raft.config import RaftConfig
+from raft.core import RaftNode
 from raft.errors import RaftError
 from raft.types import AppendRequest, Configuration, Heartbeat, LogPosition, LogReset
 from storage import FileHandles, LogConfig, StateJournal
@@ -78,6 +79,9 @@ BUSY_REPLICAS = 256
 # Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
 # resends what is dropped).
 HELD_MESSAGES = 8
+# Election timeouts a replica that asked who leads (a restart) waits, on top of its own, for
+# the answer before it campaigns (see `_ask_who_leads`).
+ASKED_PATIENCE_ELECTIONS = 10
 
 
 class ReplicaOpener(DirectoryOpener):
@@ -199,14 +203,10 @@ class ReplicaOpener(DirectoryOpener):
                 now = self.clock()
                 topics = self.topics()
                 for (spec, _, _), group, result in zip(batch, groups, opened, strict=True):
-                    if isinstance(result, OpenFailed):
-                        self.multiraft.quarantine.add(group, "opening", result.error, spec.uid)
-                    elif result is None:
-                        self.retired[group] = spec.uid
-                    elif result.topic in topics and result.group not in replicas:
-                        self._add(result)
-                        settling[result.group] = now
-                        self._ask_leader(result)
+                    hosted = self._host(group, spec, result, topics)
+                    if hosted is not None:
+                        settling[group] = now
+                        self._ask_leader(hosted)
             except BaseException:
                 self.dropped += 1  # the batch is neither queued nor hosted any more
                 raise
@@ -236,7 +236,8 @@ class ReplicaOpener(DirectoryOpener):
         if node.term == 0 or node.log.last_index == 0 or replica.group in self.rebuilding:
             return  # a new group elects (`open_replica`); a rebuilding replica probes already
         self.asked.add(replica.group)
-        self.multiraft.call(node.probe_membership, replica)
+        patience = ASKED_PATIENCE_ELECTIONS * self.raft_config.election_ticks
+        self.multiraft.call(partial(_ask_who_leads, node, patience), replica)
 
     def probe_rebuilding(self) -> None:
         """Each hosted replica whose log is below its vote floor and that knows no leader asks
@@ -336,20 +337,44 @@ class ReplicaOpener(DirectoryOpener):
                 continue
             finally:
                 self.opening.difference_update(groups)
+            topics = self.topics()
             for group, (spec, *_), replica in zip(groups, asked, opened, strict=True):
-                self._host_asked_for(group, spec, replica)
+                self._host(group, spec, replica, topics, asked_for=True)
 
-    def _host_asked_for(
-        self, group: str, spec: TopicSpec, replica: Replica | OpenFailed | None
-    ) -> None:
-        if isinstance(replica, OpenFailed):
-            self.multiraft.quarantine.add(group, "opening", replica.error, spec.uid)
-            self._held.pop(group, None)
-        elif replica is None:
+    def _host(
+        self,
+        group: str,
+        spec: TopicSpec,
+        result: Replica | OpenFailed | None,
+        topics: Mapping[str, TopicSpec],
+        *,
+        asked_for: bool = False,
+    ) -> Replica | None:
+        """An opened replica quarantined (its opening failed), retired (None: retired here), or
+        hosted (returned) unless its topic went or the group is hosted already; the messages
+        held for it are handed to it, or dropped. `asked_for`: a peer's message asked for it
+        (a leader adding this node back: no longer retired here)."""
+        if isinstance(result, OpenFailed):
+            self.multiraft.quarantine.add(group, "opening", result.error, spec.uid)
+        elif result is None:
             self.retired[group] = spec.uid
-            self._held.pop(group, None)
-        elif spec.name in self.topics() and group not in self.multiraft.replicas:
-            self.retired.pop(group, None)
-            self._add(replica)
-        else:
-            self._held.pop(group, None)
+        elif spec.name in topics and group not in self.multiraft.replicas:
+            if asked_for:
+                self.retired.pop(group, None)
+            self._add(result)
+            return result
+        self._held.pop(group, None)
+        return None
+
+
+def _ask_who_leads(node: RaftNode, patience_ticks: int) -> None:
+    """The driver: `node` (a replica opened again at a restart) asks its peers who leads and
+    waits `patience_ticks` longer than an election timeout for the answer before it campaigns.
+    A node restarted with tens of thousands of replicas answers late (its loop opens them, and
+    its peers' answers queue behind the others), and a replica that campaigned meanwhile woke
+    its group's quiesced members at a term past theirs; a member whose leader was slow in turn
+    campaigned, with this replica's vote (it knows no leader), and unseated it: a restart at
+    100,000 partitions set off tens of thousands of elections. Timing only (`defer_campaign`):
+    a leader that is gone is replaced by the group's other members, which SWIM wakes."""
+    node.defer_campaign(patience_ticks)
+    node.probe_membership()
