@@ -23,7 +23,6 @@ from cluster.transport import PeerTransport
 from membership import Member, MemberState
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
-from raft.types import Role
 from timers.types import TIMER_TOPIC_PREFIX, timer_topic
 
 __all__ = ["LEGACY_LOCAL_ONLY_KEY", "LEGACY_TOPICS_ONLY_KEY", "MetadataView"]
@@ -286,18 +285,12 @@ class MetadataView:
 
     # -- health ------------------------------------------------------------------------------------
     def health(self) -> pb.HealthResponse:
-        leaders = led = 0
-        for replica in self.multiraft.replicas.values():  # one walk (60,000 replicas: ms)
-            node = replica.node
-            if node.leader_id is not None:
-                led += 1
-                leaders += node.role is Role.LEADER
         return pb.HealthResponse(
             node_id=self.config.node_id,
             serving=self._serving(),
             partitions=len(self.multiraft.replicas),
-            leaders=leaders,
-            replicas_led=led,
+            leaders=self.multiraft.leading,  # as of the last round (kept, not counted here)
+            replicas_led=self.multiraft.led,
             members_alive=self.gossip.swim.live_count(),
             active_groups=self.multiraft.active_count,
             quarantined=[

@@ -69,7 +69,7 @@ from raft.codec import decode_message, encode_message_parts
 from raft.config import RaftConfig
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
-from raft.types import LogReset, Message
+from raft.types import LogReset, Message, Role
 from storage import StateJournal
 from timers.types import TIMER_TOPIC_PREFIX
 
@@ -167,10 +167,16 @@ class MultiRaft(HostTicks):
         self._cut_short_round = -BEHIND_ROUNDS  # the last round that left inputs for the next
         self.malformed_messages = 0
         self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
+        # hosted replicas that lead their group, and that know its leader (a leader counts
+        # itself): kept as rounds end (`_count`), so Health reads them without a walk of every
+        # replica (60,000 on a node: tens of ms of its loop, at every poll)
+        self.leading = 0
+        self.led = 0
 
     # -- registry -------------------------------------------------------------------------------
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
+        self._count(replica)
         if replica.topic.startswith(TIMER_TOPIC_PREFIX):
             self.timer_groups_version += 1
         self._commit_moved.add(replica)
@@ -181,6 +187,9 @@ class MultiRaft(HostTicks):
     def remove(self, group: str) -> Replica | None:
         replica = self.replicas.pop(group, None)
         if replica is not None:
+            self.leading -= replica.counted >> 1
+            self.led -= replica.counted & 1
+            replica.counted = 0
             self.removed_version += 1
             if replica.topic.startswith(TIMER_TOPIC_PREFIX):
                 self.timer_groups_version += 1
@@ -589,7 +598,18 @@ class MultiRaft(HostTicks):
     def _end_round(self) -> None:
         if self._touched:
             touched, self._touched = self._touched, set()
+            for replica in touched:  # removed ones left `_touched` when removed
+                self._count(replica)
             self.on_round(touched)
+
+    def _count(self, replica: Replica) -> None:
+        """Brings `leading` and `led` up to date with the replica's role and leader."""
+        node = replica.node
+        counted = 0 if node.leader_id is None else 3 if node.role is Role.LEADER else 1
+        if counted != replica.counted:
+            self.leading += (counted >> 1) - (replica.counted >> 1)
+            self.led += (counted & 1) - (replica.counted & 1)
+            replica.counted = counted
 
     def _send(self, replica: Replica, messages: tuple[Message, ...]) -> None:
         send, group = self.send, replica.wire_group

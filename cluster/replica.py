@@ -139,6 +139,8 @@ class Replica:
     # the group as its Raft messages name it on the wire: `group@tag`, the tag a prefix of the
     # topic uid, so a peer hosting another incarnation of the topic drops them (`incarnation_tag`)
     wire_group: str = ""
+    # what its host counts it as (`MultiRaft.leading`, `led`): 1 knows its leader, 3 leads
+    counted: int = 0
 
     @classmethod
     def open(

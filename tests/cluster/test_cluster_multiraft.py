@@ -27,6 +27,7 @@ from raft.types import (
     HeartbeatResponse,
     Message,
     Role,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -555,5 +556,44 @@ def test_a_call_sees_its_group_given_every_tick_it_is_owed(tmp_path: Path) -> No
             await multiraft.run_round()
         assert seen == [6, 6]  # the heartbeat's round's tick and five more
         await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_counts_of_leaders_and_led_replicas_follow_every_change(tmp_path: Path) -> None:
+    """Health reports how many hosted replicas lead and how many know their leader from counts
+    the host keeps as rounds end (`MultiRaft.leading`, `led`), not from a walk of every replica
+    at each poll; checked against that walk after each change: a leader heard of, an election
+    won, a leader lost to a newer term, a replica removed."""
+    multiraft, _, sent = hand_driven_host(tmp_path, "t/0")
+    for group in ("t/1", "t/2"):
+        multiraft.add(open_replica(tmp_path, group))
+
+    def walked() -> tuple[int, int]:
+        nodes = [replica.node for replica in multiraft.replicas.values()]
+        leading = sum(node.role is Role.LEADER for node in nodes)
+        return leading, sum(node.leader_id is not None for node in nodes)
+
+    async def rounds(*messages: tuple[str, str, Message]) -> tuple[int, int]:
+        for group, sender, message in messages:
+            multiraft.deliver(sender, [(group, encode_message(message))])
+        await multiraft.run_round()
+        return multiraft.leading, multiraft.led
+
+    async def scenario() -> None:
+        assert await rounds() == walked() == (0, 0)
+        heard = [(g, "a", Heartbeat(1, "a", "b", 0)) for g in ("t/0", "t/1")]
+        assert await rounds(*heard) == walked() == (0, 2)
+        assert await rounds(("t/2", "a", TimeoutNow(1, "a", "b"))) == walked() == (0, 2)
+        assert ("a", VoteRequest(2, "b", "a", 0, 0, transfer=True)) in sent, sent
+        won = await rounds(("t/2", "a", VoteResponse(2, "a", "b", True)))
+        assert won == walked() == (1, 3)
+        newer = VoteRequest(5, "c", "b", 9, 1, transfer=True)  # t/0's leader unknown at term 5
+        assert await rounds(("t/0", "c", newer)) == walked() == (1, 2)
+        multiraft.remove("t/2")
+        assert (multiraft.leading, multiraft.led) == walked() == (0, 1)
+        assert await rounds() == (0, 1)
+        for replica in list(multiraft.replicas.values()):
+            replica.close()
 
     asyncio.run(scenario())
