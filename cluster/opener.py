@@ -216,11 +216,16 @@ class ReplicaOpener(DirectoryOpener):
                     self._held.pop(group, None)
 
     def _add(self, replica: Replica) -> None:
-        """Hosts an opened replica and hands it the messages held while it opened."""
+        """Hosts an opened replica and hands it the messages held while it opened. A new
+        group's counts as idle from the start: nothing was ever proposed to it, so its leader
+        quiesces as soon as every member holds its no-op, where `quiesce_after_ticks` of
+        heartbeats first were most of the messages a topic's creation cost."""
+        node = replica.node
+        if node.term == 0 and node.log.last_index == 0:
+            replica.idle_ticks = self.multiraft.quiesce_after_ticks
         self.multiraft.add(replica)
         for sender, payload in self._held.pop(replica.group, ()):
             self.multiraft.deliver(sender, [(replica.group, payload)])
-        node = replica.node
         if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
             self.rebuilding.add(replica.group)
             self._probe(replica)

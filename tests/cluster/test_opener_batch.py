@@ -21,7 +21,17 @@ from cluster.replica import Replica
 from cluster.topic_spec import TopicSpec
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
-from raft.types import Configuration, Entry, EntryKind, HardState, Heartbeat, VoteRequest
+from raft.types import (
+    AppendRequest,
+    AppendResponse,
+    Configuration,
+    Entry,
+    EntryKind,
+    HardState,
+    Heartbeat,
+    VoteRequest,
+    VoteResponse,
+)
 from storage import FileHandles, LogConfig, StateJournal
 
 NODES = ("n1", "n2", "n3")
@@ -210,6 +220,56 @@ def test_a_restarted_replica_that_asked_who_leads_waits_for_the_answer_before_it
             await opener.multiraft.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_new_groups_leader_quiesces_once_its_members_hold_the_no_op(tmp_path: Path) -> None:
+    """Nothing was ever proposed to a new group: its leader quiesces at the first tick after
+    every member acknowledged its no-op, not after `quiesce_after_ticks` more ticks of
+    heartbeats (ten heartbeats to each member and their answers, for each of 100,000 new
+    groups, were most of the messages a topic's creation cost)."""
+
+    async def scenario() -> None:
+        ticker = FakeTicker(0.05)
+        sent: list[tuple[str, object]] = []
+        opener = _opener(
+            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
+        )
+        opener.multiraft.ticker = ticker
+        opener.multiraft.start()
+        wire = f"t/0@{SPEC.uid[:16]}"
+
+        def deliver(sender: str, message: object) -> None:
+            opener.multiraft.deliver(sender, [(wire, encode_message(message))])  # type: ignore[arg-type]
+
+        try:
+            opener.queue(SPEC, 0, BOOTSTRAP)  # n1 is t/0's preferred replica: it campaigns
+            await opener.open_pending()
+            replica = opener.multiraft.replicas["t/0"]
+            ticker.advance()
+            await _until(lambda: ("n2", VoteRequest(1, "n1", "n2", 0, 0)) in sent, "a campaign")
+            deliver("n2", VoteResponse(1, "n2", "n1", True))
+            await _until(lambda: replica.node.commit == 0 and _appended(sent), "the no-op")
+            for member in ("n2", "n3"):
+                deliver(member, AppendResponse(1, member, "n1", 1))
+            await _until(lambda: replica.node.commit == 1, "the no-op committed")
+            sent.clear()
+            for _ in range(2):  # the no-op durable here by the next round, then a tick
+                ticker.advance()
+                await _until(lambda: not opener.multiraft._inbox, "the round")
+                await asyncio.sleep(0.01)
+            await _until(lambda: replica.node.quiesced, "quiesced", timeout_s=2.0)
+            quiescing = [(to, m) for to, m in sent if isinstance(m, Heartbeat) and m.quiesce]
+            assert sorted(to for to, _ in quiescing) == ["n2", "n3"], sent
+        finally:
+            for group in list(opener.multiraft.replicas):
+                opener.multiraft.remove(group)
+            await opener.multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def _appended(sent: list[tuple[str, object]]) -> bool:
+    return any(isinstance(m, AppendRequest) and m.entries for _, m in sent)
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
