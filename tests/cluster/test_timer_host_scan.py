@@ -23,6 +23,7 @@ class _Follower:
 
     role = Role.FOLLOWER
     quiesced = False
+    leader_id = None
 
     def quiet_ticks(self) -> int:
         return 0
@@ -37,6 +38,7 @@ class _Hosted:
     node: _Follower = field(default_factory=_Follower)
     ticks_given: int = 0  # the host's timer-wheel bookkeeping (`Replica`)
     tick_due: int = 0
+    counted: int = 0  # the host's count of leaders and led replicas (`Replica`)
 
 
 class _CountingReplicas(dict[str, Replica]):
