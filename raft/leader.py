@@ -273,6 +273,7 @@ class LeaderMixin(NodeState):
             )
             self._send(LogReset(self.term, self.id, to, boundary))
             progress.reset_to(boundary.index)
+            progress.append_tick = self._clock
             return True
         last = log.last_index
         entries = log.entries(progress.next_index, last + 1, config.max_msg_bytes)
@@ -285,6 +286,7 @@ class LeaderMixin(NodeState):
         size = sum(e.size_bytes for e in entries)
         progress.sent(entries[-1].index if entries else prev_index, size, len(entries))
         progress.commit_sent = max(progress.commit_sent, self.commit)
+        progress.append_tick = self._clock
         return True
 
     def _on_append_response(self, m: AppendResponse) -> None:
@@ -323,14 +325,20 @@ class LeaderMixin(NodeState):
         progress.recent_active = True
         if lease_tick > self._lease_acks.get(sender, -1):
             self._lease_acks[sender] = lease_tick
-        progress.probe_sent = False
-        config = self.config
-        if progress.state is ProgressState.REPLICATE and progress.is_paused(
-            config.max_inflight_bytes, config.max_inflight_msgs
-        ):
-            progress.free_first()  # a message may have been lost: let one more through
-        if progress.match_index < self.log.last_index:
-            self._send_append(sender)
+        if lease_tick > progress.append_tick:
+            # it answered a heartbeat sent after the last append (messages to it keep their
+            # order): that append or its answer was lost, so what it lacks goes again. An
+            # answer to an earlier heartbeat says nothing of it: a member that answers late
+            # (its inbox far behind) was sent an append at each such answer, and fell further
+            # behind with every one
+            progress.probe_sent = False
+            config = self.config
+            if progress.state is ProgressState.REPLICATE and progress.is_paused(
+                config.max_inflight_bytes, config.max_inflight_msgs
+            ):
+                progress.free_first()
+            if progress.match_index < self.log.last_index:
+                self._send_append(sender)
 
     def _self_durable(self, index: int) -> None:
         progress = self._progress.get(self.id)

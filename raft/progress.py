@@ -32,6 +32,7 @@ class ProgressState(enum.IntEnum):
 
 class Progress:
     __slots__ = (
+        "append_tick",
         "commit_sent",
         "inflight",
         "inflight_bytes",
@@ -58,6 +59,9 @@ class Progress:
         self.was_active = True
         self.is_learner = is_learner
         self.commit_sent = 0  # the highest commit index sent to the member
+        self.append_tick = (
+            -1
+        )  # the leader's clock when it last sent the member entries (or a reset)
 
     def __repr__(self) -> str:
         return (
