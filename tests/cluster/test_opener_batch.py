@@ -66,6 +66,31 @@ def _counting_listdir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return listed
 
 
+def _driven_opener(root: Path) -> tuple[ReplicaOpener, FakeTicker, list[tuple[str, object]]]:
+    """An opener whose host is started on a fake clock (no tick passes unless the test advances
+    it), and the messages it sends, decoded, as (destination, message). In a running loop."""
+    ticker = FakeTicker(0.05)
+    sent: list[tuple[str, object]] = []
+    opener = _opener(
+        root, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
+    )
+    opener.multiraft.ticker = ticker
+    opener.multiraft.start()
+    return opener, ticker, sent
+
+
+def _a_first_run(root: Path, *, partitions: int) -> None:
+    """A first run of the node: `partitions` replicas of t opened, t/0 elected at term 3 (a
+    no-op, its hard state saved), all closed."""
+    first = _opener(root)
+    opened = first._open_batch([(SPEC, index, BOOTSTRAP) for index in range(partitions)])
+    assert isinstance(opened[0], Replica)
+    opened[0].log.append([Entry(1, 3, EntryKind.NOOP, 0, b"", 0)])
+    first.journal.save_many({"t/0": HardState(term=3, vote="n2", commit=1)})
+    _close(opened)
+    first.journal.close()
+
+
 def _close(results: Sequence[object]) -> None:
     for result in results:
         if isinstance(result, Replica):
@@ -132,21 +157,9 @@ def test_a_restarted_replica_asks_who_leads_and_settles_once_it_knows(tmp_path: 
     counts as settled as soon as it knows its leader, not only once the group quiesces again."""
 
     async def scenario() -> None:
-        first = _opener(tmp_path)  # a first run: t/0 elected (term 3), t/1 never did
-        opened = first._open_batch([(SPEC, index, BOOTSTRAP) for index in range(2)])
-        assert isinstance(opened[0], Replica)
-        opened[0].log.append([Entry(1, 3, EntryKind.NOOP, 0, b"", 0)])
-        first.journal.save_many({"t/0": HardState(term=3, vote="n2", commit=1)})
-        _close(opened)
-        first.journal.close()
+        _a_first_run(tmp_path, partitions=2)  # t/0 elected (term 3), t/1 never did
 
-        ticker = FakeTicker(0.05)  # no tick passes: no election timeout runs out
-        sent: list[tuple[str, object]] = []
-        opener = _opener(
-            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
-        )
-        opener.multiraft.ticker = ticker
-        opener.multiraft.start()
+        opener, _, sent = _driven_opener(tmp_path)  # no tick passes: no election timeout runs out
         try:
             for index in range(2):
                 opener.queue(SPEC, index, BOOTSTRAP)
@@ -182,21 +195,9 @@ def test_a_restarted_replica_that_asked_who_leads_waits_for_the_answer_before_it
     as ever (a leader that is gone is replaced)."""
 
     async def scenario() -> None:
-        first = _opener(tmp_path)  # a first run: t/0 elected at term 3
-        opened = first._open_batch([(SPEC, 0, BOOTSTRAP)])
-        assert isinstance(opened[0], Replica)
-        opened[0].log.append([Entry(1, 3, EntryKind.NOOP, 0, b"", 0)])
-        first.journal.save_many({"t/0": HardState(term=3, vote="n2", commit=1)})
-        _close(opened)
-        first.journal.close()
+        _a_first_run(tmp_path, partitions=1)  # t/0 elected at term 3
 
-        ticker = FakeTicker(0.05)
-        sent: list[tuple[str, object]] = []
-        opener = _opener(
-            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
-        )
-        opener.multiraft.ticker = ticker
-        opener.multiraft.start()
+        opener, ticker, sent = _driven_opener(tmp_path)
         election = opener.raft_config.election_ticks
         try:
             opener.queue(SPEC, 0, BOOTSTRAP)
@@ -229,13 +230,7 @@ def test_a_new_groups_leader_quiesces_once_its_members_hold_the_no_op(tmp_path: 
     groups, were most of the messages a topic's creation cost)."""
 
     async def scenario() -> None:
-        ticker = FakeTicker(0.05)
-        sent: list[tuple[str, object]] = []
-        opener = _opener(
-            tmp_path, lambda to, group, parts: sent.append((to, decode_message(b"".join(parts))))
-        )
-        opener.multiraft.ticker = ticker
-        opener.multiraft.start()
+        opener, ticker, sent = _driven_opener(tmp_path)
         wire = f"t/0@{SPEC.uid[:16]}"
 
         def deliver(sender: str, message: object) -> None:
