@@ -54,6 +54,7 @@ __all__ = [
     "encode_configuration",
     "encode_message",
     "encode_message_parts",
+    "is_heartbeat",
 ]
 
 _SPLIT = 0xC1  # first byte of an AppendRequest whose entry data follows its msgpack head
@@ -62,6 +63,13 @@ _SPLIT_HEAD = struct.Struct("<BI")
 (_VOTE, _VOTE_RESP, _APPEND, _APPEND_RESP, _HEARTBEAT, _HEARTBEAT_RESP, _RESET, _TIMEOUT,
  _REMOVED) = range(9)  # fmt: skip
 _PRE_VOTE, _TRANSFER = 1, 2
+_HEARTBEAT_HEAD = 0x97  # msgpack's array of 7: a Heartbeat's fields (`_pack`)
+
+
+def is_heartbeat(payload: bytes | memoryview) -> bool:
+    """Is `payload` an encoded `Heartbeat` (read from its first two bytes, not decoded)? A host
+    behind its inbox drops a heartbeat a newer one of the same group and sender follows."""
+    return len(payload) > 1 and payload[0] == _HEARTBEAT_HEAD and payload[1] == _HEARTBEAT
 
 
 def encode_message(message: Message) -> bytes:
