@@ -284,7 +284,8 @@ class Follower:
         return None if index is None else index.min_pending_offset()
 
     async def caught_up(self, offset: int) -> None:
-        while self.applied_offset < offset:
+        """Returns once the index is open and holds every record below `offset`."""
+        while self.index is None or self.applied_offset < offset:
             await self.folded.wait()
 
     async def _run(self) -> None:
@@ -335,6 +336,8 @@ class Follower:
         index = await asyncio.to_thread(open_index, directory, self.config.bucket_ms, first)
         self.index = index
         self.applied_offset = self._flushed_offset = index.applied_offset
+        event, self.folded = self.folded, asyncio.Event()
+        event.set()  # open: a `caught_up` with nothing to fold may return
         return index
 
     async def _flush(self, index: TimerIndex) -> None:

@@ -4,6 +4,8 @@ checks (`cluster.delayed`): bounds naming the limit, the header rule, the versio
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import msgpack
 import pytest
 from harness import open_replica
 
+from cluster import timer_log
 from cluster.controller import TopicSpec
 from cluster.delayed import (
     DelayedProduce,
@@ -33,7 +36,15 @@ from cluster.timers import fire_producer_id
 from cluster.versions import TIMERS_SINCE, VERSION, parse_version, reads_timers
 from proto.records import check_body, encode_batch, read_header
 from storage.timer_index import INDEX_DIRECTORY
-from timers.types import DELIVER_AT_HEADER, PLAN_HEADER, Floor, Plan, Rolled, TimerBatch
+from timers.types import (
+    DELIVER_AT_HEADER,
+    PLAN_HEADER,
+    Floor,
+    Plan,
+    Rolled,
+    TimerBatch,
+    TimerConfig,
+)
 
 NOW = 1_800_000_000_000
 
@@ -174,3 +185,31 @@ def test_an_index_behind_its_log_start_is_replaced_by_one_folding_from_there(
     assert (again.start_offset, again.pending, again.last_plan_offset) == (100, 2, 103)
     assert again.last_plan == Plan(10, ()) and again.min_pending_offset() == 100
     again.close()
+
+
+def test_caught_up_waits_for_the_index_to_open_even_with_nothing_to_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new timer partition's leader loads its book once the follower has caught up with the
+    high watermark, offset 0: it returned at once, before the index had opened (off the loop,
+    slow on a loaded machine), and the load failed its `index is not None` check (a fresh
+    clone's chaos run: a due batch fired a second late, after the retry)."""
+    real_open = timer_log.open_index
+
+    def slow_open(*args: Any) -> Any:
+        time.sleep(0.2)
+        return real_open(*args)
+
+    monkeypatch.setattr(timer_log, "open_index", slow_open)
+    replica = open_replica(tmp_path, "__timers.x/0")
+
+    async def scenario() -> None:
+        follower = timer_log.Follower(replica, TimerConfig())
+        try:
+            await asyncio.wait_for(follower.caught_up(replica.high_watermark), 5)
+            assert follower.index is not None
+        finally:
+            follower.close()
+
+    asyncio.run(scenario())
+    replica.close()
