@@ -226,7 +226,7 @@ class ReplicaOpener(DirectoryOpener):
         self.multiraft.add(replica)
         for sender, payload in self._held.pop(replica.group, ()):
             self.multiraft.deliver(sender, [(replica.group, payload)])
-        if node.vote_floor != LogPosition(node.log.last_term, node.log.last_index):
+        if _below_vote_floor(node):
             self.rebuilding.add(replica.group)
             self._probe(replica)
 
@@ -245,14 +245,16 @@ class ReplicaOpener(DirectoryOpener):
         self.multiraft.call(partial(_ask_who_leads, node, patience), replica)
 
     def probe_rebuilding(self) -> None:
-        """Each hosted replica whose log is below its vote floor and that knows no leader asks
-        the topic's assigned replicas (`RaftNode.probe_membership`): below its floor it never
-        campaigns, so a quiesced leader would not hear of it otherwise. The partition
-        manager calls this every few seconds; a replica leaves the set once it hears from a
-        leader (which then sends it what it lacks) or is no longer hosted."""
+        """Each hosted replica whose log is below its vote floor asks the topic's assigned
+        replicas (`RaftNode.probe_membership`): below its floor it never campaigns, so a
+        quiesced leader would not hear of it otherwise. The partition manager calls this every
+        few seconds; a replica leaves the set once its log reaches its floor or it is no longer
+        hosted. Knowing its leader is not enough: a leader that heard nothing from it (its
+        answers went nowhere while its node, just restarted, had no route to the leader yet)
+        quiesces past it as silent, and sends it nothing more."""
         for group in list(self.rebuilding):
             replica = self.multiraft.replicas.get(group)
-            if replica is None or replica.node.leader_id is not None:
+            if replica is None or not _below_vote_floor(replica.node):
                 self.rebuilding.discard(group)
             else:
                 self._probe(replica)
@@ -383,3 +385,9 @@ def _ask_who_leads(node: RaftNode, patience_ticks: int) -> None:
     a leader that is gone is replaced by the group's other members, which SWIM wakes."""
     node.defer_campaign(patience_ticks)
     node.probe_membership()
+
+
+def _below_vote_floor(node: RaftNode) -> bool:
+    """Does the replica's log end below its vote floor (rebuilt, or added back after its log
+    was deleted)? It never campaigns then: only its leader brings it up."""
+    return node.vote_floor != LogPosition(node.log.last_term, node.log.last_index)

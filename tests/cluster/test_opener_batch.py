@@ -29,6 +29,7 @@ from raft.types import (
     EntryKind,
     HardState,
     Heartbeat,
+    LogPosition,
     VoteRequest,
     VoteResponse,
 )
@@ -265,6 +266,39 @@ def test_a_new_groups_leader_quiesces_once_its_members_hold_the_no_op(tmp_path: 
 
 def _appended(sent: list[tuple[str, object]]) -> bool:
     return any(isinstance(m, AppendRequest) and m.entries for _, m in sent)
+
+
+def test_a_rebuilding_replica_asks_again_until_it_reaches_its_vote_floor(tmp_path: Path) -> None:
+    """A replica rebuilt below its vote floor never campaigns: only its leader can bring it up.
+    It used to stop asking once it knew a leader, but a leader that heard nothing from it (its
+    answers went nowhere while its node had no route to the leader yet, just restarted) quiesced
+    past it as silent, and it then waited for ever (the fresh-clone runs: `[leader]` case of
+    `test_a_damaged_replica_is_rebuilt_from_its_peers_and_holds_every_record`). It now asks
+    every pass until its log reaches its floor."""
+
+    async def scenario() -> None:
+        opener, _, sent = _driven_opener(tmp_path)
+        wire = f"t/0@{SPEC.uid[:16]}"
+        try:
+            opener.queue(SPEC, 0, BOOTSTRAP)
+            await opener.open_pending()
+            replica = opener.multiraft.replicas["t/0"]
+            replica.node.restore_vote_floor(LogPosition(3, 21))  # rebuilt: its log went
+            opener.rebuilding.add("t/0")
+            heartbeat = encode_message(Heartbeat(3, "n2", "n1", 0))
+            opener.multiraft.deliver("n2", [(wire, heartbeat)])
+            await _until(lambda: replica.node.leader_id == "n2", "the leader heard")
+            sent.clear()
+            opener.probe_rebuilding()  # knows its leader, still below its floor: asks again
+            await _until(lambda: len(sent) >= 2, f"the probes in {sent}")
+            assert {to for to, m in sent if isinstance(m, VoteRequest)} == {"n2", "n3"}, sent
+            assert opener.rebuilding == {"t/0"}
+        finally:
+            for group in list(opener.multiraft.replicas):
+                opener.multiraft.remove(group)
+            await opener.multiraft.stop()
+
+    asyncio.run(scenario())
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
