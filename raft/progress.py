@@ -7,8 +7,9 @@
 
 States:
 - PROBE: the leader does not know where the logs agree. It sends one AppendRequest and waits
-  (`probe_sent`) for the answer or the next heartbeat response before sending another; a
-  rejection moves `next_index` back (by the follower's hint).
+  (`probe_sent`) for the answer, or for an answer to a heartbeat sent after it (`append_tick`:
+  messages to a member keep their order, so that append or its answer was lost), before
+  sending another; a rejection moves `next_index` back (by the follower's hint).
 - REPLICATE: the logs agree up to `match_index`; the leader streams entries optimistically,
   advancing `next_index` as it sends, and pauses when the unacknowledged bytes or messages
   reach `max_inflight_bytes` / `max_inflight_msgs`. A rejection drops back to PROBE.
