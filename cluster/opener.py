@@ -79,9 +79,6 @@ BUSY_REPLICAS = 256
 # Messages for a group being opened that are kept to deliver once it is (the newest ones; Raft
 # resends what is dropped).
 HELD_MESSAGES = 8
-# Election timeouts a replica that asked who leads (a restart) waits, on top of its own, for
-# the answer before it campaigns (see `_ask_who_leads`).
-ASKED_PATIENCE_ELECTIONS = 10
 
 
 class ReplicaOpener(DirectoryOpener):
@@ -241,8 +238,7 @@ class ReplicaOpener(DirectoryOpener):
         if node.term == 0 or node.log.last_index == 0 or replica.group in self.rebuilding:
             return  # a new group elects (`open_replica`); a rebuilding replica probes already
         self.asked.add(replica.group)
-        patience = ASKED_PATIENCE_ELECTIONS * self.raft_config.election_ticks
-        self.multiraft.call(partial(_ask_who_leads, node, patience), replica)
+        self.multiraft.call(node.probe_membership, replica)
 
     def probe_rebuilding(self) -> None:
         """Each hosted replica whose log is below its vote floor asks the topic's assigned
@@ -372,19 +368,6 @@ class ReplicaOpener(DirectoryOpener):
             return result
         self._held.pop(group, None)
         return None
-
-
-def _ask_who_leads(node: RaftNode, patience_ticks: int) -> None:
-    """The driver: `node` (a replica opened again at a restart) asks its peers who leads and
-    waits `patience_ticks` longer than an election timeout for the answer before it campaigns.
-    A node restarted with tens of thousands of replicas answers late (its loop opens them, and
-    its peers' answers queue behind the others), and a replica that campaigned meanwhile woke
-    its group's quiesced members at a term past theirs; a member whose leader was slow in turn
-    campaigned, with this replica's vote (it knows no leader), and unseated it: a restart at
-    100,000 partitions set off tens of thousands of elections. Timing only (`defer_campaign`):
-    a leader that is gone is replaced by the group's other members, which SWIM wakes."""
-    node.defer_campaign(patience_ticks)
-    node.probe_membership()
 
 
 def _below_vote_floor(node: RaftNode) -> bool:
