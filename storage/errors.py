@@ -12,6 +12,7 @@ __all__ = [
     "CorruptEntry",
     "CorruptLog",
     "DamagedLog",
+    "ForeignLog",
     "IndexOutOfRange",
     "InvalidArgument",
     "LogClosed",
@@ -105,6 +106,17 @@ class StorageFailed(StorageError, OSError):
 
 class NotALogDirectory(StorageError):
     """The path is not a Flotilla log directory (and was left untouched)."""
+
+
+class ForeignLog(StorageError):
+    """The log's header carries another tag than the one it was opened with (its owner's name
+    for what the log belongs to: a replica's topic incarnation). Nothing was touched."""
+
+    def __init__(self, directory: str, found: str, expected: str) -> None:
+        super().__init__(f"{directory} holds the log tagged {found!r}, not {expected!r}")
+        self.directory = directory
+        self.found = found
+        self.expected = expected
 
 
 class LogClosed(StorageError):

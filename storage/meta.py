@@ -12,6 +12,13 @@ never stale data, where a new file's bytes did not reach the disk); so such a `l
 `FRESH_START`, the only start a non-durable header can hold (every other start is written with
 `write_meta`, atomically and durably, so it is whole). Anything else that does not parse is
 refused.
+
+A header may carry a tag: the owner's name for what the log belongs to (a replica's topic
+incarnation uid), written with a new log's header and kept by every later one. A tagged new
+header is fsynced with the log's first flush (`SegmentedLog`), so a log holding a durable entry
+holds its tag: a crash can lose the tag only of a log that holds nothing durable (read as
+untagged, `FRESH_START`). Opening a log with an expected tag refuses one tagged otherwise
+(`ForeignLog`) before touching any file.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from storage.errors import CorruptLog, NotALogDirectory
 __all__ = [
     "FRESH_START",
     "META_NAME",
+    "Header",
     "RecoveryReport",
+    "read_header",
     "read_meta",
     "segment_bases",
     "write_fresh_meta",
@@ -55,68 +64,103 @@ class RecoveryReport:
         return self.torn_tail is None and not self.rebuilt_indexes and not self.removed_segments
 
 
-def _encode(start_index: int, start_term: int, start_offset: int) -> bytes:
-    meta = {
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What `log.meta` holds: the log's start (index, term, offset) and its tag, if any."""
+
+    start: tuple[int, int, int]
+    tag: str | None = None
+
+
+def _encode(start_index: int, start_term: int, start_offset: int, tag: str | None = None) -> bytes:
+    meta: dict[str, object] = {
         "format": _META_FORMAT,
         "start_index": start_index,
         "start_term": start_term,
         "start_offset": start_offset,
     }
+    if tag is not None:
+        meta["tag"] = tag  # last: a new header torn anywhere still begins with `_FRESH_HEAD`
     return json.dumps(meta).encode()
 
 
 _FRESH_BYTES = _encode(*FRESH_START)
+_FRESH_HEAD = _FRESH_BYTES[:-1]  # every new header's bytes begin so, tagged or not
 
 
 def _torn_fresh(raw: bytes) -> bool:
-    """`raw` is a new log's header cut short or zero-filled by a crash."""
-    if len(raw) > len(_FRESH_BYTES) or raw == _FRESH_BYTES:
-        return False
-    kept = len(raw.rstrip(b"\0"))
-    return raw[:kept] == _FRESH_BYTES[:kept]
+    """`raw` (which does not parse) is a new log's header cut short or zero-filled by a crash:
+    a prefix of `_FRESH_HEAD`, or `_FRESH_HEAD` and a part of the tag after it."""
+    kept = raw.rstrip(b"\0")
+    return _FRESH_HEAD.startswith(kept) or kept.startswith(_FRESH_HEAD)
 
 
 def write_meta(
-    directory: str, start_index: int, start_term: int, start_offset: int, disk: Disk = OS_DISK
+    directory: str,
+    start_index: int,
+    start_term: int,
+    start_offset: int,
+    disk: Disk = OS_DISK,
+    tag: str | None = None,
 ) -> None:
     """Durable on return (temp file, fsync, rename, fsync of the directory)."""
-    payload = _encode(start_index, start_term, start_offset)
+    payload = _encode(start_index, start_term, start_offset, tag)
     write_atomic(os.path.join(directory, META_NAME), payload, disk)
 
 
-def write_fresh_meta(directory: str, disk: Disk = OS_DISK) -> None:
-    """A new log's header, not yet durable: the caller fsyncs the directory (and its parent)
-    before anything in the log is durable. Fails if a header exists."""
+def write_fresh_meta(directory: str, disk: Disk = OS_DISK, tag: str | None = None) -> None:
+    """A new log's header, not yet durable: the caller fsyncs the directory (and its parent,
+    and the header itself if tagged) before anything in the log is durable. Fails if a header
+    exists."""
     fd = disk.open(os.path.join(directory, META_NAME), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        disk.write_all(fd, _FRESH_BYTES)
+        disk.write_all(fd, _FRESH_BYTES if tag is None else _encode(*FRESH_START, tag))
     finally:
         disk.close(fd)
 
 
 def read_meta(directory: str, disk: Disk = OS_DISK) -> tuple[int, int, int] | None:
     """(start_index, start_term, start_offset) from `log.meta`, None if absent."""
+    header = read_header(directory, disk)
+    return None if header is None else header.start
+
+
+_FRESH_HEADER = Header(FRESH_START)
+
+
+def read_header(directory: str, disk: Disk = OS_DISK) -> Header | None:
+    """What `log.meta` holds, None if absent."""
     raw = disk.read_file(os.path.join(directory, META_NAME))
     if raw is None:
         return None
-    if not raw:
-        return FRESH_START  # created by `write_fresh_meta`; a crash came before its first flush
     if raw == _FRESH_BYTES:
-        return FRESH_START  # most logs never move their start: no parse for them
-    if _torn_fresh(raw):
-        return FRESH_START  # the same, torn: `write_meta` never leaves a partial file
+        return _FRESH_HEADER  # an untagged log that never moved its start: no parse for it
     try:
         meta = json.loads(raw)
+    except ValueError as error:
+        if _torn_fresh(raw):
+            # created by `write_fresh_meta` (empty, cut short or zero-filled: `write_meta`
+            # never leaves a partial file); a crash came before its first flush
+            return _FRESH_HEADER
+        raise NotALogDirectory(
+            f"{directory}: {META_NAME} is not a Flotilla log header ({error})"
+        ) from None
+    try:
+        if not isinstance(meta, dict):
+            raise TypeError(f"a JSON {type(meta).__name__}, not an object")
         if meta.get("format") != _META_FORMAT:
             raise ValueError(f"format {meta.get('format')!r}")
         start = (int(meta["start_index"]), int(meta["start_term"]), int(meta["start_offset"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        tag = meta.get("tag")
+        if tag is not None and not isinstance(tag, str):
+            raise TypeError(f"tag {tag!r} is not a string")
+    except (ValueError, KeyError, TypeError) as error:
         raise NotALogDirectory(
             f"{directory}: {META_NAME} is not a Flotilla log header ({error})"
         ) from None
     if start[0] < 1 or start[1] < 0 or start[2] < 0:
         raise CorruptLog(f"{directory}: {META_NAME} holds impossible values {start}")
-    return start
+    return Header(start, tag)
 
 
 def segment_bases(

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from storage.atomic import fsync_directory
 from storage.config import LogConfig
-from storage.errors import CorruptLog, DamagedLog, NotALogDirectory
+from storage.errors import CorruptLog, DamagedLog, ForeignLog, NotALogDirectory
 from storage.handles import FileHandles
 from storage.meta import (
     FRESH_START,
     META_NAME,
     RecoveryReport,
-    read_meta,
+    read_header,
     segment_bases,
     write_fresh_meta,
 )
@@ -47,21 +47,29 @@ class Recovered:
     """What opening settled on, for the log to install: its verified segments (oldest first),
     its start `(index, term, offset)` and the report of what was repaired. `created_directories`
     is None for a log that existed; for a new one, the directories made for it (outermost
-    first), none of them durable yet (nor its header)."""
+    first), none of them durable yet (nor its header). `tag`: the header's (see
+    `storage.meta`)."""
 
     segments: tuple[Segment, ...]
     start: tuple[int, int, int]
     report: RecoveryReport
     created_directories: tuple[str, ...] | None = None
+    tag: str | None = None
 
 
 def recover(
-    directory: str, config: LogConfig, handles: FileHandles, create: bool, durable: bool = False
+    directory: str,
+    config: LogConfig,
+    handles: FileHandles,
+    create: bool,
+    durable: bool = False,
+    tag: str | None = None,
 ) -> Recovered:
     """Opens (or, with `create`, makes) the log in `directory`; the caller installs the result.
     Touches only the directory's files, never the caller's state. `durable`: the files are known
     to be durable (the process that wrote them last closed the log, flushing it), so the active
-    segment is not fsynced again."""
+    segment is not fsynced again. `tag`: a new log's header carries it; an existing log tagged
+    otherwise is refused (`ForeignLog`) before any of its files is touched."""
     disk = handles.disk
     kind = disk.kind(directory)
     if kind == "file":
@@ -69,9 +77,9 @@ def recover(
     if kind is None:
         if not create:
             raise NotALogDirectory(f"{directory} does not exist (and create=False)")
-        return _create(directory, handles, disk.makedirs(directory))
-    start = read_meta(directory, disk)
-    if start is None:
+        return _create(directory, handles, disk.makedirs(directory), tag)
+    header = read_header(directory, disk)
+    if header is None:
         names = sorted(disk.listdir(directory))
         if names:
             shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
@@ -81,7 +89,10 @@ def recover(
             )
         if not create:
             raise NotALogDirectory(f"{directory} is empty (and create=False)")
-        return _create(directory, handles, [])
+        return _create(directory, handles, [], tag)
+    if header.tag is not None and tag is not None and header.tag != tag:
+        raise ForeignLog(directory, header.tag, tag)
+    start = header.start
 
     names = disk.listdir(directory)  # one listing: leftovers and segments
     for name in names:
@@ -158,7 +169,7 @@ def recover(
     if removed or rebuilt:
         fsync_directory(directory, disk)
     report = RecoveryReport(torn, truncated, tuple(rebuilt), tuple(removed))
-    return Recovered(tuple(segments), start, report)
+    return Recovered(tuple(segments), start, report, tag=header.tag)
 
 
 def _damaged_end(segments: list[Segment], max_batch_bytes: int) -> tuple[int, int]:
@@ -171,10 +182,10 @@ def _damaged_end(segments: list[Segment], max_batch_bytes: int) -> tuple[int, in
     return (0, 0)
 
 
-def _create(directory: str, handles: FileHandles, created: list[str]) -> Recovered:
+def _create(directory: str, handles: FileHandles, created: list[str], tag: str | None) -> Recovered:
     """A new, empty log: its header is written without fsync, and the log fsyncs its directory
-    and the parent of every directory made for it before anything it holds is durable (see
-    `storage.meta`). Until then a crash may lose the directory or leave the header empty:
-    either way an empty log, as it was."""
-    write_fresh_meta(directory, handles.disk)
-    return Recovered((), FRESH_START, RecoveryReport(), tuple(created))
+    and the parent of every directory made for it (and a tagged header) before anything it
+    holds is durable (see `storage.meta`). Until then a crash may lose the directory or leave
+    the header empty: either way an empty log, as it was."""
+    write_fresh_meta(directory, handles.disk, tag)
+    return Recovered((), FRESH_START, RecoveryReport(), tuple(created), tag)

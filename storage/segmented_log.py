@@ -67,7 +67,7 @@ from storage.errors import (
     StorageFailed,
 )
 from storage.handles import DEFAULT_HANDLES, FileHandles
-from storage.meta import RecoveryReport, write_meta
+from storage.meta import META_NAME, RecoveryReport, write_meta
 from storage.recovery import recover
 from storage.segment import Segment
 
@@ -88,11 +88,14 @@ class SegmentedLog:
         handles: FileHandles | None = None,
         create: bool = True,
         durable: bool = False,
+        tag: str | None = None,
     ) -> None:
         """`durable`: the files are known to be durable, as the last process to write them
         closed this log (`close` flushes it): opening then skips the fsync that makes what a
         crashed process wrote durable before it is served (a node restarted after a clean stop
-        saves one fsync per replica)."""
+        saves one fsync per replica). `tag`: the owner's name for what the log belongs to
+        (see `storage.meta`): a new log's header carries it, and a log tagged otherwise is
+        refused (`ForeignLog`, nothing touched); `self.tag` is the header's."""
         self.directory = os.fspath(directory)
         self.config = config or LogConfig()
         self._handles = handles or DEFAULT_HANDLES
@@ -118,6 +121,7 @@ class SegmentedLog:
         self._first_offset = 0
         self.recovery = RecoveryReport()
         self._trust_files = durable  # read by `_open` only
+        self.tag: str | None = tag  # `_open` sets the header's
         self._open(create)
         self._durable_index = self._last_index
 
@@ -598,7 +602,14 @@ class SegmentedLog:
     def _make_creation_durable(self) -> None:
         """The first time anything in a new log is to be durable: its directory's entry in the
         parent (and that of every directory made for it) and its header's entry in the
-        directory must be, too."""
+        directory must be, too, and a tagged header's bytes (a durable entry is never without
+        its tag)."""
+        if self.tag is not None:
+            fd = self._disk.open(os.path.join(self.directory, META_NAME), os.O_RDONLY)
+            try:
+                self._disk.fsync(fd)
+            finally:
+                self._disk.close(fd)
         for directory in self._created_directories or [os.path.abspath(self.directory)]:
             fsync_directory(os.path.dirname(directory), self._disk)
         self._directory_dirty = True
@@ -607,7 +618,7 @@ class SegmentedLog:
     def _write_meta(self, index: int, term: int, offset: int, *, publish: bool = True) -> None:
         if self._creation_unsynced:
             self._make_creation_durable()
-        write_meta(self.directory, index, term, offset, self._disk)
+        write_meta(self.directory, index, term, offset, self._disk, self.tag)
         if publish:
             with self._lock:
                 self._start_index, self._start_term, self._start_offset = index, term, offset
@@ -615,9 +626,10 @@ class SegmentedLog:
 
     # -- opening and recovery -----------------------------------------------------------------
     def _open(self, create: bool) -> None:
+        tag = self.tag
         try:
             recovered = recover(
-                self.directory, self.config, self._handles, create, self._trust_files
+                self.directory, self.config, self._handles, create, self._trust_files, tag
             )
         except StorageError:
             raise
@@ -630,6 +642,9 @@ class SegmentedLog:
             self._bases = [segment.base_index for segment in self._segments]
             self._start_index, self._start_term, self._start_offset = recovered.start
             self._publish()
+        # kept by every later header; a log whose header has none (written before tags, or a
+        # new header a crash tore) takes the one it was opened with
+        self.tag = recovered.tag if recovered.tag is not None else tag
         if recovered.created_directories is not None:
             self._created_directories = list(recovered.created_directories)
             self._creation_unsynced = True
