@@ -309,7 +309,7 @@ class ReplicaOpener(DirectoryOpener):
 
     async def _open_asked_for(self) -> None:
         """Opens the groups messages asked for, ahead of the queue, `OPEN_BATCH_REPLICAS` per
-        storage-thread call (`_open_batch`: one fsync per directory made, the `TOPIC_UID` files
+        storage-thread call (`_open_batch`: one fsync per directory made, any `TOPIC_UID` files
         written in parallel), those asked for meanwhile in the next. Opened one by one, each
         with its serial fsyncs, they held the storage thread for seconds on a node that had
         fallen behind (its peers opened and led most of its groups first, so their messages

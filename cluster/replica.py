@@ -159,13 +159,16 @@ class Replica:
         producer_expiration_ms: int = EXPIRATION_MS,
         durable: bool = False,
         names: Collection[str] | None = None,
+        tag: str | None = None,
     ) -> Replica:
         """`durable`: the log was closed by a clean stop (`SegmentedLog`'s `durable`).
-        `names`: what `directory` holds, if the caller listed it (None: unknown)."""
+        `names`: what `directory` holds, if the caller listed it (None: unknown). `tag`: the
+        topic incarnation's uid, which a new log's header carries (`SegmentedLog`'s `tag`: a
+        log tagged otherwise raises `storage.ForeignLog`)."""
         # the caller makes `directory` (`cluster.opener`, durably); else the log makes it, and
         # makes it durable with its first flush, before anything it holds is
         segmented = SegmentedLog(
-            os.path.join(directory, "log"), log_config, handles=handles, durable=durable
+            os.path.join(directory, "log"), log_config, handles=handles, durable=durable, tag=tag
         )
         raft_log = SegmentedRaftLog(segmented)
         node = RaftNode(node_id, bootstrap, raft_log, hard_state, raft_config, rng)

@@ -2,9 +2,12 @@
 the replica (`DirectoryOpener`, a mixin of `cluster.opener.ReplicaOpener`, which queues and admits
 replicas on the event loop), and the deletion of a replica's files.
 
-A replica directory records the uid of its topic's incarnation (`TOPIC_UID`). One found with
-another uid belongs to a topic deleted and re-created under the same name: it is wiped (log,
-markers, and its hard state in the journal) before the new incarnation's replica opens, so the
+A replica directory records the uid of its topic's incarnation: its log's header carries it
+(`SegmentedLog`'s tag, durable with the log's first flush), and a `TOPIC_UID` file holds it where
+the log does not (a retired replica's, whose log is deleted; a log made before headers carried
+tags). One found with another uid belongs to a topic deleted and re-created under the same name:
+it is wiped (log, markers, and its hard state in the journal) before the new incarnation's
+replica opens, so the
 deleted topic's records can never come back in the new one (Kafka's topic IDs, KIP-516). A
 running node learns of the new incarnation a moment after its peers; meanwhile their Raft
 messages must not reach its old replica, so they name the group with a tag of the topic uid
@@ -52,8 +55,9 @@ from cluster.rebuild import REBUILT, rebuilt_floor, set_aside
 from cluster.replica import Replica
 from raft.config import RaftConfig
 from raft.types import Configuration, LogPosition
-from storage import DamagedLog, FileHandles, LogConfig, StateJournal
+from storage import DamagedLog, FileHandles, ForeignLog, LogConfig, StateJournal, StorageError
 from storage.atomic import fsync_directory, write_atomic
+from storage.meta import read_header
 from storage.timer_index import INDEX_DIRECTORY
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "delete_replica",
     "delete_replicas",
     "forget_states_of_deleted_topics",
+    "topic_uid_in",
 ]
 
 log = logging.getLogger("flotilla.opener")
@@ -111,9 +116,9 @@ class DirectoryOpener:
         from_leader: list[bool] | None = None,
     ) -> list[Replica | OpenFailed | None]:
         """Storage thread: each replica opens on its own (`_open_one`; `from_leader`, one per
-        replica if given: asked for by a leader's message); the `TOPIC_UID` files the new ones
-        need are then written together, their fsyncs in parallel (two each, serial, were most
-        of the time a new replica took to open), before any is returned."""
+        replica if given: asked for by a leader's message); the `TOPIC_UID` files that some
+        need (those whose log's header has no tag) are then written together, their fsyncs in
+        parallel, before any is returned."""
         results: list[Replica | OpenFailed | None] = []
         uids: list[tuple[int, str, str]] = []  # (position, path, uid) still to write
         # one listing per topic, not one per replica: most of a new topic's have no directory
@@ -199,8 +204,8 @@ class DirectoryOpener:
     ) -> Replica | None:
         """Storage thread. None: the replica retired here and `from_leader` is False (only a
         leader adding this node back re-opens it). `deferred_uids`: the path of a `TOPIC_UID`
-        file to write is appended there instead of written (the caller writes it, durably,
-        before the replica is hosted). `names`: what the replica's directory holds, if the
+        file to write (for a log whose header has no tag) is appended there instead of written
+        (the caller writes it, durably, before the replica is hosted). `names`: what the replica's directory holds, if the
         caller knows (an empty set: it has no directory, as it listed the topic's). A new replica's
         directory is made here and made durable in its parent (and a new topic's directory in
         the partitions directory) before the replica is returned, or, with `deferred_syncs`,
@@ -255,6 +260,7 @@ class DirectoryOpener:
 
         def open_it() -> Replica:
             return Replica.open(
+                tag=spec.uid or None,
                 node_id=self.node_id,
                 topic=spec.name,
                 partition=index,
@@ -272,6 +278,21 @@ class DirectoryOpener:
 
         try:
             replica = open_it()
+        except ForeignLog as foreign:
+            # its log's header names an earlier incarnation (this one's has no `TOPIC_UID`)
+            log.warning("wiping %s: it belongs to an earlier topic %r (uid %s, now %s)",
+                        directory, spec.name, foreign.found, spec.uid)  # fmt: skip
+            shutil.rmtree(directory, ignore_errors=True)
+            self.journal.forget([group])
+            return self.open_replica(
+                spec,
+                index,
+                bootstrap,
+                from_leader=from_leader,
+                deferred_uids=deferred_uids,
+                names=set(),
+                deferred_syncs=deferred_syncs,
+            )
         except DamagedLog as damage:
             if spec.replication_factor < 2:
                 raise  # no peer to rebuild it from: quarantined, its files left as they are
@@ -280,7 +301,7 @@ class DirectoryOpener:
             replica = open_it()
         replica.node.restore_vote_floor(floor)
         replica.set_topic_uid(spec.uid)
-        if spec.uid and TOPIC_UID not in names:
+        if spec.uid and TOPIC_UID not in names and replica.segmented.header_tag != spec.uid:
             if deferred_uids is None:
                 write_atomic(uid_path, spec.uid.encode())
             else:
@@ -312,6 +333,9 @@ class DirectoryOpener:
         floor in the marker."""
         floor = replica.node.vote_floor
         replica.close()
+        uid_path = os.path.join(replica.directory, TOPIC_UID)
+        if replica.topic_uid and not os.path.exists(uid_path):
+            write_atomic(uid_path, replica.topic_uid.encode())  # its log's header goes below
         write_atomic(os.path.join(replica.directory, RETIRED), _vote_floor_text(floor))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(replica.directory, REJOINED))
@@ -338,17 +362,30 @@ def delete_replicas(replicas: list[Replica], journal: StateJournal) -> None:
 def delete_replica(replica: Replica, journal: StateJournal) -> None:
     """Storage thread: a replica of a deleted topic (or of an earlier incarnation of it), no
     longer hosted: its files and its hard state go, unless its directory belongs to another
-    incarnation by now (the topic's next one opened there first: its `TOPIC_UID` names it, and
-    the group's hard state in the journal is that replica's)."""
+    incarnation by now (the topic's next one opened there first: its uid is there, and the
+    group's hard state in the journal is that replica's)."""
     replica.close()
     if replica.topic_uid:
-        found = _read_text(os.path.join(replica.directory, TOPIC_UID))
+        found = topic_uid_in(replica.directory)
         if found is not None and found != replica.topic_uid:
             log.info("%s of topic uid %s: its directory is the newer incarnation %s's now, kept",
                      replica.group, replica.topic_uid, found)  # fmt: skip
             return
     shutil.rmtree(replica.directory, ignore_errors=True)
     journal.forget([replica.group])
+
+
+def topic_uid_in(directory: str) -> str | None:
+    """The uid of the topic incarnation the replica directory belongs to: its `TOPIC_UID`
+    file's, else its log header's tag; None if neither says (or the header does not read)."""
+    found = _read_text(os.path.join(directory, TOPIC_UID))
+    if found is not None:
+        return found
+    try:
+        header = read_header(os.path.join(directory, "log"))
+    except (StorageError, OSError):
+        return None
+    return None if header is None else header.tag
 
 
 def forget_states_of_deleted_topics(

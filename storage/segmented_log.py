@@ -95,7 +95,9 @@ class SegmentedLog:
         crashed process wrote durable before it is served (a node restarted after a clean stop
         saves one fsync per replica). `tag`: the owner's name for what the log belongs to
         (see `storage.meta`): a new log's header carries it, and a log tagged otherwise is
-        refused (`ForeignLog`, nothing touched); `self.tag` is the header's."""
+        refused (`ForeignLog`, nothing touched). `self.tag`: the header's, or for a header
+        without one, `tag` (written with the next header); `self.header_tag`: the header's as
+        opened (None: untagged, a log from before tags or a new header a crash tore)."""
         self.directory = os.fspath(directory)
         self.config = config or LogConfig()
         self._handles = handles or DEFAULT_HANDLES
@@ -122,6 +124,7 @@ class SegmentedLog:
         self.recovery = RecoveryReport()
         self._trust_files = durable  # read by `_open` only
         self.tag: str | None = tag  # `_open` sets the header's
+        self.header_tag: str | None = None
         self._open(create)
         self._durable_index = self._last_index
 
@@ -644,6 +647,7 @@ class SegmentedLog:
             self._publish()
         # kept by every later header; a log whose header has none (written before tags, or a
         # new header a crash tore) takes the one it was opened with
+        self.header_tag = recovered.tag
         self.tag = recovered.tag if recovered.tag is not None else tag
         if recovered.created_directories is not None:
             self._created_directories = list(recovered.created_directories)

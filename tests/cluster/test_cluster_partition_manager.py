@@ -17,6 +17,7 @@ from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.node import Node
 from cluster.placement import Candidate
+from cluster.replica_dirs import topic_uid_in
 from raft.codec import decode_message, encode_message_parts
 from raft.types import (
     AppendRequest,
@@ -273,7 +274,7 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
         await node.partitions.reconcile_local()
         await node.opener.open_pending()
         replica = node.multiraft.replicas["t/0"]
-        assert Path(replica.directory, opener_module.TOPIC_UID).read_text() == "old"
+        assert topic_uid_in(replica.directory) == "old"
         node.journal.save_many({"t/0": HardState(9, "n2", 0), "t/1": HardState(4, None, 0)})
         Path(replica.directory, "stale").write_text("from the earlier topic")
         # t/1 was retired in the earlier topic
@@ -300,14 +301,14 @@ def test_a_topic_created_again_never_gets_the_earlier_one_s_replicas(tmp_path: P
     async def after_a_restart() -> None:
         node = _node(tmp_path)  # the same data directory, now with a third incarnation
         replica_dir = Path(node.opener.replica_dir("t", 2))
-        assert (replica_dir / opener_module.TOPIC_UID).read_text() == "new"
+        assert topic_uid_in(str(replica_dir)) == "new"  # its log's header (no file of its own)
         node.journal.save_many({"t/2": HardState(6, "n3", 0)})
         incarnation(node, "newest")
         await node.partitions.reconcile_local()
         await node.opener.open_pending()
         again = node.multiraft.replicas["t/2"]
         assert (again.node.term, again.node.vote) == (0, None)
-        assert (replica_dir / opener_module.TOPIC_UID).read_text() == "newest"
+        assert topic_uid_in(str(replica_dir)) == "newest"
         await node.multiraft.stop()
         node.data_dir_lock.release()  # as the process ending would
 
@@ -365,8 +366,8 @@ def test_quiesced_followers_placement_no_longer_names_probe_their_group(
 
 
 def test_a_batch_of_new_replicas_is_hosted_with_its_topic_uid_written(tmp_path: Path) -> None:
-    """The `TOPIC_UID` files of a batch are written together (their fsyncs in parallel), and
-    every one before its replica is hosted: a replica that acknowledged anything must never be
+    """Every new replica's log header names its topic's incarnation before it is hosted (and
+    is durable with its first flush): a replica that acknowledged anything must never be
     taken for another incarnation's."""
 
     async def scenario() -> None:
@@ -377,8 +378,7 @@ def test_a_batch_of_new_replicas_is_hosted_with_its_topic_uid_written(tmp_path: 
         add = node.multiraft.add
 
         def checking(replica):  # type: ignore[no-untyped-def]
-            path = Path(replica.directory) / opener_module.TOPIC_UID
-            hosted.append(path.read_text() if path.exists() else "missing")
+            hosted.append(topic_uid_in(replica.directory) or "missing")
             add(replica)
 
         node.multiraft.add = checking  # type: ignore[method-assign]

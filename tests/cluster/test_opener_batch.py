@@ -2,7 +2,8 @@
 topic's directory once and opens the replicas it does not hold as new, without a listing of
 each; a replica whose directory is there is still looked at as a whole (its markers: a retired
 one stays closed, one of an earlier incarnation is wiped), in the same batch as new ones.
-Issue 28: a node opens tens of thousands of replicas at a topic's creation or a restart."""
+Issue 28: a node opens tens of thousands of replicas at a topic's creation or a restart.
+A new replica's incarnation is in its log's header (no `TOPIC_UID` file of its own)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from cluster.clock import FakeTicker
 from cluster.multiraft import MultiRaft, Send
 from cluster.opener import RETIRED, TOPIC_UID, ReplicaOpener
 from cluster.replica import Replica
+from cluster.replica_dirs import topic_uid_in
 from cluster.topic_spec import TopicSpec
 from raft.codec import decode_message, encode_message
 from raft.config import RaftConfig
+from raft.storage_log import SegmentedRaftLog
 from raft.types import (
     AppendRequest,
     AppendResponse,
@@ -33,14 +36,16 @@ from raft.types import (
     VoteRequest,
     VoteResponse,
 )
-from storage import FileHandles, LogConfig, StateJournal
+from storage import FileHandles, LogConfig, SegmentedLog, StateJournal
 
 NODES = ("n1", "n2", "n3")
 SPEC = TopicSpec("t", 12, 3, assignment=tuple(NODES for _ in range(12)), uid="a" * 32)
 BOOTSTRAP = Configuration(voters=frozenset(NODES))
 
 
-def _opener(root: Path, send: Send = lambda *message: None) -> ReplicaOpener:
+def _opener(
+    root: Path, send: Send = lambda *message: None, spec: TopicSpec = SPEC
+) -> ReplicaOpener:
     journal = StateJournal(root / "journal")
     return ReplicaOpener(
         node_id="n1",
@@ -50,7 +55,7 @@ def _opener(root: Path, send: Send = lambda *message: None) -> ReplicaOpener:
         log_config=LogConfig(),
         handles=FileHandles(64),
         multiraft=MultiRaft("n1", send, 0.05, journal),
-        topics=lambda: {SPEC.name: SPEC},
+        topics=lambda: {spec.name: spec},
         clock=lambda: 0.0,
     )
 
@@ -118,8 +123,10 @@ def test_a_new_topics_batch_lists_the_topic_once_not_each_replica(
     # the new directories' names are durable before a replica is returned: one fsync of the
     # topic's directory for the batch, and one of the partitions directory (a new topic)
     assert sorted(synced) == [partitions, os.path.join(partitions, "t")], synced
-    for index in (0, 11):  # each new replica got its incarnation, durably written
-        assert (tmp_path / "partitions" / "t" / str(index) / TOPIC_UID).read_text() == SPEC.uid
+    for index in (0, 11):  # each new replica's log header names its incarnation
+        directory = tmp_path / "partitions" / "t" / str(index)
+        assert topic_uid_in(str(directory)) == SPEC.uid
+        assert not (directory / TOPIC_UID).exists()  # no file of its own: no fsyncs for it
     _close(results)
     opener.journal.close()
 
@@ -143,7 +150,7 @@ def test_replicas_on_disk_are_still_read_whole_beside_new_ones(
     assert results[3] is None, results[3]
     assert isinstance(results[5], Replica) and results[5].node.term == 0, results[5]
     assert not (stale / "log" / "leftover").exists()
-    assert (stale / TOPIC_UID).read_text() == SPEC.uid
+    assert topic_uid_in(str(stale)) == SPEC.uid
     assert sorted(listed) == sorted([str(topic_dir), str(retired), str(stale)]), listed
     assert all(isinstance(results[i], Replica) for i in (0, 1, 2, 4, 6, 7)), results
     _close(results)
@@ -267,3 +274,53 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout_s} s"
         await asyncio.sleep(0.001)
+
+
+def test_a_replica_whose_log_header_names_an_earlier_incarnation_is_wiped(tmp_path: Path) -> None:
+    """No `TOPIC_UID` file: the log's header tag says which incarnation the directory holds.
+    One of an earlier incarnation of the topic loses its log and hard state; one of this
+    incarnation keeps both; one whose header has no tag (made before tags) keeps its log and
+    gets a `TOPIC_UID` file."""
+    topic_dir = tmp_path / "partitions" / "t"
+    for index, tag in ((1, "b" * 32), (2, SPEC.uid), (3, None)):
+        with SegmentedLog(topic_dir / str(index) / "log", LogConfig(), tag=tag) as log:
+            SegmentedRaftLog(log).append([Entry(1, 1, EntryKind.NOOP, 0, b"", 0)])
+    opener = _opener(tmp_path)
+    states = {f"t/{index}": HardState(term=9, vote="n2", commit=1) for index in (1, 2, 3)}
+    opener.journal.save_many(states)
+    results = opener._open_batch([(SPEC, index, BOOTSTRAP) for index in range(4)])
+    wiped, kept, untagged = results[1], results[2], results[3]
+    assert isinstance(wiped, Replica) and isinstance(kept, Replica), results
+    assert isinstance(untagged, Replica), results
+    assert (wiped.node.term, wiped.segmented.last_index) == (0, 0)
+    assert opener.journal.load("t/1").term == 0
+    assert topic_uid_in(str(topic_dir / "1")) == SPEC.uid
+    assert (kept.node.term, kept.segmented.last_index) == (9, 1)
+    assert (untagged.node.term, untagged.segmented.last_index) == (9, 1)
+    assert (topic_dir / "3" / TOPIC_UID).read_text() == SPEC.uid
+    assert not (topic_dir / "2" / TOPIC_UID).exists()
+    _close(results)
+    opener.journal.close()
+
+
+def test_a_retired_replica_keeps_its_incarnation_once_its_log_is_gone(tmp_path: Path) -> None:
+    """Retirement deletes the log, and with it the header naming the incarnation: a
+    `TOPIC_UID` file keeps it, so a replica retired in an earlier incarnation of the topic is
+    wiped and opened as the new one's (not left closed as retired here)."""
+    first = _opener(tmp_path)
+    opened = first._open_batch([(SPEC, index, BOOTSTRAP) for index in range(2)])
+    retiring = opened[1]
+    assert isinstance(retiring, Replica)
+    first.retire(retiring)
+    _close(opened[:1])
+    first.journal.close()
+    assert topic_uid_in(str(tmp_path / "partitions" / "t" / "1")) == SPEC.uid
+    again = _opener(tmp_path)
+    assert again._open_batch([(SPEC, 1, BOOTSTRAP)]) == [None]  # still retired in this one
+    again.journal.close()
+    newer = TopicSpec("t", 12, 3, assignment=SPEC.assignment, uid="c" * 32)
+    later = _opener(tmp_path, spec=newer)
+    (reopened,) = later._open_batch([(newer, 1, BOOTSTRAP)])
+    assert isinstance(reopened, Replica) and reopened.topic_uid == newer.uid, reopened
+    _close([reopened])
+    later.journal.close()

@@ -16,34 +16,45 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from harness import open_replica
 
 from cluster.opener import TOPIC_UID, delete_replica
 from cluster.replica import Replica
+from cluster.replica_dirs import topic_uid_in
 from raft.types import HardState
+from storage import SegmentedLog
 from storage.state_journal import StateJournal
 
 
-def _incarnation(root: Path, uid: str) -> Replica:
+def _incarnation(root: Path, uid: str, where: str) -> Replica:
+    """t/0 of the incarnation `uid`, which the directory names in a `TOPIC_UID` file (`where`
+    "file", as before log headers carried it) or in its log's header ("header")."""
+    if where == "header":  # the log made first, tagged, as the opener's new replicas are
+        SegmentedLog(root / "t" / "0" / "log", tag=uid).close()
     replica = open_replica(root, "t/0")
     replica.set_topic_uid(uid)
-    (root / "t" / "0" / TOPIC_UID).write_text(uid)
+    if where == "file":
+        (root / "t" / "0" / TOPIC_UID).write_text(uid)
     return replica
 
 
-def test_deleting_an_old_incarnation_spares_the_new_one_in_its_directory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["file", "header"])
+def test_deleting_an_old_incarnation_spares_the_new_one_in_its_directory(
+    tmp_path: Path, where: str
+) -> None:
     journal = StateJournal(tmp_path / "journal")
-    old = _incarnation(tmp_path, "uid-old")
+    old = _incarnation(tmp_path, "uid-old", where)
     old.close()  # stopped, its deletion still to come
     # the new incarnation's replica opens first, in the same directory (the opener wipes it)
     directory = tmp_path / "t" / "0"
     shutil.rmtree(directory)
-    new = _incarnation(tmp_path, "uid-new")
+    new = _incarnation(tmp_path, "uid-new", where)
     journal.save_many({"t/0": HardState(term=3, vote="a", commit=0)})
     files_before = sorted(p.name for p in directory.rglob("*"))
     delete_replica(old, journal)
     assert sorted(p.name for p in directory.rglob("*")) == files_before
-    assert (directory / TOPIC_UID).read_text() == "uid-new"
+    assert topic_uid_in(str(directory)) == "uid-new"
     assert journal.load("t/0") == HardState(term=3, vote="a", commit=0)
     new.close()
     journal.close()
@@ -51,7 +62,7 @@ def test_deleting_an_old_incarnation_spares_the_new_one_in_its_directory(tmp_pat
 
 def test_deleting_a_replica_of_a_deleted_topic_removes_its_files_and_state(tmp_path: Path) -> None:
     journal = StateJournal(tmp_path / "journal")
-    old = _incarnation(tmp_path, "uid-old")
+    old = _incarnation(tmp_path, "uid-old", "header")
     journal.save_many({"t/0": HardState(term=2, vote="b", commit=0)})
     delete_replica(old, journal)
     assert not (tmp_path / "t" / "0").exists()
