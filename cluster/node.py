@@ -83,10 +83,11 @@ from membership import Member, MembershipEvent, SwimConfig
 from proto import flotilla_pb2 as pb
 from proto import flotilla_pb2_grpc
 from raft.config import RaftConfig
+from raft.core import RaftNode
 from raft.types import Role
 from storage import FileHandles, FsyncPolicy, LogConfig, StateJournal, StorageError
 
-__all__ = ["Node"]
+__all__ = ["Node", "transfer_target"]
 
 log = logging.getLogger("flotilla.node")
 
@@ -498,23 +499,20 @@ class Node:
 
     async def _hand_off_leadership(self) -> None:
         deadline = self.ticker.now() + 4 * self.config.election_timeout_ms / 1000
+        given: dict[str, int] = {}  # leaderships handed to each peer so far in this stop
         while self.ticker.now() < deadline:
             leading = [r for r in self.multiraft.replicas.values() if r.node.role is Role.LEADER]
             if not leading:
                 return
+            live = {m.id for m in self.gossip.swim.live_members()}
             for replica in leading:
-                target = self._transfer_target(replica)
-                if target is not None and replica.node.transferee is None:
+                if replica.node.transferee is not None:
+                    continue
+                target = transfer_target(replica.node, live, given)
+                if target is not None:
+                    given[target] = given.get(target, 0) + 1
                     self.multiraft.call(partial(replica.node.transfer_leader, target), replica)
             await asyncio.sleep(self.config.tick_ms / 1000)
-
-    def _transfer_target(self, replica: Replica) -> str | None:
-        node = replica.node
-        live = {m.id for m in self.gossip.swim.live_members()}
-        candidates = [v for v in node.configuration.voters if v != node.id and v in live]
-        if not candidates:
-            return None
-        return max(candidates, key=lambda v: node.match_index(v) or 0)
 
     # -- membership ------------------------------------------------------------------------------
     def _advertised_address(self, member_id: str) -> str | None:
@@ -663,3 +661,20 @@ class Node:
             self.unsafe_read_uncommitted,
             self.metrics.fetched_bytes,
         )
+
+
+def transfer_target(node: RaftNode, live: set[str], given: dict[str, int]) -> str | None:
+    """The voter a stopping node hands `node`'s leadership to: a live one, the most caught up,
+    and of those the one handed the fewest leaderships so far in this stop (`given`), so that
+    a node leading thousands of groups does not hand them all to the first of its peers (all
+    caught up alike, the first in the set's order took every one: 9,149 of 20,000 to one node
+    and none to another at 100,000 partitions). None: no live voter."""
+    best: str | None = None
+    best_key = (0, 0)
+    for voter in node.configuration.voters:
+        if voter == node.id or voter not in live:
+            continue
+        key = (node.match_index(voter) or 0, -given.get(voter, 0))
+        if best is None or key > best_key:
+            best, best_key = voter, key
+    return best
