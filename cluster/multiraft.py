@@ -69,7 +69,7 @@ from raft.codec import decode_message, encode_message_parts, is_heartbeat
 from raft.config import RaftConfig
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.ready import Ready
-from raft.types import LogReset, Message, Role
+from raft.types import LogReset, Message, Role, VoteRequest
 from storage import StateJournal
 from timers.types import TIMER_TOPIC_PREFIX
 
@@ -172,6 +172,11 @@ class MultiRaft(HostTicks):
         self._cut_short_round = -BEHIND_ROUNDS  # the last round that left inputs for the next
         self.malformed_messages = 0
         self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
+        # member -> when a vote request of its own (a pre-vote or vote not started by a leader's
+        # transfer: a replica there asking who leads, or campaigning) was last stepped here, on
+        # the ticker's clock: leader balancing waits while a member still does (a node back
+        # from a restart asks as each of its replicas opens: `cluster.steward`)
+        self.campaigned_at: dict[str, float] = {}
         # hosted replicas that lead their group, and that know its leader (a leader counts
         # itself): kept as rounds end (`_count`), so Health reads them without a walk of every
         # replica (60,000 on a node: tens of ms of its loop, at every poll)
@@ -441,6 +446,8 @@ class MultiRaft(HostTicks):
                     sender,
                 )
                 continue
+            if type(message) is VoteRequest and not message.transfer:
+                self.campaigned_at[sender] = self.ticker.now()
             try:
                 if replica.ticks_given != wheel.count and replica in active:
                     wheel.catch_up(replica)

@@ -203,6 +203,7 @@ class Node:
             on_leader_changed=self._leader_changed,
             clock=self.ticker.now,
             opening=self.opener.busy,
+            campaigned_at=self.multiraft.campaigned_at.get,
         )
         self.multiraft.on_quarantine = lambda replica: self.steward.forget(replica.group)
         self.multiraft.on_round = self._after_round

@@ -457,6 +457,60 @@ def test_leader_balancing_waits_while_the_node_is_still_opening_replicas(tmp_pat
     asyncio.run(scenario())
 
 
+def test_leader_balancing_waits_while_the_preferred_member_still_asks_for_votes(
+    tmp_path: Path,
+) -> None:
+    """A transfer to a that is due waits while a's replicas ask this node for votes of their
+    own accord (a node back from a restart asks who leads, with a pre-vote, as each of its
+    replicas opens): until `balance_after_s` after the last one, on the steward's clock. A
+    campaign a transfer started does not count."""
+
+    async def scenario() -> None:
+        ticker, multiraft, steward, sent = _balancing_host(tmp_path)
+        multiraft.ticker = ticker  # one clock for both, as a node's
+        steward.campaigned_at = multiraft.campaigned_at.get
+        try:
+            candidates, topics = await _leading(multiraft, steward, sent)  # term 1
+            ticker.advance(int(2.0 / TICK_S))  # the transfer is due
+            asked_at = ticker.now()
+            probe = VoteRequest(1, "a", "b", 1, 1, pre_vote=True)  # a asks who leads t/0
+            multiraft.deliver("a", [("t/0", encode_message(probe))])
+            await multiraft.run_round()
+            assert multiraft.campaigned_at == {"a": asked_at}
+            sent.clear()
+            for tick in range(6):
+                steward.reconcile(candidates, topics, 1)
+                await multiraft.run_round()
+                handed = [to for to, m in sent if isinstance(m, TimeoutNow)]
+                # balance_after_s (1 s, 5 ticks) after a last asked: not one tick before
+                assert handed == (["a"] if tick == 5 else []), (tick, sent)
+                ticker.advance(1)
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_campaign_a_transfer_started_is_not_counted_as_asking(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        ticker, multiraft, _, _ = _balancing_host(tmp_path)
+        multiraft.ticker = ticker
+        try:
+            transfer = VoteRequest(5, "c", "b", 9, 4, transfer=True)
+            multiraft.deliver("c", [("t/0", encode_message(transfer))])
+            await multiraft.run_round()
+            assert multiraft.campaigned_at == {}
+            ticker.advance(3)
+            campaign = VoteRequest(6, "a", "b", 9, 4)
+            multiraft.deliver("a", [("t/0", encode_message(campaign))])
+            await multiraft.run_round()
+            assert multiraft.campaigned_at == {"a": ticker.now()}
+        finally:
+            await multiraft.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_pass_looks_at_groups_per_pass_groups_in_turn_and_places_each_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
