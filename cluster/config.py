@@ -143,8 +143,9 @@ class NodeConfig:
     # controlled shutdown is) has its replicas replaced only after this long, so that a rolling
     # restart moves nothing however long a node of many partitions takes to stop and start
     replace_left_after_s: float = 300.0
-    # a partition's preferred leader takes it back once alive this long and caught up (Kafka's
-    # auto leader rebalance); 0: never
+    # a partition's preferred leader takes it back once alive this long, caught up, and none of
+    # its replicas asked for a vote of its own accord for this long (Kafka's auto leader
+    # rebalance); 0: never
     leader_balance_after_s: float = 10.0
     default_replication_factor: int = 3
     # partitions of `__groups`, the internal topic holding consumer groups' members and committed
