@@ -6,7 +6,7 @@
 `--nodes` local nodes (127.0.0.1..N), N partitions at replication factor 3 (in topics of at
 most 10,000 partitions, a topic's limit), no traffic after creation. It times the creation call, then waits until every partition has a
 leader (`leaders_s`, counted from the creation request), then until every group has quiesced (no
-node is ticking any group) and leader balancing has settled (leaders unchanged for 5 s), then
+node is ticking any group) and leader balancing has settled (leaders unchanged for 15 s), then
 samples each node's CPU time (/proc/<pid>/stat) over `--sample-s` seconds, its resident memory
 and its open files (/proc/<pid>/fd), and counts each node's leaders. A sampler thread reads every
 node's open files and RSS twice a second from creation on, so the peaks during creation and
@@ -63,7 +63,10 @@ from proto import flotilla_pb2_grpc
 __all__ = ["cpu_seconds", "main", "open_files", "rss_mb"]
 
 CONFIG = 'tick_ms = 50\nelection_ticks = 10\nheartbeat_ticks = 2\nfsync = "always"\n'
-STABLE_S = 5.0  # leaders unchanged and every group quiesced this long before sampling
+# leaders unchanged and every group quiesced this long before sampling: longer than the nodes'
+# leader-balancing hold (`leader_balance_after_s`, 10 s, after a member's last busy second of
+# campaigns: `cluster.steward`), so balancing yet to begin is not taken for a balanced cluster
+STABLE_S = 15.0
 PROGRESS_S = 30.0  # how often the wait for every leader reports how far it got
 SAMPLE_EVERY_S = 0.5  # the open-files and RSS sampler's period
 TOPIC = "idle"

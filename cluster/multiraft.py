@@ -88,6 +88,9 @@ MAX_ROUND_MESSAGES = 2048
 # then makes an earlier one of the same group from the same sender, still waiting, void
 # (`deliver`).
 BEHIND_FRAMES = 8
+# Vote requests of its own accord within a second from which a member counts as still opening
+# or electing many replicas (`campaigned_at`: leader balancing waits for it).
+BUSY_CAMPAIGNS = 16
 _VOID = ("", b"")  # a message made void in its frame: skipped when the frame is stepped
 
 Send = Callable[[str, str, list[bytes]], None]  # (to node, group, payload pieces)
@@ -172,11 +175,14 @@ class MultiRaft(HostTicks):
         self._cut_short_round = -BEHIND_ROUNDS  # the last round that left inputs for the next
         self.malformed_messages = 0
         self.foreign_messages = 0  # for another incarnation of the topic (see `_step_all`)
-        # member -> when a vote request of its own (a pre-vote or vote not started by a leader's
-        # transfer: a replica there asking who leads, or campaigning) was last stepped here, on
-        # the ticker's clock: leader balancing waits while a member still does (a node back
-        # from a restart asks as each of its replicas opens: `cluster.steward`)
+        # member -> when this node last stepped vote requests of its own accord from it (pre-
+        # votes and votes not started by a leader's transfer: replicas there asking who leads,
+        # or campaigning) at `BUSY_CAMPAIGNS` or more within a second, on the ticker's clock:
+        # leader balancing waits while a member still does (a node back from a restart asks
+        # as each of its replicas opens, hundreds a second: `cluster.steward`); one replica
+        # that keeps asking (cut off from its leader) does not hold a member's balancing
         self.campaigned_at: dict[str, float] = {}
+        self._campaigns: dict[str, tuple[float, int]] = {}  # member -> (second began, count)
         # hosted replicas that lead their group, and that know its leader (a leader counts
         # itself): kept as rounds end (`_count`), so Health reads them without a walk of every
         # replica (60,000 on a node: tens of ms of its loop, at every poll)
@@ -447,7 +453,7 @@ class MultiRaft(HostTicks):
                 )
                 continue
             if type(message) is VoteRequest and not message.transfer:
-                self.campaigned_at[sender] = self.ticker.now()
+                self._count_campaign(sender)
             try:
                 if replica.ticks_given != wheel.count and replica in active:
                     wheel.catch_up(replica)
@@ -460,6 +466,17 @@ class MultiRaft(HostTicks):
             else:
                 wheel.activate(replica)
             dirty.add(replica)
+
+    def _count_campaign(self, member: str) -> None:
+        """A vote request of `member`'s own accord was stepped (see `campaigned_at`)."""
+        now = self.ticker.now()
+        began, count = self._campaigns.get(member, (now, 0))
+        if now - began >= 1.0:
+            began, count = now, 0
+        count += 1
+        self._campaigns[member] = (began, count)
+        if count >= BUSY_CAMPAIGNS:
+            self.campaigned_at[member] = now
 
     def _make_proposal(self, proposal: Proposal) -> None:
         replica, waiter = proposal.replica, proposal.waiter

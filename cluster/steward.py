@@ -15,12 +15,13 @@ Leader balancing, as Kafka's auto leader rebalance: a group whose preferred lead
 replica of its balanced assignment, `placement.balance_leaders`) is another member hands it
 leadership once that member has been alive `leader_balance_after_s`, is caught up and answers
 this leader, and this node has led the group that long itself (so leadership a stopping node
-has just handed over is not handed straight back), and no replica on that member has asked this
-node for a vote of its own accord (a pre-vote or a campaign, not one a transfer started:
-`MultiRaft.campaigned_at`) for as long: a node back from a restart asks who leads as each of its
-replicas opens, and handing it leaderships while it still opens them made it win thousands of
-elections in the middle of its opening (100,000 partitions on 5 nodes: a node of 60,000
-replicas back in 78-79 s, and in 58 s with the hand-back held until after). At most `BALANCE_TRANSFERS_PER_PASS`
+has just handed over is not handed straight back), and that member's replicas have not asked
+this node for votes of their own accord (pre-votes and campaigns, not those a transfer started)
+at a busy rate (`multiraft.BUSY_CAMPAIGNS` a second: `MultiRaft.campaigned_at`) for as long:
+a node back from a restart asks who leads as each of its replicas opens, and handing it
+leaderships while it still opened them made it win thousands of elections in the middle of its
+opening (100,000 partitions on 5 nodes: a node of 60,000 replicas back in 78-79 s, in 58-62 s
+with the hand-back held until after). One replica that keeps asking does not hold it. At most `BALANCE_TRANSFERS_PER_PASS`
 transfers start per pass, and at most `BALANCE_IN_FLIGHT_PER_MEMBER` to one member are unfinished
 at once (a node back from a restart takes its leaderships back as fast as it completes their
 elections); one that did not happen is retried after `BALANCE_RETRY_ELECTIONS`
@@ -105,8 +106,8 @@ class GroupSteward:
     ) -> None:
         """`clock`: seconds now on the clock `alive_since` is on (a ticker's `now`).
         `opening`: is the node still opening many replicas (`ReplicaOpener.busy`)?
-        `campaigned_at`: when a member's replica last asked this node for a vote of its own
-        accord, on `clock` (`MultiRaft.campaigned_at`; None: never)."""
+        `campaigned_at`: when a member's replicas last asked this node for votes of their own
+        accord at a busy rate, on `clock` (`MultiRaft.campaigned_at`; None: never)."""
         self.multiraft = multiraft
         self.opening = opening
         self.campaigned_at = campaigned_at

@@ -21,7 +21,7 @@ from cluster.clock import FakeTicker
 from cluster.config import NodeConfig
 from cluster.controller import TopicSpec
 from cluster.host_ticks import BEHIND_ROUNDS
-from cluster.multiraft import MAX_ROUND_MESSAGES, MultiRaft
+from cluster.multiraft import BUSY_CAMPAIGNS, MAX_ROUND_MESSAGES, MultiRaft
 from cluster.node import Node
 from cluster.partitions import RECONCILE_ANYWAY_S, RECONCILE_EVERY_S, PartitionManager
 from cluster.placement import Candidate, place
@@ -461,20 +461,24 @@ def test_leader_balancing_waits_while_the_preferred_member_still_asks_for_votes(
     tmp_path: Path,
 ) -> None:
     """A transfer to a that is due waits while a's replicas ask this node for votes of their
-    own accord (a node back from a restart asks who leads, with a pre-vote, as each of its
-    replicas opens): until `balance_after_s` after the last one, on the steward's clock. A
-    campaign a transfer started does not count."""
+    own accord at a busy rate (a node back from a restart asks who leads, with a pre-vote, as
+    each of its replicas opens: hundreds a second): until `balance_after_s` after the last
+    second with `BUSY_CAMPAIGNS` of them, on the steward's clock. Fewer (one replica that keeps
+    asking) do not hold it."""
 
     async def scenario() -> None:
         ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         multiraft.ticker = ticker  # one clock for both, as a node's
         steward.campaigned_at = multiraft.campaigned_at.get
+        probe = encode_message(VoteRequest(1, "a", "b", 1, 1, pre_vote=True))  # who leads t/0?
         try:
             candidates, topics = await _leading(multiraft, steward, sent)  # term 1
             ticker.advance(int(2.0 / TICK_S))  # the transfer is due
+            multiraft.deliver("a", [("t/0", probe)] * (BUSY_CAMPAIGNS - 1))
+            await multiraft.run_round()
+            assert multiraft.campaigned_at == {}  # not busy
             asked_at = ticker.now()
-            probe = VoteRequest(1, "a", "b", 1, 1, pre_vote=True)  # a asks who leads t/0
-            multiraft.deliver("a", [("t/0", encode_message(probe))])
+            multiraft.deliver("a", [("t/0", probe)])  # the same second: busy
             await multiraft.run_round()
             assert multiraft.campaigned_at == {"a": asked_at}
             sent.clear()
@@ -491,18 +495,27 @@ def test_leader_balancing_waits_while_the_preferred_member_still_asks_for_votes(
     asyncio.run(scenario())
 
 
-def test_a_campaign_a_transfer_started_is_not_counted_as_asking(tmp_path: Path) -> None:
+def test_only_a_busy_rate_of_own_campaigns_counts(tmp_path: Path) -> None:
+    """Vote requests a transfer started do not count, however many; `BUSY_CAMPAIGNS` of a
+    member's own within a second do; as many spread over more than a second do not."""
+
     async def scenario() -> None:
         ticker, multiraft, _, _ = _balancing_host(tmp_path)
         multiraft.ticker = ticker
         try:
-            transfer = VoteRequest(5, "c", "b", 9, 4, transfer=True)
-            multiraft.deliver("c", [("t/0", encode_message(transfer))])
+            transfer = encode_message(VoteRequest(5, "c", "b", 9, 4, transfer=True))
+            multiraft.deliver("c", [("t/0", transfer)] * BUSY_CAMPAIGNS)
             await multiraft.run_round()
             assert multiraft.campaigned_at == {}
-            ticker.advance(3)
-            campaign = VoteRequest(6, "a", "b", 9, 4)
-            multiraft.deliver("a", [("t/0", encode_message(campaign))])
+            campaign = encode_message(VoteRequest(6, "a", "b", 9, 4))
+            half = BUSY_CAMPAIGNS // 2
+            multiraft.deliver("a", [("t/0", campaign)] * half)
+            await multiraft.run_round()
+            ticker.advance(int(1.0 / TICK_S))  # a second later: counted anew
+            multiraft.deliver("a", [("t/0", campaign)] * (BUSY_CAMPAIGNS - half))
+            await multiraft.run_round()
+            assert multiraft.campaigned_at == {}
+            multiraft.deliver("a", [("t/0", campaign)] * half)
             await multiraft.run_round()
             assert multiraft.campaigned_at == {"a": ticker.now()}
         finally:
