@@ -339,6 +339,25 @@ async def _leading(
     return candidates, {"t": TopicSpec("t", 1, 3, assignment=(("a", "b", "c"),))}
 
 
+async def _handed_to_a_at_the_fifth_tick(
+    ticker: FakeTicker,
+    multiraft: MultiRaft,
+    steward: GroupSteward,
+    sent: list[tuple[str, object]],
+    candidates: list[Candidate],
+    topics: dict[str, TopicSpec],
+) -> None:
+    """Six passes of the steward a tick apart: t/0 is handed to a (a TimeoutNow) at the sixth,
+    five ticks (1 s) on, and not one pass before."""
+    sent.clear()
+    for tick in range(6):
+        steward.reconcile(candidates, topics, 1)
+        await multiraft.run_round()
+        handed = [to for to, m in sent if isinstance(m, TimeoutNow)]
+        assert handed == (["a"] if tick == 5 else []), (tick, sent)
+        ticker.advance(1)
+
+
 def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: Path) -> None:
     """This node (b) leads t/0, whose preferred leader is a: it hands a the group once a has
     been alive, and b has led, `balance_after_s` on the steward's clock (a ticker's), and not
@@ -348,14 +367,10 @@ def test_leader_balancing_waits_balance_after_s_on_the_stewards_clock(tmp_path: 
         ticker, multiraft, steward, sent = _balancing_host(tmp_path)
         try:
             candidates, topics = await _leading(multiraft, steward, sent)  # b leads since 0.0
-            sent.clear()
-            for tick in range(6):
-                steward.reconcile(candidates, topics, 1)
-                await multiraft.run_round()
-                handed = [to for to, m in sent if isinstance(m, TimeoutNow)]
-                # at 1.0 s (tick 5) a and b have waited balance_after_s: not one tick before
-                assert handed == (["a"] if tick == 5 else []), (tick, sent)
-                ticker.advance(1)
+            # at 1.0 s (tick 5) a and b have waited balance_after_s: not one tick before
+            await _handed_to_a_at_the_fifth_tick(
+                ticker, multiraft, steward, sent, candidates, topics
+            )
         finally:
             await multiraft.stop()
 
@@ -481,14 +496,10 @@ def test_leader_balancing_waits_while_the_preferred_member_still_asks_for_votes(
             multiraft.deliver("a", [("t/0", probe)])  # the same second: busy
             await multiraft.run_round()
             assert multiraft.campaigned_at == {"a": asked_at}
-            sent.clear()
-            for tick in range(6):
-                steward.reconcile(candidates, topics, 1)
-                await multiraft.run_round()
-                handed = [to for to, m in sent if isinstance(m, TimeoutNow)]
-                # balance_after_s (1 s, 5 ticks) after a last asked: not one tick before
-                assert handed == (["a"] if tick == 5 else []), (tick, sent)
-                ticker.advance(1)
+            # balance_after_s (1 s, 5 ticks) after a last asked: not one tick before
+            await _handed_to_a_at_the_fifth_tick(
+                ticker, multiraft, steward, sent, candidates, topics
+            )
         finally:
             await multiraft.stop()
 
