@@ -302,7 +302,11 @@ class ReplicaOpener(DirectoryOpener):
         self.opening.add(group)
         self._held[group] = [(sender, bytes(payload))]
         self._asked_for[group] = (spec, index, bootstrap, from_leader)
-        if not self._opening_tasks:
+        # a task that has returned may still be in the set until its done callback runs: it
+        # will not look at `_asked_for` again, so it does not count (a group asked for in that
+        # moment waited in `opening` for ever, its leader's messages held: a re-added learner
+        # never caught up)
+        if all(task.done() for task in self._opening_tasks):
             task = asyncio.get_running_loop().create_task(self._open_asked_for())
             self._opening_tasks.add(task)
             task.add_done_callback(self._opening_tasks.discard)

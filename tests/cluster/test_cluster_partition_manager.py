@@ -153,6 +153,34 @@ def test_groups_messages_ask_for_open_in_batches_ahead_of_the_queue(
     asyncio.run(scenario())
 
 
+def test_a_group_asked_for_as_the_last_opening_task_ends_is_opened(tmp_path: Path) -> None:
+    """A message for a group not hosted, arriving after the task that opens asked-for groups
+    has returned but before its done callback has run (it is still in the set of tasks): the
+    group is opened all the same. Seen in a fresh-clone run: two leaders re-added this node to
+    two groups 3 ms apart; the second group waited in `opening` for ever, its leader's
+    messages held, and the learner never caught up."""
+
+    async def scenario() -> None:
+        node = _node(tmp_path)
+
+        async def nothing() -> None:
+            return None
+
+        finished = asyncio.get_running_loop().create_task(nothing())
+        await finished
+        node.opener._opening_tasks.add(finished)  # returned; its done callback not run yet
+        vote = b"".join(encode_message_parts(VoteRequest(1, "n3", "n1", 0, 0, True, False)))
+        node.opener.open_on_message("t/7", "", "n3", memoryview(vote))
+        deadline = time.monotonic() + 30
+        while "t/7" not in node.multiraft.replicas:
+            assert time.monotonic() < deadline, "t/7 not opened"
+            await asyncio.sleep(0.01)
+        await node.multiraft.stop()
+        node.data_dir_lock.release()  # as the process ending would
+
+    asyncio.run(scenario())
+
+
 def test_the_preferred_replica_of_a_new_group_campaigns_at_its_first_tick(tmp_path: Path) -> None:
     """The preferred replica (first in placement order) of a new group campaigns at its first
     tick, for term 1 without a pre-vote (nothing to disrupt at term 0); the others wait more
